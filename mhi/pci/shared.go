@@ -1,0 +1,38 @@
+package pci
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// Load32 reads the little-endian 32-bit word at off as one access the
+// compiler cannot elide or merge. off must be a multiple of 4. It is the
+// way to read a word the device may write concurrently (a ring pointer).
+func (b *Buffer) Load32(off int) uint32 {
+	_ = b.Mem[off+3]
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&b.Mem[off])))
+}
+
+// Store32 writes a 32-bit word at off (a multiple of 4) as one access, with
+// release ordering: every earlier store to the buffer is visible to a device
+// that observes this one.
+func (b *Buffer) Store32(off int, v uint32) {
+	_ = b.Mem[off+3]
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b.Mem[off])), v)
+}
+
+// Load64 reads a 64-bit field that is only 4-byte aligned (MHI contexts pack
+// their 64-bit fields at 4-byte offsets) as two 32-bit loads, high word
+// first. A concurrent writer can make it tear; callers validate the result.
+func (b *Buffer) Load64(off int) uint64 {
+	hi := b.Load32(off + 4)
+	lo := b.Load32(off)
+	return uint64(hi)<<32 | uint64(lo)
+}
+
+// Store64 writes a 4-byte aligned 64-bit field as two 32-bit stores, high
+// word first, so that the low word, written last, publishes the value.
+func (b *Buffer) Store64(off int, v uint64) {
+	b.Store32(off+4, uint32(v>>32))
+	b.Store32(off, uint32(v))
+}
