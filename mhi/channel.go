@@ -1,0 +1,474 @@
+package mhi
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mhistack/mhistack/mhi/pci"
+)
+
+// DefaultMRU is the receive buffer size when neither the channel options
+// nor the profile set one (Linux mhi_wwan_mbim MHI_DEFAULT_MRU: one buffer
+// per 4 KiB page).
+const DefaultMRU = 3500
+
+// Flags select the TRE flags of a queued buffer (mhi-protocol.md §3.2).
+// BEI is not a flag: the engine sets it from the event ring's moderation.
+type Flags uint32
+
+const (
+	// EOT asks for an event when the transfer ends (every in-tree client
+	// queues single-TRE transfers with EOT).
+	EOT Flags = TREIEOT
+	// EOB asks for an event at the end of this block.
+	EOB Flags = TREIEOB
+	// Chain says the next TRE continues this transfer.
+	Chain Flags = TREChain
+)
+
+// ChannelOptions configure a channel's client.
+type ChannelOptions struct {
+	// OnComplete receives completions when the channel's event ring is
+	// managed by the controller (control channels). It runs on the
+	// controller's interrupt goroutine: it may Queue and Ring but must
+	// not block or call Start, Stop or Reset. Rings handed to a client
+	// with EventRing.SetNotify deliver completions through Poll instead.
+	OnComplete func(Completion)
+	// Release receives every buffer still queued when the channel is
+	// reset, by the client, by SYS_ERR recovery or by Close; nothing is
+	// lost silently. It must not block.
+	Release func(*pci.Buffer)
+	// MRU overrides the receive buffer size for this channel.
+	MRU int
+}
+
+// Channel is one MHI channel: a TRE ring the host produces into and the
+// device consumes from. Queue and Ring may be called from any goroutine
+// (they serialise on the channel); completions are delivered by whoever
+// consumes the channel's event ring.
+type Channel struct {
+	c      *Controller
+	cfg    ChannelConfig
+	er     *EventRing
+	ctxOff int
+	bei    bool
+
+	// mu serialises producers and state changes; the consumer (event
+	// processing) only touches rp and slots it owns.
+	mu     sync.Mutex
+	ring   ring
+	slots  []slot
+	wp     atomic.Uint32
+	rp     atomic.Uint32
+	dbMode bool
+	opts   ChannelOptions
+	claim  bool
+
+	state   atomic.Uint32 // ChanState, host view
+	started bool          // a client started it (restart after recovery)
+	down    error         // why the channel last went down (for Queue errors)
+
+	queued, completed, doorbells, bytes atomic.Uint64
+}
+
+type slot struct {
+	buf *pci.Buffer
+	n   int
+}
+
+// Channel claims channel num for a client and returns it. A channel can
+// have one client; claiming a stopped channel again replaces the options.
+func (c *Controller) Channel(num int, opts ChannelOptions) (*Channel, error) {
+	ch := c.channels[num]
+	if ch == nil {
+		return nil, fmt.Errorf("mhi: %s: profile has no channel %d", c.name, num)
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.claim && ChanState(ch.state.Load()) == ChanEnabled {
+		return nil, fmt.Errorf("mhi: %s: channel %d (%s) is in use", c.name, num, ch.cfg.Name)
+	}
+	ch.claim = true
+	ch.opts = opts
+	return ch, nil
+}
+
+// ChannelPair claims the UL and DL channels named name.
+func (c *Controller) ChannelPair(name string, ul, dl ChannelOptions) (*Channel, *Channel, error) {
+	ulc, dlc, ok := c.prof.ChannelPair(name)
+	if !ok {
+		return nil, nil, fmt.Errorf("mhi: %s: profile has no %s channel pair", c.name, name)
+	}
+	u, err := c.Channel(ulc.Num, ul)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := c.Channel(dlc.Num, dl)
+	if err != nil {
+		return nil, nil, err
+	}
+	return u, d, nil
+}
+
+// Num returns the channel number.
+func (ch *Channel) Num() int { return ch.cfg.Num }
+
+// Name returns the channel name from the profile.
+func (ch *Channel) Name() string { return ch.cfg.Name }
+
+// Config returns the channel's profile entry.
+func (ch *Channel) Config() ChannelConfig { return ch.cfg }
+
+// EventRing returns the event ring the channel completes on.
+func (ch *Channel) EventRing() *EventRing { return ch.er }
+
+// Inbound reports whether this is a DL (device → host) channel.
+func (ch *Channel) Inbound() bool { return ch.cfg.Dir == ChanTypeInbound }
+
+// MRU returns the receive buffer size for this channel.
+func (ch *Channel) MRU() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	switch {
+	case ch.opts.MRU > 0:
+		return ch.opts.MRU
+	case ch.c.prof.MRU > 0:
+		return ch.c.prof.MRU
+	}
+	return DefaultMRU
+}
+
+// Elements returns the TRE ring size.
+func (ch *Channel) Elements() int { return ch.cfg.Elements }
+
+func (ch *Channel) String() string {
+	return fmt.Sprintf("%s channel %d (%s)", ch.c.name, ch.cfg.Num, ch.cfg.Name)
+}
+
+func (ch *Channel) running() bool { return ChanState(ch.state.Load()) == ChanEnabled }
+
+// Start sends START_CHAN and waits for its completion (mhi-protocol.md
+// §4.7). A channel started from DISABLED gets a fresh, empty ring. Start
+// UL before DL, as Linux does.
+func (ch *Channel) Start(ctx context.Context) error {
+	if err := ch.start(ctx); err != nil {
+		return err
+	}
+	ch.mu.Lock()
+	ch.started = true
+	ch.mu.Unlock()
+	return nil
+}
+
+func (ch *Channel) start(ctx context.Context) error {
+	c := ch.c
+	c.mu.Lock()
+	ee := c.ee
+	err := c.operationalLocked()
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mhi: start %s: %w", ch, err)
+	}
+	if !ch.cfg.EE.Has(ee) {
+		return fmt.Errorf("mhi: start %s: channel not available in EE %s: %w", ch, ee, ErrState)
+	}
+	ch.mu.Lock()
+	st := ChanState(ch.state.Load())
+	switch st {
+	case ChanEnabled:
+		ch.mu.Unlock()
+		return nil
+	case ChanDisabled:
+		if err := ch.initContextLocked(); err != nil {
+			ch.mu.Unlock()
+			return fmt.Errorf("mhi: start %s: %w", ch, err)
+		}
+	}
+	ch.mu.Unlock()
+	if err := c.command(ctx, TypeStartCmd, ch.cfg.Num); err != nil {
+		if st == ChanDisabled {
+			ch.mu.Lock()
+			ch.clearContextLocked()
+			ch.mu.Unlock()
+		}
+		return fmt.Errorf("mhi: start %s: %w", ch, err)
+	}
+	ch.mu.Lock()
+	ch.state.Store(uint32(ChanEnabled))
+	ch.down = nil
+	ch.mu.Unlock()
+	return nil
+}
+
+// initContextLocked allocates the ring (once) and writes the context:
+// ENABLED, rbase, rlen, rp = wp = rbase (Linux mhi_init_chan_ctxt).
+func (ch *Channel) initContextLocked() error {
+	if ch.ring.buf == nil {
+		r, err := newRing(ch.c.dev.DMA(), ch.cfg.Elements)
+		if err != nil {
+			return err
+		}
+		ch.ring = r
+		ch.slots = make([]slot, r.n)
+	}
+	clear(ch.ring.buf.Mem)
+	ch.rp.Store(0)
+	ch.wp.Store(0)
+	ch.dbMode = true
+	b, o := ch.c.chanCtx, ch.ctxOff
+	b.Store64(o+CtxRBase, ch.ring.base)
+	b.Store64(o+CtxRLen, ch.ring.len())
+	b.Store64(o+CtxRP, ch.ring.base)
+	b.Store64(o+CtxWP, ch.ring.base)
+	b.Store32(o+CtxW0, ChCfg(ChanEnabled, ch.cfg.Burst))
+	return nil
+}
+
+// clearContextLocked returns the context to its disabled form
+// (Linux mhi_deinit_chan_ctxt).
+func (ch *Channel) clearContextLocked() {
+	b, o := ch.c.chanCtx, ch.ctxOff
+	b.Store32(o+CtxW0, ChCfg(ChanDisabled, ch.cfg.Burst))
+	for _, f := range []int{CtxRBase, CtxRLen, CtxRP, CtxWP} {
+		b.Store64(o+f, 0)
+	}
+	ch.state.Store(uint32(ChanDisabled))
+}
+
+// Stop sends STOP_CHAN. Queued buffers stay queued; Start resumes.
+func (ch *Channel) Stop(ctx context.Context) error {
+	if !ch.running() {
+		return fmt.Errorf("mhi: stop %s: %w", ch, ErrNotRunning)
+	}
+	if err := ch.c.command(ctx, TypeStopCmd, ch.cfg.Num); err != nil {
+		return fmt.Errorf("mhi: stop %s: %w", ch, err)
+	}
+	ch.state.Store(uint32(ChanStop))
+	return nil
+}
+
+// Reset sends RESET_CHAN and tears the channel down: events still in the
+// event ring for it are marked stale, and every queued buffer goes back to
+// ChannelOptions.Release. On a command failure the host resets its side
+// anyway, like Linux.
+func (ch *Channel) Reset(ctx context.Context) error {
+	st := ChanState(ch.state.Load())
+	if st == ChanDisabled {
+		return nil
+	}
+	// Drop further events for the channel before the device confirms.
+	ch.state.Store(uint32(ChanDisabled))
+	err := ch.c.command(ctx, TypeResetCmd, ch.cfg.Num)
+	ch.er.markStale(ch.cfg.Num)
+	ch.abort(ErrNotRunning)
+	ch.mu.Lock()
+	ch.started = false
+	ch.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mhi: reset %s: %w", ch, err)
+	}
+	return nil
+}
+
+// abort resets the channel host-side only (recovery, power-down, after a
+// RESET command): state DISABLED, context cleared, queued buffers
+// released. It reports whether a client had started the channel.
+func (ch *Channel) abort(cause error) (wasStarted bool) {
+	ch.er.mu.Lock()
+	ch.mu.Lock()
+	wasStarted = ch.started
+	var released []*pci.Buffer
+	if ch.ring.buf != nil {
+		rp, wp := ch.rp.Load(), ch.wp.Load()
+		for i, n := rp, 0; i != wp && n < len(ch.slots); i, n = ch.ring.next(i), n+1 {
+			if b := ch.slots[i].buf; b != nil {
+				released = append(released, b)
+			}
+			ch.slots[i] = slot{}
+		}
+		ch.rp.Store(0)
+		ch.wp.Store(0)
+	}
+	if ch.c.chanCtx != nil {
+		ch.clearContextLocked()
+	}
+	ch.state.Store(uint32(ChanDisabled))
+	ch.down = cause
+	release := ch.opts.Release
+	ch.mu.Unlock()
+	ch.er.mu.Unlock()
+	if release != nil {
+		for _, b := range released {
+			release(b)
+		}
+	}
+	return wasStarted
+}
+
+// Queue writes one TRE for buf[:n] at the ring's write pointer without
+// ringing the doorbell (call Ring once per batch). n must be 1..65535 and
+// fit in buf. A full ring returns ErrRingFull: the caller applies
+// backpressure, never drops silently.
+func (ch *Channel) Queue(buf *pci.Buffer, n int, flags Flags) error {
+	if n <= 0 || n > MaxTRELen || n > len(buf.Mem) {
+		return fmt.Errorf("mhi: queue on %s: length %d outside 1..%d and the %d-byte buffer", ch, n, MaxTRELen, len(buf.Mem))
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ChanState(ch.state.Load()) != ChanEnabled {
+		if ch.down != nil && ch.down != ErrNotRunning {
+			return fmt.Errorf("mhi: queue on %s: %w (%w)", ch, ErrNotRunning, ch.down)
+		}
+		return fmt.Errorf("mhi: queue on %s: %w", ch, ErrNotRunning)
+	}
+	wp := ch.wp.Load()
+	if ch.ring.full(ch.rp.Load(), wp) {
+		return ErrRingFull
+	}
+	f := uint32(flags) & (TREChain | TREIEOB | TREIEOT)
+	if ch.bei {
+		f |= TREBEI
+	}
+	TRE(buf.IOVA, n, f).Encode(ch.ring.element(wp))
+	ch.slots[wp] = slot{buf: buf, n: n}
+	// Publish the slot to the consumer only after the TRE and slot are
+	// written.
+	ch.wp.Store(ch.ring.next(wp))
+	ch.queued.Add(1)
+	return nil
+}
+
+// Ring publishes queued TREs to the device: the context wp is stored
+// (after the TREs, with release ordering), then the doorbell is written,
+// high word first — or, for a burst-mode channel that is not in doorbell
+// mode, only the context wp, which the device polls (§5.2, §5.3). In M3
+// nothing is written; the M0 transition rings it.
+func (ch *Channel) Ring() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.ringLocked()
+}
+
+func (ch *Channel) ringLocked() {
+	if ChanState(ch.state.Load()) != ChanEnabled {
+		return
+	}
+	c := ch.c
+	c.mu.Lock()
+	allowed, m2 := c.doorbellAllowedLocked(), c.pm == pmM2
+	c.mu.Unlock()
+	if !allowed {
+		return
+	}
+	if m2 {
+		c.wake(true)
+	}
+	db := ch.ring.iova(ch.wp.Load())
+	c.chanCtx.Store64(ch.ctxOff+CtxWP, db)
+	if !ch.cfg.Burst || ch.dbMode {
+		c.doorbell(c.chdbOff+uint64(ch.cfg.Num)*DoorbellStride, db)
+		ch.doorbells.Add(1)
+		if ch.cfg.Burst {
+			ch.dbMode = false
+		}
+	}
+}
+
+// reRing is the M0-transition re-arm: burst channels go back to doorbell
+// mode and a non-empty ring is rung.
+func (ch *Channel) reRing() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.cfg.Burst {
+		ch.dbMode = true
+	}
+	if ch.ring.buf != nil && ch.rp.Load() != ch.wp.Load() {
+		ch.ringLocked()
+	}
+}
+
+// FreeCount returns how many more TREs can be queued (§5.7): N − 1 right
+// after Start.
+func (ch *Channel) FreeCount() int {
+	if ch.ring.n == 0 {
+		return 0
+	}
+	return ch.ring.freeCount(ch.rp.Load(), ch.wp.Load())
+}
+
+// Full reports whether the ring is full (§5.7).
+func (ch *Channel) Full() bool {
+	if ch.ring.n == 0 {
+		return true
+	}
+	return ch.ring.full(ch.rp.Load(), ch.wp.Load())
+}
+
+// Outstanding returns the number of queued, not yet completed buffers.
+func (ch *Channel) Outstanding() int {
+	if ch.ring.n == 0 {
+		return 0
+	}
+	return ch.ring.pending(ch.rp.Load(), ch.wp.Load())
+}
+
+// complete handles a transfer event for this channel (called by the event
+// ring's consumer, holding the ring lock). It reports false for an event
+// that names no outstanding TRE or carries a code that completes nothing.
+func (ch *Channel) complete(e Element, fn func(Completion)) bool {
+	code := e.Code()
+	switch code {
+	case CodeEOT, CodeEOB, CodeOverflow:
+	case CodeOOB, CodeDBMode:
+		// The device stopped polling a burst channel: back to doorbell
+		// mode, and ring now if TREs are waiting (§5.3).
+		ch.mu.Lock()
+		ch.dbMode = true
+		if ch.rp.Load() != ch.wp.Load() {
+			ch.ringLocked()
+		}
+		ch.mu.Unlock()
+		return true
+	default:
+		// SUCCESS and errors release nothing (§3.5).
+		return false
+	}
+	if ChanState(ch.state.Load()) != ChanEnabled || ch.ring.n == 0 {
+		return true // channel being reset: dropped, not invalid
+	}
+	t, ok := ch.ring.index(e.Ptr)
+	if !ok {
+		return false
+	}
+	rp, wp := ch.rp.Load(), ch.wp.Load()
+	if ch.ring.pending(rp, t) >= ch.ring.pending(rp, wp) {
+		return false // not an outstanding TRE: never walk past wp
+	}
+	for i := rp; ; i = ch.ring.next(i) {
+		s := ch.slots[i]
+		ch.slots[i] = slot{}
+		n := s.n
+		if i == t {
+			n = min(e.Len(), s.n)
+		}
+		ch.rp.Store(ch.ring.next(i))
+		ch.completed.Add(1)
+		ch.bytes.Add(uint64(n))
+		fn(Completion{Channel: ch, Buf: s.buf, Len: n, Code: code})
+		if i == t {
+			return true
+		}
+	}
+}
+
+// ChannelStats are per-channel counters.
+type ChannelStats struct {
+	Queued, Completed, Doorbells, Bytes uint64
+}
+
+// Stats returns the channel's counters.
+func (ch *Channel) Stats() ChannelStats {
+	return ChannelStats{Queued: ch.queued.Load(), Completed: ch.completed.Load(), Doorbells: ch.doorbells.Load(), Bytes: ch.bytes.Load()}
+}

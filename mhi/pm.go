@@ -1,0 +1,650 @@
+package mhi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi/pci"
+)
+
+// PowerUp brings the device to mission mode (mhi-protocol.md §4.3–§4.5):
+// interrupts on, BHI_INTVEC = 0, a reset if the device sits in SYS_ERR, a
+// BHI firmware download if it is in PBL, then READY → program MMIO → M0 →
+// STATE_CHANGE(M0) → EE_EVENT(AMSS) → mission mode.
+func (c *Controller) PowerUp(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if c.pm != pmDisabled || c.poweringUp {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: power-up in state %s: %w", c.name, c.pm, ErrState)
+	}
+	c.poweringUp = true
+	c.mu.Unlock()
+	err := c.powerUp(ctx)
+	c.mu.Lock()
+	c.poweringUp = false
+	c.mu.Unlock()
+	if err != nil {
+		c.stopInterrupts()
+		c.resetHostState(ErrNotRunning)
+		c.mu.Lock()
+		if c.pm != pmRemoved {
+			c.pm = pmDisabled
+		}
+		c.mu.Unlock()
+		return err
+	}
+	c.emit(Event{Kind: EventMissionMode, EE: c.currentEE()})
+	return nil
+}
+
+func (c *Controller) currentEE() EE {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ee
+}
+
+func (c *Controller) powerUp(ctx context.Context) error {
+	if err := c.startInterrupts(); err != nil {
+		return err
+	}
+	c.write(c.bhiOff+BHIIntVec, 0)
+	st, ee, removed := c.deviceStatus()
+	if removed {
+		c.markRemoved()
+		return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
+	}
+	if !ee.PowerUpCapable() {
+		return fmt.Errorf("mhi: %s: device is in EE %s; power-up needs PBL or AMSS (reset the modem): %w", c.name, ee, ErrState)
+	}
+	c.mu.Lock()
+	c.ee, c.devState = ee, State(Field(st, StatusStateMask, StatusStateShift))
+	c.mu.Unlock()
+	if c.devState == StateSysErr {
+		c.log.Warn("device in SYS_ERR at power-up; resetting", "dev", c.name)
+		if err := c.mhiReset(ctx); err != nil {
+			return err
+		}
+	}
+	return c.bootToMission(ctx, ee)
+}
+
+// bootToMission runs the PBL or READY transition and waits for mission mode.
+func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
+	if ee.InPBL() {
+		if err := c.pblTransition(ctx, ee); err != nil {
+			return err
+		}
+	}
+	if err := c.readyTransition(ctx); err != nil {
+		return err
+	}
+	err := c.waitFor(ctx, c.prof.ReadyWait(), "mission mode", func() (bool, error) {
+		if c.pm == pmSysErrProcess || c.devState == StateSysErr {
+			return false, ErrSysErr
+		}
+		return c.ee.MissionMode() && c.devState == StateM0, nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.missionModeTransition()
+}
+
+// mhiReset sets MHICTRL.RESET and waits for the device to clear it, then
+// rewrites BHI_INTVEC, which the device clears during reset (§4.3 step 5).
+func (c *Controller) mhiReset(ctx context.Context) error {
+	c.rmw(RegMHICTRL, CtrlReset, 1, 1)
+	err := c.waitFor(ctx, c.timeout, "MHICTRL.RESET clear", func() (bool, error) {
+		v := c.read(RegMHICTRL)
+		if v == 0xFFFFFFFF {
+			return false, nil // removal is caught by the poll tick
+		}
+		return v&CtrlReset == 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.write(c.bhiOff+BHIIntVec, 0)
+	return nil
+}
+
+// readyTransition waits for READY, programs the MMIO, seeds the software
+// event rings and asks for M0 (§4.5 steps 1–4).
+func (c *Controller) readyTransition(ctx context.Context) error {
+	err := c.waitFor(ctx, c.prof.ReadyWait(), "READY", func() (bool, error) {
+		if c.read(RegMHICTRL)&CtrlReset != 0 {
+			return false, nil
+		}
+		st := c.read(RegMHISTATUS)
+		if st == 0xFFFFFFFF {
+			return false, nil
+		}
+		if st&StatusSysErr != 0 || State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr {
+			return false, ErrSysErr
+		}
+		return st&StatusReady != 0, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.pm, c.devState = pmPOR, StateReady
+	c.mu.Unlock()
+	if err := c.programMMIO(); err != nil {
+		return err
+	}
+	for _, er := range c.events {
+		if !er.cfg.Hardware() {
+			er.seed()
+		}
+	}
+	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM0))
+	return nil
+}
+
+// programMMIO tells the device where the contexts are (Linux mhi_init_mmio).
+func (c *Controller) programMMIO() error {
+	n := c.bar.Len()
+	c.chdbOff = uint64(c.read(RegCHDBOFF))
+	c.erdbOff = uint64(c.read(RegERDBOFF))
+	if c.chdbOff%4 != 0 || c.chdbOff+MaxChannels*DoorbellStride > n {
+		return fmt.Errorf("mhi: %s: CHDBOFF %#x leaves no room for %d doorbells in the %d-byte BAR: %w", c.name, c.chdbOff, MaxChannels, n, ErrProtocol)
+	}
+	if c.erdbOff%4 != 0 || c.erdbOff+uint64(len(c.events))*DoorbellStride > n {
+		return fmt.Errorf("mhi: %s: ERDBOFF %#x leaves no room for %d doorbells: %w", c.name, c.erdbOff, len(c.events), ErrProtocol)
+	}
+	c.write64(RegCCABAPLower, RegCCABAPHigher, c.chanCtx.IOVA)
+	c.write64(RegECABAPLower, RegECABAPHigher, c.evCtx.IOVA)
+	c.write64(RegCRCBAPLower, RegCRCBAPHigher, c.cmdCtx.IOVA)
+	c.write64(RegMHICTRLBASELower, RegMHICTRLBASEHigher, 0)
+	c.write64(RegMHIDATABASELower, RegMHIDATABASEHigher, 0)
+	c.write64(RegMHICTRLLIMITLower, RegMHICTRLLIMITHigh, pci.Limit4G-1)
+	c.write64(RegMHIDATALIMITLower, RegMHIDATALIMITHigh, pci.Limit4G-1)
+	c.rmw(RegMHICFG, CfgFieldMask<<CfgNERShift, CfgNERShift, uint32(len(c.events)))
+	c.rmw(RegMHICFG, CfgFieldMask<<CfgNHWERShift, CfgNHWERShift, uint32(c.hwRings))
+	return nil
+}
+
+// missionModeTransition runs once the device reported EE AMSS and M0
+// (§4.5 step 6): check BHI_EXECENV, seed the hardware event rings.
+func (c *Controller) missionModeTransition() error {
+	ee := EE(c.read(c.bhiOff + BHIExecEnv))
+	if !ee.MissionMode() {
+		return fmt.Errorf("mhi: %s: EE event said mission mode but BHI_EXECENV is %s: %w", c.name, ee, ErrProtocol)
+	}
+	for _, er := range c.events {
+		if er.cfg.Hardware() {
+			er.seed()
+		}
+	}
+	c.mu.Lock()
+	c.ee = ee
+	c.mission = true
+	c.broadcast()
+	c.mu.Unlock()
+	c.log.Info("mission mode", "dev", c.name, "ee", ee)
+	return nil
+}
+
+// --- interrupts --------------------------------------------------------------
+
+func (c *Controller) startInterrupts() error {
+	want := 1 + len(c.events)
+	irqs := c.dev.Interrupts()
+	if m := irqs.Max(); want > m {
+		want = 1
+	}
+	vecs, err := irqs.Enable(want)
+	if err != nil {
+		return fmt.Errorf("mhi: %s: enable %d MSI vectors: %w", c.name, want, err)
+	}
+	c.vectors = vecs
+	shared := len(vecs) < 1+len(c.events)
+	if shared != c.shared {
+		c.shared = shared
+		for _, er := range c.events {
+			er.initContext(shared)
+		}
+	}
+	for _, v := range vecs {
+		c.wg.Add(1)
+		go c.interruptLoop(v)
+	}
+	return nil
+}
+
+func (c *Controller) stopInterrupts() {
+	if c.vectors == nil {
+		return
+	}
+	_ = c.dev.Interrupts().Disable()
+	c.vectors = nil
+}
+
+// interruptLoop is the MSI handler of one vector: vector 0 is BHI_INTVEC
+// (state and EE changes, SYS_ERR); vector i+1 belongs to event ring i.
+// Rings with a client (link endpoints) are only notified, like an MSI
+// handler calling napi_schedule; the others are processed here.
+func (c *Controller) interruptLoop(v pci.Vector) {
+	defer c.wg.Done()
+	for {
+		if _, err := v.Wait(); err != nil {
+			return
+		}
+		c.stats.Interrupts.Add(1)
+		idx := v.Index()
+		if idx == 0 {
+			c.intvec()
+		}
+		for _, er := range c.events {
+			if er.vector() == idx {
+				er.interrupt()
+			}
+		}
+	}
+}
+
+// intvec handles the BHI/INTVEC interrupt: wake every state waiter and
+// check for SYS_ERR (§4.8 first detection path).
+func (c *Controller) intvec() {
+	st, ee, removed := c.deviceStatus()
+	if removed {
+		c.markRemoved()
+		return
+	}
+	if State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr {
+		c.sysErrDetected(ee, "INTVEC")
+	}
+	c.mu.Lock()
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+// --- control events ----------------------------------------------------------
+
+// onStateChange handles a STATE_CHANGE event from the control ring. It
+// reports whether the caller must re-ring every doorbell (M0 reached again
+// in mission mode); the caller does so once it holds no ring lock.
+func (c *Controller) onStateChange(s State) (reRing bool) {
+	c.mu.Lock()
+	c.devState = s
+	switch s {
+	case StateM0:
+		prev := c.pm
+		switch c.pm {
+		case pmPOR, pmM0, pmM2, pmM3, pmM3Exit:
+			c.pm = pmM0
+		}
+		reRing = c.mission && prev != pmM0
+	case StateM1:
+		// The device went idle; acknowledge with M2 (§4.6).
+		if c.pm == pmM0 {
+			c.pm = pmM2
+			c.devState = StateM2
+			c.mu.Unlock()
+			c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM2))
+			c.mu.Lock()
+		}
+	case StateM3:
+		if c.pm == pmM3Enter {
+			c.pm = pmM3
+		}
+	case StateSysErr:
+		c.mu.Unlock()
+		c.sysErrDetected(c.currentEE(), "STATE_CHANGE event")
+		c.mu.Lock()
+	}
+	c.broadcast()
+	c.mu.Unlock()
+	if s == StateM0 {
+		c.wake(false)
+	}
+	return reRing
+}
+
+// onEE handles an EE_EVENT: record the environment; the goroutine driving
+// power-up or recovery does the transition work.
+func (c *Controller) onEE(e EE) {
+	c.mu.Lock()
+	switch e {
+	case EESBL, EEAMSS, EEWFW, EEFP, EERDDM:
+		c.ee = e
+	default:
+		c.log.Warn("ignoring EE event", "dev", c.name, "ee", e)
+	}
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+// reRingAll runs after an M0 transition in mission mode: event-ring and
+// command doorbells, burst channels back in doorbell mode, and every
+// channel with queued TREs rung (Linux mhi_pm_m0_transition).
+func (c *Controller) reRingAll() {
+	for _, er := range c.events {
+		er.ringDoorbell()
+	}
+	c.cmd.reRing(c)
+	for _, ch := range c.channels {
+		ch.reRing()
+	}
+}
+
+// wake writes the device-wake doorbell (channel 127): 1 to bring a device
+// in M2 back to M0, 0 to release it once it is there. Profiles with
+// sideband wake never use it (§4.6).
+func (c *Controller) wake(assert bool) {
+	if c.prof.SidebandWake {
+		return
+	}
+	c.mu.Lock()
+	if c.wakeAsserted == assert || c.chdbOff == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.wakeAsserted = assert
+	c.mu.Unlock()
+	v := uint64(0)
+	if assert {
+		v = 1
+	}
+	c.doorbell(c.chdbOff+WakeDoorbellChannel*DoorbellStride, v)
+}
+
+// --- SYS_ERR and recovery ------------------------------------------------------
+
+// sysErrDetected starts recovery once per SYS_ERR episode. During power-up
+// the waits fail instead, and the caller reports the error.
+func (c *Controller) sysErrDetected(ee EE, how string) {
+	c.mu.Lock()
+	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.devState == StateSysErr {
+		c.mu.Unlock()
+		return
+	}
+	c.stats.SysErrs.Add(1)
+	if c.poweringUp || c.recovering {
+		// The goroutine driving power-up or recovery sees its waits
+		// fail and handles it.
+		c.devState = StateSysErr
+		c.broadcast()
+		c.mu.Unlock()
+		return
+	}
+	c.recovering = true
+	c.pm = pmSysErrProcess
+	c.mission = false
+	c.devState = StateSysErr
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancelRecovery = cancel
+	c.broadcast()
+	c.wg.Add(1)
+	c.mu.Unlock()
+	c.log.Warn("SYS_ERR detected", "dev", c.name, "via", how, "ee", ee)
+	go c.recover(ctx)
+}
+
+// recoveryAttempts bounds how often recovery restarts when the device
+// fails again while recovering.
+const recoveryAttempts = 3
+
+// recover is the SYS_ERR recovery goroutine (Linux
+// mhi_pm_sys_error_transition): channels down, MHI reset, rings rewound,
+// PBL or READY transition again, then every channel that was running is
+// started again.
+func (c *Controller) recover(ctx context.Context) {
+	defer c.wg.Done()
+	start := time.Now()
+	running := c.resetHostState(ErrSysErr)
+	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
+	var err error
+	for attempt := 1; attempt <= recoveryAttempts; attempt++ {
+		if err = c.recoverDevice(ctx); err == nil {
+			for _, ch := range running {
+				if err = ch.start(ctx); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil || !errors.Is(err, ErrSysErr) || c.opts.NoRecovery {
+			break
+		}
+		c.log.Warn("SYS_ERR again during recovery; retrying", "dev", c.name, "attempt", attempt, "err", err)
+		c.resetHostState(ErrSysErr)
+		c.mu.Lock()
+		c.pm = pmSysErrProcess
+		c.mission = false
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.recovering = false
+	c.cancelRecovery()
+	if err != nil {
+		if c.pm != pmRemoved && !c.closed {
+			c.pm = pmFatal
+		}
+	} else {
+		c.lastRecover = time.Since(start)
+	}
+	c.broadcast()
+	c.mu.Unlock()
+	if err != nil {
+		c.log.Error("SYS_ERR recovery failed", "dev", c.name, "err", err)
+		c.emit(Event{Kind: EventRecoveryFailed, Err: err})
+		return
+	}
+	c.stats.Recoveries.Add(1)
+	c.log.Info("recovered from SYS_ERR", "dev", c.name, "took", time.Since(start))
+	c.emit(Event{Kind: EventRecovered, EE: c.currentEE()})
+}
+
+func (c *Controller) recoverDevice(ctx context.Context) error {
+	if c.opts.NoRecovery {
+		return fmt.Errorf("mhi: %s: automatic recovery disabled: %w", c.name, ErrSysErr)
+	}
+	if err := c.mhiReset(ctx); err != nil {
+		return err
+	}
+	c.rewindRings()
+	_, ee, removed := c.deviceStatus()
+	if removed {
+		return ErrRemoved
+	}
+	c.mu.Lock()
+	c.ee = ee
+	c.mu.Unlock()
+	return c.bootToMission(ctx, ee)
+}
+
+// resetHostState takes every channel down host-side (no commands: the
+// device is in error), returns their buffers to the clients, and reports
+// which channels were running so recovery can restart them.
+func (c *Controller) resetHostState(cause error) []*Channel {
+	var running []*Channel
+	for num := 0; num < MaxChannels; num++ {
+		ch := c.channels[num]
+		if ch == nil {
+			continue
+		}
+		if ch.abort(cause) {
+			running = append(running, ch)
+		}
+	}
+	c.rewindRings()
+	return running
+}
+
+// rewindRings resets command and event ring pointers, local and in the
+// contexts, to rbase (§2.4).
+func (c *Controller) rewindRings() {
+	c.cmd.rewind(c)
+	for _, er := range c.events {
+		er.rewind()
+	}
+}
+
+// --- M3 suspend / M0 resume ----------------------------------------------------
+
+// Suspend moves the device to M3 (§4.6): write MHICTRL = M3 and wait for
+// STATE_CHANGE(M3). Running channels become SUSPENDED on the device;
+// their TREs stay queued.
+func (c *Controller) Suspend(ctx context.Context) error {
+	c.mu.Lock()
+	if err := c.operationalLocked(); err != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: suspend: %w", c.name, err)
+	}
+	if c.pm != pmM0 && c.pm != pmM2 {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: suspend from %s: %w", c.name, c.pm, ErrState)
+	}
+	c.pm = pmM3Enter
+	c.mu.Unlock()
+	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM3))
+	err := c.waitFor(ctx, c.timeout, "M3", func() (bool, error) {
+		if c.pm == pmSysErrProcess {
+			return false, ErrSysErr
+		}
+		return c.devState == StateM3, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.stats.Suspends.Add(1)
+	c.emit(Event{Kind: EventSuspended})
+	return nil
+}
+
+// Resume brings a suspended device back to M0; queued TREs are rung.
+func (c *Controller) Resume(ctx context.Context) error {
+	c.mu.Lock()
+	if c.pm != pmM3 {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: resume from %s: %w", c.name, c.pm, ErrState)
+	}
+	c.pm = pmM3Exit
+	c.mu.Unlock()
+	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM0))
+	err := c.waitFor(ctx, c.timeout, "M0", func() (bool, error) {
+		if c.pm == pmSysErrProcess {
+			return false, ErrSysErr
+		}
+		return c.pm == pmM0, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.stats.Resumes.Add(1)
+	c.emit(Event{Kind: EventResumed})
+	return nil
+}
+
+// --- power-down and close --------------------------------------------------------
+
+// PowerDown resets the device gracefully (Linux mhi_pm_disable_transition):
+// channels reset, MHICTRL.RESET, wait for it to clear and for READY, then
+// interrupts off. The controller can be powered up again.
+func (c *Controller) PowerDown(ctx context.Context) error {
+	c.mu.Lock()
+	if c.pm == pmDisabled {
+		c.mu.Unlock()
+		return nil
+	}
+	wasMission := c.mission && c.pm != pmRemoved
+	c.mu.Unlock()
+	if wasMission {
+		for num := MaxChannels - 1; num >= 0; num-- {
+			if ch := c.channels[num]; ch != nil && ch.running() {
+				if err := ch.Reset(ctx); err != nil {
+					c.log.Warn("channel reset at power-down", "dev", c.name, "ch", num, "err", err)
+				}
+			}
+		}
+	}
+	c.mu.Lock()
+	if c.cancelRecovery != nil {
+		c.cancelRecovery()
+	}
+	c.mu.Unlock()
+	c.waitRecoveryDone(ctx)
+	c.mu.Lock()
+	removed := c.pm == pmRemoved
+	c.mission = false
+	c.pm = pmPOR // no doorbells from here on
+	c.mu.Unlock()
+	var err error
+	if !removed {
+		if err = c.mhiReset(ctx); err == nil {
+			rerr := c.waitFor(ctx, c.prof.ReadyWait(), "READY after reset", func() (bool, error) {
+				return c.read(RegMHISTATUS)&StatusReady != 0, nil
+			})
+			if rerr != nil {
+				c.log.Warn("device not READY after power-down reset", "dev", c.name, "err", rerr)
+			}
+		}
+	}
+	c.stopInterrupts()
+	c.wg.Wait()
+	c.resetHostState(ErrNotRunning)
+	c.initContexts()
+	c.mu.Lock()
+	if c.pm != pmRemoved {
+		c.pm = pmDisabled
+	}
+	c.devState = StateReset
+	c.broadcast()
+	c.mu.Unlock()
+	c.emit(Event{Kind: EventPowerDown})
+	return err
+}
+
+// waitRecoveryDone waits (bounded) for a running recovery to finish.
+func (c *Controller) waitRecoveryDone(ctx context.Context) {
+	_ = c.waitFor(ctx, 2*c.timeout, "recovery to finish", func() (bool, error) { return !c.recovering, nil })
+}
+
+// Close powers the device down (bounded by the profile timeout), stops
+// every goroutine and frees the DMA memory. The pci.Device stays open; its
+// owner closes it.
+func (c *Controller) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.timeout)
+	defer cancel()
+	err := c.PowerDown(ctx)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.broadcast()
+	c.mu.Unlock()
+	c.stopInterrupts()
+	c.wg.Wait()
+	c.resetHostState(ErrClosed)
+	c.freeMemory()
+	if errors.Is(err, ErrRemoved) {
+		err = nil
+	}
+	return err
+}
+
+func (c *Controller) freeMemory() {
+	dma := c.dev.DMA()
+	for _, ch := range c.channels {
+		ch.ring.free(dma)
+	}
+	for _, er := range c.events {
+		er.ring.free(dma)
+	}
+	c.cmd.ring.free(dma)
+	for _, b := range []*pci.Buffer{c.chanCtx, c.evCtx, c.cmdCtx} {
+		if b != nil {
+			_ = dma.Free(b)
+		}
+	}
+	c.chanCtx, c.evCtx, c.cmdCtx = nil, nil, nil
+}
