@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/mmio"
 )
 
 // DefaultMRU is the receive buffer size when neither the channel options
@@ -366,6 +367,9 @@ func (ch *Channel) ringLocked() {
 		c.wake(true)
 	}
 	db := ch.ring.iova(ch.wp.Load())
+	// TREs must be visible to the device before the pointer that
+	// publishes them (Linux dma_wmb in mhi_ring_chan_db).
+	mmio.DMAWriteBarrier()
 	c.chanCtx.Store64(ch.ctxOff+CtxWP, db)
 	if !ch.cfg.Burst || ch.dbMode {
 		c.doorbell(c.chdbOff+uint64(ch.cfg.Num)*DoorbellStride, db)

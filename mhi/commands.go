@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/mmio"
 )
 
 // cmdRingElements is the command ring size (Linux CMD_EL_PER_RING).
@@ -106,6 +107,7 @@ func (c *Controller) command(ctx context.Context, typ uint8, ch int) error {
 	}
 	cr.waiting = el
 	result := cr.result
+	mmio.DMAWriteBarrier()
 	cr.ctx.Store64(CtxWP, cr.ring.iova(cr.wp))
 	if allowed {
 		c.doorbell(RegCRDBLower, cr.ring.iova(cr.wp))
