@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -452,12 +453,84 @@ func TestGuestNVMeMSIX(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, vecs[0], "MSI-X vector 0 after re-enable")
+
+	// A device-raised MSI-X, through rings and doorbells like MHI's:
+	// an NVMe Identify on the admin queue, completion on vector 0.
+	t.Run("AdminIdentify", func(t *testing.T) { nvmeIdentify(t, dev, bar.(*vfio.BAR), vecs[0]) })
+
 	if dev.CanReset() {
 		if err := dev.Reset(); err != nil {
 			t.Errorf("Reset: %v", err)
 		}
 		if vs := bar.Read32(8); vs>>16 != 1 {
 			t.Errorf("NVMe version after reset %#x", vs)
+		}
+	}
+}
+
+// nvmeIdentify brings up the NVMe admin queue pair in DMA memory and runs
+// Identify Controller (NVMe base spec 1.4 §3.1 registers, §5.15 Identify).
+func nvmeIdentify(t *testing.T, dev *vfio.Device, bar *vfio.BAR, vec pci.Vector) {
+	const (
+		regCAP, regCC, regCSTS, regAQA, regASQ, regACQ = 0x00, 0x14, 0x1c, 0x24, 0x28, 0x30
+		entries                                        = 4
+	)
+	if err := dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	alloc := func() *pci.Buffer {
+		b, err := dev.DMA().Alloc(4096, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sq, cq, data := alloc(), alloc(), alloc()
+	capReg := bar.Read64(regCAP)
+	stride := uint64(4) << ((capReg >> 32) & 0xf)
+	timeout := time.Duration((capReg>>24)&0xff)*500*time.Millisecond + time.Second
+
+	waitReady := func(want uint32) {
+		deadline := time.Now().Add(timeout)
+		for bar.Read32(regCSTS)&1 != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("CSTS.RDY did not become %d (CSTS %#x)", want, bar.Read32(regCSTS))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	bar.Write32(regCC, 0)
+	waitReady(0)
+	bar.Write32(regAQA, (entries-1)<<16|(entries-1))
+	bar.Write64(regASQ, sq.IOVA)
+	bar.Write64(regACQ, cq.IOVA)
+	bar.Write32(regCC, 6<<16|4<<20|1) // IOSQES 64 B, IOCQES 16 B, EN
+	waitReady(1)
+
+	// Submission entry 0: opcode 0x06 (Identify), command id 0x42,
+	// PRP1 = data, CDW10 CNS = 1 (controller).
+	sq.Store32(0, 0x42<<16|0x06)
+	sq.Store64(24, data.IOVA)
+	sq.Store32(40, 1)
+	bar.Write32(0x1000, 1) // SQ0 tail doorbell
+	wait(t, vec, "NVMe admin completion")
+
+	dw3 := cq.Load32(12)
+	if dw3&0xffff != 0x42 || dw3>>16&1 != 1 || dw3>>17 != 0 {
+		t.Fatalf("completion DW3 %#x: want command 0x42, phase 1, status 0", dw3)
+	}
+	bar.Write32(0x1000+uint64(stride), 1) // CQ0 head doorbell
+	vid := uint16(data.Mem[0]) | uint16(data.Mem[1])<<8
+	serial := strings.TrimSpace(string(data.Mem[4:24]))
+	t.Logf("Identify: PCI vendor %#04x, serial %q, model %q", vid, serial, strings.TrimSpace(string(data.Mem[24:64])))
+	if vid != 0x1b36 || serial != "deadbeef" {
+		t.Errorf("Identify data: vendor %#x serial %q", vid, serial)
+	}
+	bar.Write32(regCC, 0)
+	waitReady(0)
+	for _, b := range []*pci.Buffer{sq, cq, data} {
+		if err := dev.DMA().Free(b); err != nil {
+			t.Error(err)
 		}
 	}
 }
