@@ -67,7 +67,7 @@ bind() {
 	echo vfio-pci > "$dev/driver_override"
 	[ -n "$cur" ] && echo "$addr" > "$SYS/bus/pci/drivers/$cur/unbind"
 	echo "$addr" > "$SYS/bus/pci/drivers_probe"
-	[ "$(driver)" = vfio-pci ] || die "$addr did not bind to vfio-pci (dmesg says why)"
+	[ "$(driver)" = vfio-pci ] || die "$addr did not bind to vfio-pci (dmesg says why); hack/vfio-bind.sh unbind $addr gives it back to ${cur:-the kernel}"
 	echo "$addr: ${cur:-no driver} -> vfio-pci (group $(group))"
 	local g=$(group) d
 	for d in "$SYS/kernel/iommu_groups/$g/devices/"*; do
