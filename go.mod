@@ -2,4 +2,7 @@ module github.com/mhistack/mhistack
 
 go 1.26.0
 
-require golang.org/x/sys v0.50.0
+require (
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.50.0
+)
