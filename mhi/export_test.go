@@ -23,3 +23,20 @@ func RestoreEventRPForTest(c *Controller, i int) {
 	er := c.events[i]
 	c.evCtx.Store64(er.ctxOff+CtxRP, savedRP[i])
 }
+
+// PostEventForTest writes ev into event ring i at the host's read index
+// and advances the context rp past it, exactly as a device posts an
+// event. Benchmarks use it on a ring the emulated modem leaves idle, to
+// time the host path alone.
+func PostEventForTest(c *Controller, i int, ev Element) {
+	er := c.events[i]
+	er.mu.Lock()
+	defer er.mu.Unlock()
+	dev, _ := er.ring.index(c.evCtx.Load64(er.ctxOff + CtxRP))
+	ev.Encode(er.ring.element(dev))
+	c.evCtx.Store64(er.ctxOff+CtxRP, er.ring.iova(er.ring.next(dev)))
+}
+
+// TREAddrForTest returns the IOVA of the TRE that the next completion of
+// ch will name (its local read index).
+func TREAddrForTest(ch *Channel) uint64 { return ch.ring.iova(ch.rp.Load()) }
