@@ -349,3 +349,31 @@ func TestDevicePointerOutsideRingIsRefused(t *testing.T) {
 	mhi.RestoreEventRPForTest(r.c, 0)
 	l.exchange(t, rng, 10, 4096)
 }
+
+func TestDeviceIdleM1IsAcknowledgedWithM2AndWokenByTheWakeDoorbell(t *testing.T) {
+	r := newRig(t, "foxconn-sdx55", sim.Options{}, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, "LOOPBACK", 4096, 8, 8)
+	rng := rand.New(rand.NewPCG(21, 22))
+	l.exchange(t, rng, 5, 4096)
+	if err := r.m.EnterM1(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if st, _ := r.m.State(); st == mhi.StateM2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := r.m.State()
+			t.Fatalf("device in %s, want M2 after the host acknowledged M1", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Traffic while in M2: the host asserts the wake doorbell, the device
+	// returns to M0, and the data flows.
+	l.exchange(t, rng, 20, 4096)
+	if st, _ := r.m.State(); st != mhi.StateM0 {
+		t.Fatalf("device in %s after traffic, want M0", st)
+	}
+}
