@@ -1,0 +1,169 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// BHI_ERRCODE values the emulated boot ROM reports. Real codes are
+// vendor-specific; the host only logs them (§4.4).
+const (
+	BHIErrImageSize uint32 = 0x1 // BHI_IMGSIZE below ImageMinSize or above ImageMaxSize
+	BHIErrDMA       uint32 = 0x2 // the image is not (entirely) in mapped memory
+	BHIErrSession   uint32 = 0x3 // BHI_IMGTXDB carried session id 0
+	BHIErrVector    uint32 = 0x4 // BHIe vector table malformed
+)
+
+// maxBHIeEntries bounds the BHIe vector table the device walks.
+const maxBHIeEntries = 4096
+
+// BootImage describes an image the modem received.
+type BootImage struct {
+	Session uint32 // BHI_IMGTXDB session id, or BHIe sequence number
+	Addr    uint64 // BHI image IOVA, or BHIe vector table IOVA
+	Size    int
+	SHA256  [32]byte
+	Data    []byte // the image bytes
+}
+
+// bootState is the boot loader's memory.
+type bootState struct {
+	bhi, bhie BootImage
+	failNext  uint32 // one-shot injected BHI_ERRCODE
+}
+
+// bhiDownload is the PBL's reaction to BHI_IMGTXDB (§8.7, from what
+// host/boot.c expects): read BHI_IMGSIZE bytes at BHI_IMGADDR, set
+// BHI_STATUS (2 success, 3 error + BHI_ERRCODE), raise INTVEC; on success
+// hand over to the SBL, which comes up READY. The EP stack has no boot
+// loader; this is the emulator's. The caller holds m.mu.
+func (m *Modem) bhiDownload() {
+	if m.ee != mhi.EEPBL {
+		m.violate(ruleBHI, "BHI_IMGTXDB written in EE %s", m.ee)
+		return
+	}
+	session := m.regs.bhiReg(mhi.BHIImgTxDB) & mhi.BHISessionMask
+	addr := uint64(m.regs.bhiReg(mhi.BHIImgAddrHigh))<<32 | uint64(m.regs.bhiReg(mhi.BHIImgAddrLow))
+	size := int(m.regs.bhiReg(mhi.BHIImgSize))
+	code := m.opts.BHIErrCode
+	if m.boot.failNext != 0 {
+		code, m.boot.failNext = m.boot.failNext, 0
+	}
+	if code == 0 && session == 0 {
+		m.violate(ruleBHI, "BHI_IMGTXDB session id is 0")
+		code = BHIErrSession
+	}
+	if code == 0 && (size < m.opts.ImageMinSize || size > m.opts.ImageMaxSize) {
+		code = BHIErrImageSize
+	}
+	var img []byte
+	if code == 0 {
+		img = make([]byte, size)
+		if !m.hc.inData(addr, size) {
+			m.violate(ruleDMA, "BHI image [%#x,+%d) outside the data window", addr, size)
+		}
+		for off := 0; off < size; off += 64 << 10 {
+			end := min(off+64<<10, size)
+			if err := m.host.DMARead(addr+uint64(off), img[off:end]); err != nil {
+				m.dmaFailed(err, "reading the BHI image", addr+uint64(off))
+				code = BHIErrDMA
+				break
+			}
+		}
+	}
+	if code != 0 {
+		m.regs.setBHI(mhi.BHIErrCode, code)
+		m.regs.setBHI(mhi.BHIErrDbg1, uint32(addr))
+		m.regs.setBHI(mhi.BHIErrDbg2, uint32(size))
+		m.regs.setBHI(mhi.BHIErrDbg3, session)
+		m.regs.setBHI(mhi.BHIStatus, mhi.BHIStatusError<<mhi.BHIStatusShift)
+		m.log.Info("BHI download failed", "errcode", code, "size", size)
+		m.raiseIntVec()
+		return
+	}
+	m.boot.bhi = BootImage{Session: session, Addr: addr, Size: size, SHA256: sha256.Sum256(img), Data: img}
+	m.regs.setBHI(mhi.BHIErrCode, 0)
+	m.regs.setBHI(mhi.BHIStatus, mhi.BHIStatusSuccess<<mhi.BHIStatusShift)
+	m.log.Info("BHI image received", "size", size)
+	m.raiseIntVec()
+	// The image is the SBL: it starts and brings MHI up.
+	m.setEE(mhi.EESBL)
+	m.enterReady()
+	m.raiseIntVec()
+}
+
+// bhieDownload handles BHIE_TXVECDB (§4.4 BHIe, §8.7 full-boot-chain): walk
+// the vector table (16-byte entries: segment IOVA, segment length), read
+// every segment, then TXVECSTATUS = status<<30 | sequence and INTVEC. The
+// EE sequence itself (SBL → AMSS) is driven by the SBL timer, so a host that
+// never uses BHIe still reaches AMSS. The caller holds m.mu.
+func (m *Modem) bhieDownload() {
+	seq := m.regs.bhieReg(mhi.BHIETxVecDB) & mhi.BHIESeqMask
+	table := uint64(m.regs.bhieReg(mhi.BHIETxVecAddrHigh))<<32 | uint64(m.regs.bhieReg(mhi.BHIETxVecAddrLow))
+	size := int(m.regs.bhieReg(mhi.BHIETxVecSize))
+	status := uint32(mhi.BHIEStatusXferDone)
+	var img []byte
+	switch {
+	case m.ee != mhi.EESBL && m.ee != mhi.EEPBL:
+		m.violate(ruleBHI, "BHIE_TXVECDB written in EE %s", m.ee)
+		status = mhi.BHIEStatusError
+	case size == 0 || size%16 != 0 || size/16 > maxBHIeEntries:
+		status = mhi.BHIEStatusError
+	default:
+		var e [16]byte
+		for i := 0; i < size/16 && status == mhi.BHIEStatusXferDone; i++ {
+			if err := m.host.DMARead(table+uint64(16*i), e[:]); err != nil {
+				m.dmaFailed(err, "reading the BHIe vector table", table)
+				status = mhi.BHIEStatusError
+				break
+			}
+			seg := binary.LittleEndian.Uint64(e[:])
+			n := binary.LittleEndian.Uint64(e[8:])
+			if n > uint64(m.opts.ImageMaxSize-len(img)) {
+				status = mhi.BHIEStatusError
+				break
+			}
+			at := len(img)
+			img = append(img, make([]byte, n)...)
+			if err := m.host.DMARead(seg, img[at:]); err != nil {
+				m.dmaFailed(err, "reading a BHIe segment", seg)
+				status = mhi.BHIEStatusError
+			}
+		}
+	}
+	if status == mhi.BHIEStatusXferDone {
+		m.boot.bhie = BootImage{Session: seq, Addr: table, Size: len(img), SHA256: sha256.Sum256(img), Data: img}
+	}
+	m.regs.setBHIE(mhi.BHIETxVecStatus, status<<mhi.BHIEStatusShift|seq)
+	m.raiseIntVec()
+}
+
+// sblDone moves the SBL on to mission mode: BHI_EXECENV = AMSS first (the
+// host reads it in its mission-mode transition), then EE_EVENT(AMSS).
+func (m *Modem) sblDone() {
+	m.sblUntil = zeroTime
+	if m.ee != mhi.EESBL {
+		return
+	}
+	m.setEE(mhi.EEAMSS)
+	switch m.state {
+	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
+		m.post(0, mhi.EEEvent(mhi.EEAMSS), false)
+	}
+}
+
+// BHIImage returns the last image received over BHI (zero before any).
+func (m *Modem) BHIImage() BootImage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.boot.bhi
+}
+
+// BHIeImage returns the last image received over BHIe (zero before any).
+func (m *Modem) BHIeImage() BootImage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.boot.bhie
+}

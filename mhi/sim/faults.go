@@ -1,0 +1,50 @@
+package sim
+
+import (
+	"time"
+)
+
+// Fault injection. The modem injects the faults that are the device's own
+// doing; the ones that happen on the link are the bus's:
+//
+//   - dropped or delayed MSIs: (*vpci.Device).SetMSIFilter, which sees every
+//     MSI the modem raises (event rings and INTVEC alike);
+//   - surprise removal: (*vpci.Device).Remove — registers read all-ones and
+//     DMA fails; the modem notices only through failing DMA and goes quiet
+//     (such failures are not reported as host violations);
+//   - DMA faults: any pointer the host did not map is refused by the vpci
+//     IOMMU and reported by the modem as a violation naming the pointer.
+
+// TriggerSysErr makes the modem crash (§8.6): channels stop, MHISTATUS
+// reads SYS_ERR, STATE_CHANGE(SYS_ERR) is posted on event ring 0 (when the
+// host has set it up) and the INTVEC MSI fires. It returns once the state
+// is visible. After the host's MHI reset the modem comes back READY in
+// AMSS (or PBL with Options.LoseFirmwareOnSysErr). It must not be called
+// from a Function callback.
+func (m *Modem) TriggerSysErr() error { return m.call(reqSysErr) }
+
+// EnterM1 makes the modem go idle (§4.6, device-initiated M0 → M1): it
+// sends STATE_CHANGE(M1); the host answers with MHICTRL = M2 and brings it
+// back with the wake doorbell. It returns ErrState unless the modem is in
+// M0. It must not be called from a Function callback.
+func (m *Modem) EnterM1() error { return m.call(reqM1) }
+
+// SetSlow makes the modem slow: it sleeps d for every TRE it processes and
+// every event it posts (0 restores full speed). Use it to test host
+// timeouts and backpressure.
+func (m *Modem) SetSlow(d time.Duration) { m.slow.Store(int64(d)) }
+
+// FailNextBHI makes the next BHI download fail with BHI_ERRCODE code
+// (non-zero), as a corrupt or rejected image would.
+func (m *Modem) FailNextBHI(code uint32) {
+	m.mu.Lock()
+	m.boot.failNext = code
+	m.mu.Unlock()
+}
+
+// slowdown applies SetSlow.
+func (m *Modem) slowdown() {
+	if d := m.slow.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+}

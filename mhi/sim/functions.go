@@ -1,0 +1,249 @@
+package sim
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// Errors of Port.Send.
+var (
+	// ErrStopped is returned by Send on a port whose channels are no
+	// longer running (STOP/RESET_CHAN, MHI reset, SYS_ERR, Detach).
+	ErrStopped = errors.New("sim: channel pair not running")
+	// ErrNoBuffer is returned by Send when the packet was dropped: the
+	// host provided no DL buffer and the port's queue stayed full for
+	// Options.SendTimeout (or at once, from inside Receive). It is the
+	// function's backpressure signal; the drop is counted in Stats.
+	ErrNoBuffer = errors.New("sim: no host DL buffer: packet dropped")
+)
+
+// Function is what the modem runs behind a channel pair: the EP's client
+// device (§8.4), e.g. a loopback, a network, an MBIM control function.
+//
+// Start, Receive and Stop are called one at a time from the modem's device
+// goroutine, without the modem's lock held: Start when both channels of the
+// pair are running, Receive for every complete UL transfer descriptor, Stop
+// when the pair stops (STOP/RESET_CHAN of either channel, MHI reset,
+// SYS_ERR, SoC reset, Detach). They must return promptly; a function that
+// does slow work hands it to its own goroutines, which it stops in Stop.
+// Start may be called again after Stop (the host restarted the channels).
+type Function interface {
+	// Start hands the function its port for this run.
+	Start(p *Port)
+	// Receive delivers one UL transfer descriptor (the bytes of a chain
+	// of TREs ending without CHAIN). td is valid only until Receive
+	// returns.
+	Receive(td []byte)
+	// Stop ends the run; the port refuses Send from now on.
+	Stop()
+}
+
+// Port is a running channel pair as its function sees it. Send may be
+// called from any goroutine.
+type Port struct {
+	m      *Modem
+	pr     *pair
+	done   chan struct{}
+	closed bool // guarded by m.mu
+
+	// delivering is set while the function is inside Receive on the
+	// device goroutine: Send then never waits, because waiting would
+	// stall the whole device.
+	delivering atomic.Bool
+}
+
+// Name returns the channel pair's name ("LOOPBACK", "IP_HW0", …).
+func (p *Port) Name() string { return p.pr.name }
+
+// Channels returns the UL (even) and DL (odd) channel numbers.
+func (p *Port) Channels() (ul, dl int) { return p.pr.ul.num, p.pr.dl.num }
+
+// MRU returns the profile's receive-buffer size hint for data channels
+// (0 when the profile sets none): the size of the host's DL buffers, which
+// an aggregating function can fill exactly.
+func (p *Port) MRU() int { return p.m.p.MRU }
+
+// Done is closed when the port stops.
+func (p *Port) Done() <-chan struct{} { return p.done }
+
+// Send copies b to the host on the DL channel. If host buffers are posted
+// it is written at once, split over as many TREs as it needs (OVERFLOW
+// events, EOT on the last piece, §5.4); otherwise it is queued (bounded by
+// Options.DLQueue / DLQueueBytes) and placed when the host posts buffers.
+// When the queue is full Send waits up to Options.SendTimeout for room —
+// except from inside Receive, where it drops at once — and then drops the
+// packet and returns ErrNoBuffer. It returns ErrStopped once the pair
+// stopped. A nil error means the data was placed or queued, not that the
+// host has consumed it.
+func (p *Port) Send(b []byte) error {
+	m := p.m
+	c := p.pr.dl
+	var deadline time.Time
+	for {
+		m.mu.Lock()
+		if p.closed {
+			m.mu.Unlock()
+			return ErrStopped
+		}
+		m.drain(c)
+		if c.q.n == 0 && m.canTransfer(c) {
+			k, done := m.place(c, b)
+			if !done {
+				// The ring ran dry mid-packet: the rest goes first
+				// when buffers come.
+				c.q.push(b[k:])
+				c.lastNew = time.Now()
+				m.mu.Unlock()
+				m.signal()
+				return nil
+			}
+			m.mu.Unlock()
+			return nil
+		}
+		if c.q.fits(len(b)) {
+			wasEmpty := c.q.n == 0
+			c.q.push(b)
+			if wasEmpty {
+				c.lastNew = time.Now()
+			}
+			m.mu.Unlock()
+			if wasEmpty {
+				// A polling burst channel needs the device goroutine
+				// to look for buffers.
+				m.signal()
+			}
+			return nil
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(m.opts.SendTimeout)
+		}
+		if p.delivering.Load() || !now.Before(deadline) {
+			m.mu.Unlock()
+			m.stats.dlDrops.Add(1)
+			return ErrNoBuffer
+		}
+		room := c.room
+		c.waiters++
+		m.mu.Unlock()
+		t := time.NewTimer(deadline.Sub(now))
+		select {
+		case <-room:
+		case <-t.C:
+		case <-m.quit:
+		}
+		t.Stop()
+		m.mu.Lock()
+		c.waiters--
+		m.mu.Unlock()
+	}
+}
+
+// Loopback is the LOOPBACK function: every UL transfer descriptor received
+// on channel n is sent back, byte-exact and with its boundary preserved,
+// on DL channel n+1 (what the Linux EP's loopback client does). It can be
+// attached to any pair, including the burst-mode IP_HW0 channels.
+type Loopback struct {
+	port atomic.Pointer[Port]
+	// Dropped counts transfers that could not be sent back.
+	Dropped atomic.Uint64
+}
+
+// Start implements Function.
+func (l *Loopback) Start(p *Port) { l.port.Store(p) }
+
+// Receive implements Function.
+func (l *Loopback) Receive(td []byte) {
+	if p := l.port.Load(); p == nil || p.Send(td) != nil {
+		l.Dropped.Add(1)
+	}
+}
+
+// Stop implements Function.
+func (l *Loopback) Stop() { l.port.Store(nil) }
+
+// updatePair starts the pair's function when both channels became active
+// and stops it when either stopped. Function calls are deferred to after
+// the lock is released (runActions). The caller holds m.mu.
+func (m *Modem) updatePair(pr *pair) {
+	active := pr.ul.active() && pr.dl.active()
+	switch {
+	case active && pr.port == nil && pr.fn != nil:
+		p := &Port{m: m, pr: pr, done: make(chan struct{})}
+		pr.port = p
+		m.actions = append(m.actions, action{fn: pr.fn, port: p})
+	case !active && pr.port != nil:
+		m.stopPort(pr)
+	}
+}
+
+// stopPort closes the pair's port: queued DL data is discarded (counted),
+// waiting senders return ErrStopped, the function is told after the lock
+// is released. The caller holds m.mu.
+func (m *Modem) stopPort(pr *pair) {
+	p := pr.port
+	if p == nil {
+		return
+	}
+	pr.port = nil
+	p.closed = true
+	close(p.done)
+	m.stats.dlDrops.Add(uint64(pr.dl.q.clear()))
+	pr.dl.waiters++ // force the wake below even with no waiter counted
+	m.wakeRoom(pr.dl)
+	pr.dl.waiters--
+	m.actions = append(m.actions, action{fn: pr.fn})
+}
+
+// action is a deferred Function call: Start when port is set, else Stop.
+type action struct {
+	fn   Function
+	port *Port
+}
+
+// runActions performs the deferred function calls in order, on the device
+// goroutine, without m.mu held.
+func (m *Modem) runActions() {
+	m.mu.Lock()
+	acts := m.actions
+	m.actions = nil
+	m.mu.Unlock()
+	for _, a := range acts {
+		if a.port != nil {
+			a.fn.Start(a.port)
+		} else {
+			a.fn.Stop()
+		}
+	}
+}
+
+// buildPairs creates the channel pairs of the profile and attaches the
+// functions by name.
+func (m *Modem) buildPairs(fns map[string]Function) {
+	byName := map[string]*pair{}
+	for _, cc := range m.p.Channels {
+		c := &channel{num: cc.Num, cfg: cc, ul: cc.Dir == mhi.ChanTypeOutbound, room: make(chan struct{})}
+		if !c.ul {
+			c.q.init(m.opts.DLQueue, m.opts.DLQueueBytes)
+		}
+		m.chans[cc.Num] = c
+		if cc.Burst {
+			m.burstChans = append(m.burstChans, c)
+		}
+		pr := byName[cc.Name]
+		if pr == nil {
+			pr = &pair{name: cc.Name, fn: fns[cc.Name]}
+			byName[cc.Name] = pr
+			m.pairs = append(m.pairs, pr)
+		}
+		c.pair = pr
+		if c.ul {
+			pr.ul = c
+		} else {
+			pr.dl = c
+		}
+	}
+}

@@ -1,0 +1,671 @@
+// Package sim is the emulated modem: the device side of MHI (the Linux EP
+// stack's behaviour, mhi-protocol.md §8, plus a boot ROM) as a PCI device
+// model for the in-process bus mhi/pci/vpci, impersonating any modem
+// profile. Channel pairs are backed by Functions (Loopback by default on
+// "LOOPBACK"); strict mode turns every host protocol violation into a test
+// failure naming the rule.
+//
+//	dev, modem, err := sim.NewDevice(profile, sim.Options{
+//		Strict: true, OnViolation: func(err error) { t.Error(err) },
+//	})
+//	defer dev.Close() // detaches the modem and stops its goroutines
+//	dev.SetBusMaster(true)
+//
+// The host then drives dev like hardware: BAR 0 registers, DMA buffers,
+// MSI vectors.
+//
+// Concurrency: the bus calls MMIORead/MMIOWrite from host goroutines; they
+// touch only the register file and never block. One device goroutine owns
+// the MHI state machine and the rings and calls the Functions; a second one
+// fires moderated MSIs. Port.Send may run on any goroutine and shares the
+// device lock. Detach stops everything.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
+)
+
+// Boot selects the execution environment the modem powers up in.
+type Boot uint8
+
+const (
+	// BootAMSS: mission mode firmware runs; MHI comes up READY at once.
+	BootAMSS Boot = iota
+	// BootPBL: the boot ROM waits for a BHI download (§4.4, §8.7); the
+	// image starts the SBL, which comes up READY, reports EE SBL after M0
+	// and moves to AMSS after Options.SBLTime.
+	BootPBL
+)
+
+// Options configure a Modem. The zero value is a well-behaved modem in
+// AMSS with moderation, lenient about host mistakes.
+type Options struct {
+	// Boot is where the modem starts (after New, a SoC reset or an FLR).
+	// (A field of its own rather than an mhi.EE: EEPBL is 0, so an EE
+	// could not default to AMSS.)
+	Boot Boot
+	// Strict reports every host protocol violation to OnViolation (a
+	// test passes t.Error). Violations are always counted and logged.
+	Strict      bool
+	OnViolation func(error)
+	// Functions attaches a Function to channel pairs by name. "LOOPBACK"
+	// gets a Loopback unless the map names it (map it to nil for none).
+	// Each pair needs its own Function value.
+	Functions map[string]Function
+	// DisableModeration raises an MSI for every event, ignoring BEI.
+	DisableModeration bool
+	// BurstIdle is how long a polling burst-mode channel finds nothing
+	// new before it sends DB_MODE (default 2 ms); PollInterval is how
+	// often it polls the context wp meanwhile (default 100 µs).
+	BurstIdle, PollInterval time.Duration
+	// EventWait bounds the wait for a free event ring element before
+	// the event is dropped (default 1 s).
+	EventWait time.Duration
+	// SendTimeout bounds Port.Send's wait for queue room (default
+	// 100 ms); DLQueue and DLQueueBytes bound each DL channel's queue of
+	// data waiting for host buffers (defaults 64 packets, 1 MiB).
+	SendTimeout           time.Duration
+	DLQueue, DLQueueBytes int
+	// MaxTD bounds a UL transfer descriptor (default 1 MiB); larger
+	// ones are consumed and dropped.
+	MaxTD int
+	// SBLTime is how long the SBL runs after M0 before it reports AMSS
+	// (default 5 ms).
+	SBLTime time.Duration
+	// LoseFirmwareOnSysErr makes the modem come back in PBL after a
+	// SYS_ERR recovery reset (the host must download again).
+	LoseFirmwareOnSysErr bool
+	// ImageMinSize and ImageMaxSize bound BHI images (defaults 1 byte,
+	// 64 MiB); BHIErrCode, when non-zero, fails every BHI download with
+	// that BHI_ERRCODE.
+	ImageMinSize, ImageMaxSize int
+	BHIErrCode                 uint32
+	// SerialNumber is reported in BHI_SERIALNU (default: derived from
+	// the profile name).
+	SerialNumber uint32
+	// SOCHWVersion is reported at 0x224 (default 0x40010100).
+	SOCHWVersion uint32
+	// IDIndex picks which of the profile's PCI IDs to impersonate.
+	IDIndex int
+	// Logger receives device logs (nil: discarded).
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults(p *mhi.Profile) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt := func(d *int, v int) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.BurstIdle, 2*time.Millisecond)
+	def(&o.PollInterval, 100*time.Microsecond)
+	def(&o.EventWait, time.Second)
+	def(&o.SendTimeout, 100*time.Millisecond)
+	def(&o.SBLTime, 5*time.Millisecond)
+	defInt(&o.DLQueue, 64)
+	defInt(&o.DLQueueBytes, 1<<20)
+	defInt(&o.MaxTD, 1<<20)
+	defInt(&o.ImageMinSize, 1)
+	defInt(&o.ImageMaxSize, 64<<20)
+	if o.SerialNumber == 0 {
+		h := fnv.New32a()
+		h.Write([]byte(p.Name))
+		o.SerialNumber = h.Sum32()
+	}
+	if o.SOCHWVersion == 0 {
+		o.SOCHWVersion = defaultSOCHWVersion
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// ErrDetached is returned by requests to a modem that is not attached to a
+// bus (before Attach or after Detach).
+var ErrDetached = errors.New("sim: modem not attached")
+
+// ErrState is returned by a request the MHI state does not allow.
+var ErrState = errors.New("sim: not possible in the current MHI state")
+
+// Modem is the emulated modem. It implements vpci.Model.
+type Modem struct {
+	p    *mhi.Profile
+	opts Options
+	log  *slog.Logger
+	id   pci.Identity
+	host vpci.Host
+
+	regs   regFile
+	cfgPOR uint32                      // MHICFG at power-on
+	bhiPOR [mhi.BHIBlockLen / 4]uint32 // BHI block at power-on
+
+	// Signals. wake (device goroutine), erKick (event ring space
+	// waiters) hold at most one token.
+	wake      chan struct{}
+	erKick    chan struct{}
+	reqs      chan *request
+	quit      chan struct{}
+	exited    chan struct{}
+	irqExited chan struct{}
+	abort     atomic.Bool // a reset or crash is pending: stop waiting
+	attached  atomic.Bool
+	attach    sync.Once
+	detach    sync.Once
+
+	// mu is the device lock: everything below, the channels and the
+	// event rings. The device goroutine holds it while it works, Send
+	// while it places data.
+	mu         sync.Mutex
+	state      mhi.State
+	ee         mhi.EE
+	hc         hostCfg
+	cmd        cmdRing
+	cmdPending bool
+	ers        [maxEventRings]eventRing
+	chans      [mhi.MaxChannels]*channel
+	pairs      []*pair
+	burstChans []*channel
+	dbWork     chanBits // channel doorbells to handle
+	ulWork     chanBits // UL channels with TREs to consume
+	polling    bool     // a burst channel polls: wake up every PollInterval
+	sblUntil   time.Time
+	actions    []action
+	boot       bootState
+	evBuf      [mhi.ElementSize]byte
+	waitTimer  *time.Timer
+
+	irq    moderator
+	stats  counters
+	strict strictState
+	slow   atomic.Int64
+}
+
+var zeroTime time.Time
+
+// hostCfg is the host configuration read at READY → M0.
+type hostCfg struct {
+	hostConfig
+	valid bool
+}
+
+// inCtrl and inData check [iova, iova+n) against the control and data
+// windows the host programmed (MHICTRLBASE/LIMIT, MHIDATABASE/LIMIT, §1.1);
+// a window never programmed (limit 0) allows everything.
+func (h *hostCfg) inCtrl(iova uint64, n int) bool {
+	return inWindow(h.ctrlBase, h.ctrlLimit, iova, n)
+}
+
+func (h *hostCfg) inData(iova uint64, n int) bool {
+	return inWindow(h.dataBase, h.dataLimit, iova, n)
+}
+
+func inWindow(base, limit, iova uint64, n int) bool {
+	if limit == 0 || n <= 0 {
+		return true
+	}
+	end := iova + uint64(n) - 1
+	return iova >= base && end >= iova && end <= limit
+}
+
+// New builds a modem impersonating profile p. It is powered on (READY in
+// AMSS, or waiting in PBL) but does nothing until a bus attaches it.
+func New(p *mhi.Profile, opts Options) (*Modem, error) {
+	if p == nil {
+		return nil, errors.New("sim: nil profile")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	if opts.IDIndex < 0 || opts.IDIndex >= len(p.IDs) {
+		return nil, fmt.Errorf("sim: profile %s: no PCI ID #%d", p.Name, opts.IDIndex)
+	}
+	if len(p.EventRings) > maxEventRings {
+		return nil, fmt.Errorf("sim: profile %s: %d event rings, at most %d", p.Name, len(p.EventRings), maxEventRings)
+	}
+	if opts.Boot > BootPBL {
+		return nil, fmt.Errorf("sim: unknown boot stage %d", opts.Boot)
+	}
+	opts.setDefaults(p)
+	fns := map[string]Function{}
+	for name, f := range opts.Functions {
+		if _, _, ok := p.ChannelPair(name); !ok {
+			return nil, fmt.Errorf("sim: profile %s has no channel pair %q", p.Name, name)
+		}
+		fns[name] = f
+	}
+	if _, named := fns["LOOPBACK"]; !named {
+		if _, _, ok := p.ChannelPair("LOOPBACK"); ok {
+			fns["LOOPBACK"] = &Loopback{}
+		}
+	}
+	m := &Modem{
+		p:         p,
+		opts:      opts,
+		log:       opts.Logger.With("modem", p.Name),
+		wake:      make(chan struct{}, 1),
+		erKick:    make(chan struct{}, 1),
+		reqs:      make(chan *request),
+		quit:      make(chan struct{}),
+		exited:    make(chan struct{}),
+		irqExited: make(chan struct{}),
+		waitTimer: time.NewTimer(time.Hour),
+	}
+	m.waitTimer.Stop()
+	m.irq.kick = make(chan struct{}, 1)
+	id := p.IDs[opts.IDIndex]
+	m.id = pci.Identity{
+		Vendor: id.Vendor, Device: id.Device,
+		SubVendor: id.Vendor, SubDev: id.Device,
+		Class:      pci.ClassWirelessOther,
+		MSIVectors: min(1+len(p.EventRings), 32),
+	}
+	if id.MatchSub {
+		m.id.SubVendor, m.id.SubDev = id.SubVendor, id.SubDevice
+	}
+	m.id.BARSize[0] = barSize
+	m.buildPairs(fns)
+	for i := range m.ers {
+		m.ers[i].idx = i
+	}
+
+	// Power-on register values.
+	nhwer, nhwch := 0, len(m.burstChans)
+	for _, e := range p.EventRings {
+		if e.Hardware() {
+			nhwer++
+		}
+	}
+	m.cfgPOR = uint32(nhwer)<<mhi.CfgNHWERShift | uint32(len(p.EventRings))<<mhi.CfgNERShift |
+		uint32(nhwch)<<mhi.CfgNHWCHShift | uint32(mhi.MaxChannels&0xFF)<<mhi.CfgNCHShift
+	m.bhiPOR[mhi.BHIVersionMajor/4] = 1
+	m.bhiPOR[mhi.BHISerialNum/4] = opts.SerialNumber
+	h := fnv.New32a()
+	for i := range 6 + 16 {
+		h.Write([]byte(p.Name))
+		// MSM HW IDs and OEM PK hash words: stable per profile.
+		m.bhiPOR[mhi.BHIMSMHWID0/4+i] = h.Sum32()
+	}
+	m.mu.Lock()
+	m.powerOn()
+	m.mu.Unlock()
+	return m, nil
+}
+
+// NewDevice builds a modem and plugs it into a new virtual PCI slot.
+// Closing the device detaches the modem.
+func NewDevice(p *mhi.Profile, opts Options, vopts ...vpci.Option) (*vpci.Device, *Modem, error) {
+	m, err := New(p, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	dev, err := vpci.New(m, vopts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dev, m, nil
+}
+
+// powerOn returns the device to its power-on state (New, SoC reset, FLR):
+// functions stopped, rings forgotten without touching host memory,
+// registers at their reset values, the boot stage of Options.Boot. The
+// caller holds m.mu.
+func (m *Modem) powerOn() {
+	m.stopChannels(false)
+	m.forgetRings()
+	m.regs.powerOn(m.cfgPOR, m.bhiPOR, m.opts.SOCHWVersion)
+	m.state = mhi.StateReset
+	m.sblUntil = zeroTime
+	if m.opts.Boot == BootPBL {
+		m.setEE(mhi.EEPBL)
+		return
+	}
+	m.setEE(mhi.EEAMSS)
+	m.enterReady()
+}
+
+// Identity implements vpci.Model: the profile's PCI IDs (subsystem IDs
+// when the profile matches on them, else the vendor/device pair again),
+// class "wireless, other", a 4 KiB BAR 0 and one MSI vector for INTVEC plus
+// one per event ring (§9).
+func (m *Modem) Identity() pci.Identity { return m.id }
+
+// Attach implements vpci.Model: it starts the device goroutines.
+func (m *Modem) Attach(h vpci.Host) {
+	m.attach.Do(func() {
+		m.host = h
+		m.attached.Store(true)
+		go m.run()
+		go m.runModerator()
+	})
+}
+
+// Detach implements vpci.Model: it stops the device goroutines and the
+// functions; no Host call follows.
+func (m *Modem) Detach() {
+	m.detach.Do(func() {
+		if !m.attached.Load() {
+			return
+		}
+		m.abort.Store(true)
+		close(m.quit)
+		<-m.exited
+		<-m.irqExited
+		m.mu.Lock()
+		for _, pr := range m.pairs {
+			m.stopPort(pr)
+		}
+		m.mu.Unlock()
+		m.runActions()
+	})
+}
+
+// Reset implements vpci.Model (function-level reset): the modem returns to
+// its power-on state before Reset returns.
+func (m *Modem) Reset() {
+	if err := m.call(reqReset); errors.Is(err, ErrDetached) && !m.attached.Load() {
+		m.mu.Lock()
+		m.powerOn()
+		m.mu.Unlock()
+	}
+}
+
+// MMIORead implements vpci.Model.
+func (m *Modem) MMIORead(bar int, off uint64) uint32 {
+	if bar != 0 || off%4 != 0 || off >= barSize {
+		return ^uint32(0)
+	}
+	return m.regs.read(off)
+}
+
+// MMIOWrite implements vpci.Model. It only updates the register file and
+// queues work for the device goroutine, so it never blocks.
+func (m *Modem) MMIOWrite(bar int, off uint64, v uint32) {
+	if bar != 0 || off%4 != 0 || off >= barSize {
+		return
+	}
+	res := m.regs.write(off, v)
+	if res.readOnly {
+		m.violate(ruleReadOnly, "write of %#x to read-only register %#x", v, off)
+	}
+	if res.abort {
+		m.abort.Store(true)
+		kick(m.erKick)
+	}
+	if res.erKick {
+		kick(m.erKick)
+	}
+	if res.work {
+		kick(m.wake)
+	}
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// signal wakes the device goroutine.
+func (m *Modem) signal() { kick(m.wake) }
+
+func (m *Modem) now() time.Time { return time.Now() }
+
+// State returns the MHI state and execution environment the modem is in.
+func (m *Modem) State() (mhi.State, mhi.EE) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state, m.ee
+}
+
+// ulBudget is how many UL TDs one channel delivers per device-loop pass,
+// so that a busy channel does not delay control work (resets, commands).
+const ulBudget = 64
+
+// run is the device goroutine.
+func (m *Modem) run() {
+	defer close(m.exited)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if m.step() {
+			select {
+			case <-m.quit:
+				return
+			case r := <-m.reqs:
+				m.handle(r)
+			default:
+			}
+			continue
+		}
+		t.Reset(m.nextWait())
+		select {
+		case <-m.quit:
+			return
+		case r := <-m.reqs:
+			m.handle(r)
+		case <-m.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// step does all queued work once and reports whether work is left.
+func (m *Modem) step() bool {
+	m.abort.Store(false)
+	p := m.regs.take()
+	now := m.now()
+	m.mu.Lock()
+	if p.soc {
+		m.powerOn()
+	}
+	if p.ctrl {
+		m.handleCtrl()
+	}
+	if p.bhi {
+		m.bhiDownload()
+	}
+	if p.bhie {
+		m.bhieDownload()
+	}
+	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
+		m.sblDone()
+	}
+	if p.crdb || m.cmdPending {
+		m.cmdPending = false
+		m.commandDoorbell()
+	}
+	m.dbWork.or(p.chdb)
+	db := m.dbWork.take()
+	for n := range mhi.MaxChannels {
+		if db.has(n) {
+			m.chDoorbell(n)
+		}
+	}
+	m.polling = m.pollBurst(now)
+	ul := m.ulWork.take()
+	m.mu.Unlock()
+	m.runActions()
+	more := false
+	for n := range mhi.MaxChannels {
+		if !ul.has(n) {
+			continue
+		}
+		if m.serviceUL(m.chans[n], ulBudget) {
+			more = true
+			m.mu.Lock()
+			m.ulWork.set(n)
+			m.mu.Unlock()
+		}
+	}
+	return more
+}
+
+// nextWait is how long the device goroutine may sleep without a signal.
+func (m *Modem) nextWait() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := time.Hour
+	if m.polling {
+		d = m.opts.PollInterval
+	}
+	if !m.sblUntil.IsZero() {
+		d = min(d, time.Until(m.sblUntil))
+	}
+	return max(d, time.Microsecond)
+}
+
+// chDoorbell handles a channel doorbell commit (§8.2). The caller holds
+// m.mu.
+func (m *Modem) chDoorbell(n int) {
+	if n == mhi.WakeDoorbellChannel {
+		m.wakeDoorbell()
+		return
+	}
+	c := m.chans[n]
+	if c == nil {
+		if n == mhi.EDLDoorbellChannel {
+			// The EDL cookie; acted on by a SoC reset on modems
+			// that support it (not emulated yet).
+			m.log.Info("EDL doorbell written", "value", m.regs.chLatch(n).val)
+			return
+		}
+		m.violate(ruleUnknownChannel, "doorbell for channel %d, which %s does not define", n, m.p.Name)
+		return
+	}
+	if !c.active() {
+		if l := m.regs.chLatch(n); l.seq != c.dbSeq {
+			c.dbSeq = l.seq
+			m.violate(ruleDoorbellState, "doorbell for channel %d, which is %s", n, c.state)
+		}
+		return
+	}
+	if m.state == mhi.StateM3 || c.state == mhi.ChanSuspended {
+		// Picked up again at M0 (resume).
+		if l := m.regs.chLatch(n); l.seq != c.dbSeq {
+			m.violate(ruleDoorbellState, "doorbell for channel %d while the device is in M3", n)
+		}
+		return
+	}
+	if !m.canTransfer(c) {
+		return
+	}
+	m.refresh(c)
+	if c.ul {
+		if c.rp != c.wp {
+			m.ulWork.set(n)
+		}
+	} else {
+		m.drain(c)
+	}
+}
+
+// request is a call into the device goroutine from outside.
+type request struct {
+	kind reqKind
+	done chan error
+}
+
+type reqKind uint8
+
+const (
+	reqSysErr reqKind = iota
+	reqM1
+	reqReset
+)
+
+// call runs a request on the device goroutine and waits for it.
+func (m *Modem) call(k reqKind) error {
+	if !m.attached.Load() {
+		return ErrDetached
+	}
+	if k != reqM1 {
+		// A crash or reset interrupts whatever the device waits for.
+		m.abort.Store(true)
+		kick(m.erKick)
+	}
+	r := &request{kind: k, done: make(chan error, 1)}
+	select {
+	case m.reqs <- r:
+	case <-m.exited:
+		return ErrDetached
+	}
+	return <-r.done
+}
+
+// handle executes a request on the device goroutine.
+func (m *Modem) handle(r *request) {
+	m.abort.Store(false)
+	var err error
+	m.mu.Lock()
+	switch r.kind {
+	case reqSysErr:
+		m.enterSysErr()
+	case reqM1:
+		err = m.enterM1()
+	case reqReset:
+		m.powerOn()
+	}
+	m.mu.Unlock()
+	m.runActions()
+	r.done <- err
+}
+
+// counters are the atomics behind Stats.
+type counters struct {
+	tres, bytesUL, bytesDL, tdsUL, packetsDL  atomic.Uint64
+	events, eventDrops, eventRingFull         atomic.Uint64
+	msiRaised, msiModerated, dbMode, commands atomic.Uint64
+	violations, ulDrops, dlDrops              atomic.Uint64
+}
+
+// Stats counts what the modem did since New.
+type Stats struct {
+	TREs      uint64 // TREs consumed (UL) or filled (DL)
+	BytesUL   uint64 // bytes read from host UL buffers
+	BytesDL   uint64 // bytes written to host DL buffers
+	TDsUL     uint64 // UL transfer descriptors delivered to functions
+	PacketsDL uint64 // DL packets completed with EOT
+	Events    uint64 // events posted
+	// EventDrops counts events that could not be posted (ring unusable,
+	// full beyond EventWait, reset pending); EventRingFull counts the
+	// times posting found the ring full and had to wait.
+	EventDrops, EventRingFull uint64
+	MSIs                      uint64 // MSIs raised (immediate, delayed and INTVEC)
+	MSIsModerated             uint64 // events whose MSI was deferred or suppressed by BEI
+	DBModes                   uint64 // DB_MODE events sent by burst channels going idle
+	Commands                  uint64 // command elements processed
+	Violations                uint64 // host protocol violations
+	// ULDrops counts UL TDs not delivered (no function, broken or over
+	// MaxTD); DLDrops counts DL packets dropped (queue full, pair stopped
+	// with data queued).
+	ULDrops, DLDrops uint64
+}
+
+// Stats returns the counters.
+func (m *Modem) Stats() Stats {
+	s := &m.stats
+	return Stats{
+		TREs: s.tres.Load(), BytesUL: s.bytesUL.Load(), BytesDL: s.bytesDL.Load(),
+		TDsUL: s.tdsUL.Load(), PacketsDL: s.packetsDL.Load(),
+		Events: s.events.Load(), EventDrops: s.eventDrops.Load(), EventRingFull: s.eventRingFull.Load(),
+		MSIs: s.msiRaised.Load(), MSIsModerated: s.msiModerated.Load(), DBModes: s.dbMode.Load(),
+		Commands: s.commands.Load(), Violations: s.violations.Load(),
+		ULDrops: s.ulDrops.Load(), DLDrops: s.dlDrops.Load(),
+	}
+}

@@ -1,0 +1,281 @@
+package sim
+
+import (
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// handleCtrl reacts to a host write of MHICTRL (§8.2): RESET first, then
+// the requested state. The caller holds m.mu.
+func (m *Modem) handleCtrl() {
+	v := m.regs.getCtrl()
+	if v&mhi.CtrlReset != 0 {
+		m.mhiReset()
+		return
+	}
+	req := mhi.State(mhi.Field(v, mhi.CtrlStateMask, mhi.CtrlStateShift))
+	if req == m.state {
+		// A read-modify-write that left the state field alone.
+		return
+	}
+	if m.state == mhi.StateSysErr {
+		m.violate(ruleSysErrNeedsReset, "MHICTRL state %s requested in SYS_ERR", req)
+		return
+	}
+	switch req {
+	case mhi.StateM0:
+		m.toM0()
+	case mhi.StateM3:
+		m.toM3()
+	case mhi.StateM2:
+		if m.state != mhi.StateM1 {
+			m.illegal(req)
+			return
+		}
+		// M1 → M2: host-acknowledged low power; no event (§4.6).
+		m.setState(mhi.StateM2)
+	case mhi.StateReset:
+		// The host clearing the state field (e.g. MHICTRL = 0 after a
+		// reset) is not a transition request.
+	default:
+		m.illegal(req)
+	}
+}
+
+// illegal handles a state request the device cannot honour: the EP enters
+// SYS_ERR (§8.2, §8.6).
+func (m *Modem) illegal(req mhi.State) {
+	m.violate(ruleStateTransition, "MHICTRL requests %s while the device is in %s", req, m.state)
+	m.enterSysErr()
+}
+
+// setState records and publishes the MHI state.
+func (m *Modem) setState(s mhi.State) {
+	m.state = s
+	m.regs.setStatus(s, s != mhi.StateReset, s == mhi.StateSysErr)
+}
+
+// toM0 handles MHICTRL = M0 (§8.2, ep/sm.c mhi_ep_set_m0_state): from
+// READY it reads the host's configuration and starts the command ring,
+// then sends STATE_CHANGE(M0) and EE_EVENT(current EE) on event ring 0;
+// from M3 (or M1/M2) it resumes the channels and sends STATE_CHANGE(M0).
+func (m *Modem) toM0() {
+	prev := m.state
+	switch prev {
+	case mhi.StateReady:
+		if !m.readHostConfig() || !m.startCommandRing() {
+			m.enterSysErr()
+			return
+		}
+	case mhi.StateM3:
+		for _, c := range m.chans {
+			if c != nil && c.started && c.state == mhi.ChanSuspended {
+				w0, err := m.host.DMARead32(c.ctx)
+				if err != nil {
+					m.dmaFailed(err, "reading a channel context", c.ctx)
+				}
+				m.setChanState(c, w0, mhi.ChanRunning)
+			}
+		}
+	case mhi.StateM1, mhi.StateM2:
+	default:
+		m.illegal(mhi.StateM0)
+		return
+	}
+	m.setState(mhi.StateM0)
+	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
+	if prev == mhi.StateReady {
+		m.post(0, mhi.EEEvent(m.ee), false)
+		if m.ee == mhi.EESBL {
+			m.sblUntil = m.now().Add(m.opts.SBLTime)
+		}
+	}
+	m.resume()
+}
+
+// resume picks up doorbells the host rang while the device could not act
+// on them, and queued DL data. The host re-rings its doorbells at M0 too.
+func (m *Modem) resume() {
+	for _, c := range m.chans {
+		if c != nil && c.started && c.state == mhi.ChanRunning {
+			m.dbWork.set(c.num)
+		}
+	}
+	m.cmdPending = true
+}
+
+// toM3 handles MHICTRL = M3 (§8.2): RUNNING channels become SUSPENDED, in
+// the host's contexts too; burst channels stop polling (the host re-arms
+// doorbell mode at M0, §5.3); STATE_CHANGE(M3).
+func (m *Modem) toM3() {
+	switch m.state {
+	case mhi.StateM0, mhi.StateM1, mhi.StateM2:
+	default:
+		m.illegal(mhi.StateM3)
+		return
+	}
+	for _, c := range m.chans {
+		if c != nil && c.started && c.state == mhi.ChanRunning {
+			w0, err := m.host.DMARead32(c.ctx)
+			if err != nil {
+				m.dmaFailed(err, "reading a channel context", c.ctx)
+			}
+			m.setChanState(c, w0, mhi.ChanSuspended)
+			c.polling = false
+		}
+	}
+	m.setState(mhi.StateM3)
+	m.post(0, mhi.StateChangeEvent(mhi.StateM3), false)
+}
+
+// enterM1 is the device-initiated M0 → M1 (§4.6): STATE_CHANGE(M1); the
+// host answers with MHICTRL = M2.
+func (m *Modem) enterM1() error {
+	if m.state != mhi.StateM0 {
+		return ErrState
+	}
+	m.setState(mhi.StateM1)
+	m.post(0, mhi.StateChangeEvent(mhi.StateM1), false)
+	return nil
+}
+
+// wakeDoorbell handles channel doorbell 127 (§1.4, §4.6): value 1 asserts
+// wake and brings the device from M1/M2 back to M0 with STATE_CHANGE(M0);
+// 0 de-asserts. In other states it is only a vote.
+func (m *Modem) wakeDoorbell() {
+	l := m.regs.chLatch(mhi.WakeDoorbellChannel)
+	if l.val&1 == 0 {
+		return
+	}
+	if m.state == mhi.StateM1 || m.state == mhi.StateM2 {
+		m.setState(mhi.StateM0)
+		m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
+		m.resume()
+	}
+}
+
+// enterSysErr is the device's fatal error (§8.6): channels stop, MHISTATUS
+// says SYS_ERR, STATE_CHANGE(SYS_ERR) goes on event ring 0 when the host
+// has set one up, and the INTVEC MSI fires. Then only MHICTRL.RESET helps.
+func (m *Modem) enterSysErr() {
+	if m.state == mhi.StateSysErr {
+		return
+	}
+	prev := m.state
+	m.stopChannels(false)
+	m.setState(mhi.StateSysErr)
+	switch prev {
+	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
+		m.post(0, mhi.StateChangeEvent(mhi.StateSysErr), false)
+	}
+	m.sblUntil = zeroTime
+	m.raiseIntVec()
+}
+
+// mhiReset is MHI RESET (§8.5): stop everything and forget every ring;
+// MHICTRL = 0 (the RESET bit the host polls clears), MHISTATUS = 0,
+// BHI_INTVEC cleared; then back to READY (a real modem does; the Linux EP
+// only does after SYS_ERR). After SYS_ERR the device comes back in AMSS,
+// or in PBL when Options.LoseFirmwareOnSysErr is set. The INTVEC MSI fires
+// after RESET clears and again after READY, because the host's recovery
+// waits are woken by it (§8.5 step 4, §10 pitfall 10).
+func (m *Modem) mhiReset() {
+	prev := m.state
+	m.stopChannels(true)
+	m.forgetRings()
+	m.regs.resetMHI()
+	m.state = mhi.StateReset
+	m.sblUntil = zeroTime
+	m.raiseIntVec()
+	if prev == mhi.StateSysErr {
+		m.setEE(mhi.EEAMSS)
+		if m.opts.LoseFirmwareOnSysErr {
+			m.setEE(mhi.EEPBL)
+		}
+	}
+	if m.ee == mhi.EEPBL {
+		// The boot ROM waits for an image (§8.7): not READY.
+		return
+	}
+	m.enterReady()
+	m.raiseIntVec()
+}
+
+// enterReady is §8.1 step 3: allowed only from RESET with READY clear.
+func (m *Modem) enterReady() {
+	if m.state != mhi.StateReset {
+		return
+	}
+	m.setState(mhi.StateReady)
+}
+
+// setEE publishes the execution environment in BHI_EXECENV.
+func (m *Modem) setEE(ee mhi.EE) {
+	m.ee = ee
+	m.regs.setBHI(mhi.BHIExecEnv, uint32(ee))
+}
+
+// stopChannels stops every channel and its function. writeBack writes
+// CHSTATE DISABLED into the host's contexts (MHI reset: the host still has
+// them mapped); a crash or SoC reset does not touch host memory.
+func (m *Modem) stopChannels(writeBack bool) {
+	for _, c := range m.chans {
+		if c == nil || !c.started {
+			continue
+		}
+		if writeBack {
+			if w0, err := m.host.DMARead32(c.ctx); err == nil {
+				m.setChanState(c, w0, mhi.ChanDisabled)
+			}
+		}
+		m.forgetChannel(c)
+	}
+	for _, pr := range m.pairs {
+		m.stopPort(pr)
+	}
+}
+
+// forgetRings drops the command ring, the event rings, pending moderated
+// MSIs and the host configuration (§8.5 step 1).
+func (m *Modem) forgetRings() {
+	m.cmd = cmdRing{}
+	for i := range m.ers {
+		m.ers[i] = eventRing{idx: i}
+	}
+	m.irq.cancelAll()
+	m.hc = hostCfg{}
+	m.dbWork = chanBits{}
+	m.cmdPending = false
+}
+
+// readHostConfig takes what the host programmed in mhi_init_mmio (§1.1):
+// NER, the context base addresses and the control/data windows.
+func (m *Modem) readHostConfig() bool {
+	hc := m.regs.hostConfig()
+	if hc.ner < 1 || hc.ner > maxEventRings {
+		m.violate(ruleNER, "MHICFG.NER is %d", hc.ner)
+		if hc.ner < 1 {
+			return false
+		}
+		hc.ner = maxEventRings
+	}
+	m.hc = hostCfg{hostConfig: hc, valid: true}
+	for _, b := range []struct {
+		name string
+		addr uint64
+		size int
+	}{
+		{"CCABAP", hc.ccabap, mhi.MaxChannels * mhi.ContextSize},
+		{"ECABAP", hc.ecabap, hc.ner * mhi.ContextSize},
+		{"CRCBAP", hc.crcbap, mhi.ContextSize},
+	} {
+		if b.addr == 0 || b.addr%4 != 0 {
+			m.violate(ruleContextBases, "%s is %#x", b.name, b.addr)
+			m.hc.valid = false
+			return false
+		}
+		if !m.hc.inCtrl(b.addr, b.size) {
+			m.violate(ruleContextBases, "%s [%#x,+%d) outside MHICTRLBASE %#x..MHICTRLLIMIT %#x", b.name, b.addr, b.size, hc.ctrlBase, hc.ctrlLimit)
+		}
+	}
+	return true
+}
