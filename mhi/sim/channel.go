@@ -51,6 +51,9 @@ type pair struct {
 	ul, dl *channel
 	fn     Function
 	port   *Port // non-nil while the function runs
+	// holdUL: UL delivery waits while the DL queue holds data
+	// (EchoFunction); ulHeld records that it is waiting.
+	holdUL, ulHeld bool
 }
 
 func (c *channel) advance() {
@@ -207,6 +210,12 @@ func (m *Modem) readTD(c *channel) ([]byte, bool) {
 func (m *Modem) serviceUL(c *channel, budget int) bool {
 	for range budget {
 		m.mu.Lock()
+		if pr := c.pair; pr.holdUL && pr.dl.q.n > 0 {
+			// Resumed by drain when the queue empties.
+			pr.ulHeld = true
+			m.mu.Unlock()
+			return false
+		}
 		td, ok := m.readTD(c)
 		port := c.pair.port
 		m.mu.Unlock()
@@ -298,6 +307,11 @@ func (m *Modem) drain(c *channel) {
 	}
 	if c.q.n < before {
 		m.wakeRoom(c)
+	}
+	if pr := c.pair; pr.ulHeld && c.q.n == 0 {
+		pr.ulHeld = false
+		m.ulWork.set(pr.ul.num)
+		m.signal()
 	}
 }
 

@@ -225,6 +225,7 @@ func (m *Modem) forgetChannel(c *channel) {
 	c.td, c.tdBroken = c.td[:0], false
 	m.stats.dlDrops.Add(uint64(c.q.clear()))
 	m.ulWork.clear(c.num)
+	c.pair.ulHeld = false
 }
 
 // setChanState records the channel state and writes it into the host's

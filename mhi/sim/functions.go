@@ -41,6 +41,17 @@ type Function interface {
 	Stop()
 }
 
+// EchoFunction is an optional interface of a Function whose DL output is
+// driven by its UL input (Loopback): while the pair's DL queue holds data
+// (the host has not posted enough DL buffers), the modem stops consuming
+// UL transfers and leaves them in the host's ring, so that the host is
+// slowed down instead of the function dropping what it cannot send back.
+type EchoFunction interface {
+	Function
+	// HoldsULForDL reports whether UL delivery waits for the DL queue.
+	HoldsULForDL() bool
+}
+
 // Port is a running channel pair as its function sees it. Send may be
 // called from any goroutine.
 type Port struct {
@@ -165,6 +176,10 @@ func (l *Loopback) Receive(td []byte) {
 // Stop implements Function.
 func (l *Loopback) Stop() { l.port.Store(nil) }
 
+// HoldsULForDL implements EchoFunction: the loopback never drops for want
+// of DL buffers; the host's UL ring waits instead.
+func (l *Loopback) HoldsULForDL() bool { return true }
+
 // updatePair starts the pair's function when both channels became active
 // and stops it when either stopped. Function calls are deferred to after
 // the lock is released (runActions). The caller holds m.mu.
@@ -236,6 +251,9 @@ func (m *Modem) buildPairs(fns map[string]Function) {
 		pr := byName[cc.Name]
 		if pr == nil {
 			pr = &pair{name: cc.Name, fn: fns[cc.Name]}
+			if e, ok := pr.fn.(EchoFunction); ok {
+				pr.holdUL = e.HoldsULForDL()
+			}
 			byName[cc.Name] = pr
 			m.pairs = append(m.pairs, pr)
 		}

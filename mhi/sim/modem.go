@@ -486,16 +486,20 @@ func (m *Modem) step() bool {
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
 	}
-	if p.crdb || m.cmdPending {
-		m.cmdPending = false
-		m.commandDoorbell()
-	}
+	// Channel doorbells before commands: a doorbell and a command
+	// queued in the same pass were written in that order by any host
+	// that waits for command completions (a refill rung before the
+	// RESET_CHAN that tears the channel down).
 	m.dbWork.or(p.chdb)
 	db := m.dbWork.take()
 	for n := range mhi.MaxChannels {
 		if db.has(n) {
 			m.chDoorbell(n)
 		}
+	}
+	if p.crdb || m.cmdPending {
+		m.cmdPending = false
+		m.commandDoorbell()
 	}
 	m.polling = m.pollBurst(now)
 	ul := m.ulWork.take()

@@ -606,18 +606,62 @@ func TestStrictViolations(t *testing.T) {
 }
 
 func TestEventRingFullWaitsForHost(t *testing.T) {
+	p := testProfile()
+	p.EventRings[0].Elements = 8 // 6 events fit before the host recycles
+	h := newHost(t, p, Options{Functions: map[string]Function{"LOOPBACK": nil}})
+	h.upToMissionMode()
+	ul := h.startChannel(0)
+	tx := h.fill(8, 1)
+	var tres []uint64
+	for range 20 {
+		tres = append(tres, h.queue(ul, tx.IOVA, 8, mhi.TREIEOT))
+	}
+	time.Sleep(20 * time.Millisecond) // the device fills the ring and waits
+	if h.m.Stats().EventRingFull == 0 {
+		t.Error("the device never found the event ring full")
+	}
+	// Nothing was overwritten: every completion arrives, in order.
+	for i := range 20 {
+		if ev := h.expectTx(0, 0, mhi.CodeEOT); ev.Ptr != tres[i] {
+			t.Fatalf("event %d names %#x, want %#x", i, ev.Ptr, tres[i])
+		}
+	}
+	if st := h.m.Stats(); st.EventDrops != 0 || st.ULDrops != 20 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestLoopbackHoldsULUntilDLBuffersCome(t *testing.T) {
 	h := newHost(t, testProfile(), Options{})
 	h.upToMissionMode()
 	ul := h.startChannel(0)
-	h.startChannel(1) // no DL buffers: the loopback queues
-	tx := h.fill(8, 1)
-	// Ring 0 has 64 elements; 62 events fit before the device must wait.
-	for range 20 {
-		h.queue(ul, tx.IOVA, 8, mhi.TREIEOT)
+	dl := h.startChannel(1)
+	var tx []*pci.Buffer
+	for i := range 5 {
+		tx = append(tx, h.fill(100+i, byte(i)))
+		h.queue(ul, tx[i].IOVA, 100+i, mhi.TREIEOT)
 	}
-	// Consume them all; the device must not have overwritten anything.
-	for range 20 {
-		h.expectTx(0, 0, mhi.CodeEOT)
+	// The first TD is consumed and queued for DL; the others wait in
+	// the host's ring rather than being dropped.
+	h.expectTx(0, 0, mhi.CodeEOT)
+	h.noEvent(0, 20*time.Millisecond)
+	rx := make([]*pci.Buffer, 5)
+	for i := range rx {
+		rx[i] = h.alloc(256, 8)
+		h.queue(dl, rx[i].IOVA, 256, mhi.TREIEOT)
+	}
+	got := 0
+	for got < 5 {
+		ev := h.nextEvent(0)
+		if ev.Chan() == 1 {
+			if ev.Len() != 100+got || !same(rx[got].Mem[:ev.Len()], tx[got].Mem) {
+				t.Fatalf("packet %d: %d bytes", got, ev.Len())
+			}
+			got++
+		}
+	}
+	if st := h.m.Stats(); st.DLDrops != 0 {
+		t.Errorf("%d DL drops", st.DLDrops)
 	}
 }
 
