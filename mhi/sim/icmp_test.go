@@ -235,6 +235,7 @@ func TestNTB16RejectsMalformedBlocks(t *testing.T) {
 		"signature":         mod(func(b []byte) { b[0] = 'X' }),
 		"header length":     mod(func(b []byte) { b[4] = 16 }),
 		"block too long":    mod(func(b []byte) { le.PutUint16(b[8:], uint16(len(b)+1)) }),
+		"block inside NTH":  mod(func(b []byte) { le.PutUint16(b[8:], 1) }),
 		"NDP inside NTH":    mod(func(b []byte) { le.PutUint16(b[10:], 4) }),
 		"NDP past the end":  mod(func(b []byte) { le.PutUint16(b[10:], uint16(len(b)-4)) }),
 		"NDP length small":  mod(func(b []byte) { le.PutUint16(b[16:], 8) }),

@@ -42,8 +42,8 @@ func parseNTB16(b []byte, fn func(session uint8, dgram []byte)) error {
 	}
 	// wBlockLength may be 0 ("not given"); otherwise it bounds the NTB.
 	if bl := int(le.Uint16(b[8:])); bl != 0 {
-		if bl > len(b) {
-			return fmt.Errorf("%w: wBlockLength %d exceeds the %d-byte transfer", errNTB, bl, len(b))
+		if bl > len(b) || bl < nth16Len+ndp16Header {
+			return fmt.Errorf("%w: wBlockLength %d for a %d-byte transfer", errNTB, bl, len(b))
 		}
 		b = b[:bl]
 	}
