@@ -1,0 +1,547 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+)
+
+// ErrClosed is returned by operations on a closed endpoint.
+var ErrClosed = errors.New("link: endpoint closed")
+
+// Defaults of Options.
+const (
+	DefaultChannel   = "IP_HW0"
+	DefaultMTU       = 1500
+	DefaultBudget    = 64 // NAPI_POLL_WEIGHT
+	DefaultTXTimeout = 50 * time.Millisecond
+)
+
+// RefillMode selects who queues RX buffers (background/mhi-net-rx-refill-thread.txt).
+type RefillMode int
+
+const (
+	// RefillDedicated: a goroutine per endpoint, woken at the refill
+	// level (the mhi-net-rx kthread).
+	RefillDedicated RefillMode = iota
+	// RefillShared: a Worker shared by several endpoints (the system
+	// workqueue the kthread replaced). Options.Worker is required.
+	RefillShared
+	// RefillInline: the poller refills at the end of its pass, no
+	// goroutine hop (not with InlinePoll).
+	RefillInline
+)
+
+func (m RefillMode) String() string {
+	switch m {
+	case RefillDedicated:
+		return "dedicated"
+	case RefillShared:
+		return "shared"
+	case RefillInline:
+		return "inline"
+	}
+	return fmt.Sprintf("RefillMode(%d)", int(m))
+}
+
+// Options configure an Endpoint. The zero value is the default design:
+// IP_HW0, raw IP, MTU 1500, budget 64, TX completions outside the budget, a
+// dedicated refill goroutine, a threaded poller, GRO and RX checksum
+// offload on, gVisor GSO.
+type Options struct {
+	// Channel names the data channel pair (default "IP_HW0"; "IP_SW0",
+	// "IP_HW0_MBIM"). Its event rings must serve only this pair.
+	Channel string
+	// Framing of the channel (default RawIP).
+	Framing Framing
+	// MTU of the link (default 1500).
+	MTU uint32
+
+	// Budget is the most RX packets one poll pass delivers (default 64).
+	Budget int
+	// TXInBudget counts TX completions against the budget (the stmmac
+	// patch that netdev rejected; background/stmmac-napi-tx-budget.txt)
+	// instead of draining them first and for free.
+	TXInBudget bool
+	// InlinePoll polls on the controller's interrupt goroutine (softirq
+	// NAPI) instead of a dedicated poller goroutine (threaded NAPI,
+	// background/ath10k-threaded-napi.txt).
+	InlinePoll bool
+	// LockOSThread pins the dedicated poller to an OS thread.
+	LockOSThread bool
+
+	// Refill selects who queues RX buffers; Worker is the shared worker
+	// for RefillShared.
+	Refill RefillMode
+	Worker *Worker
+	// RefillLevel is the number of free DL descriptors at which the
+	// poller wakes the refiller (default a quarter of the ring).
+	RefillLevel int
+	// MRU is the RX buffer size (default the channel's MRU, usually the
+	// profile's 32768; background/mhi-pci-generic-mru.txt).
+	MRU int
+	// RXBuffers is the size of the fixed RX DMA pool (default: the DL
+	// ring, plus one budget of frames in flight, plus one OVERFLOW chain).
+	RXBuffers int
+	// TXBuffers and TXBufferSize size the TX DMA buffers (defaults: one
+	// per UL ring slot; MTU + framing overhead).
+	TXBuffers, TXBufferSize int
+	// TXTimeout bounds how long WritePackets waits for UL space before
+	// it fails (default 50 ms).
+	TXTimeout time.Duration
+
+	// NoGRO turns off gVisor's GRO on RX.
+	NoGRO bool
+	// NoChecksumOffload leaves RX checksums to the stack. By default the
+	// endpoint validates IPv4 header, TCP and UDP checksums once, drops
+	// bad packets and advertises CapabilityRXChecksumOffload, so GRO and
+	// the stack do not validate them again. Transport checksums of IP
+	// fragments are then not validated at all (as with any
+	// RX-checksum-offloading NIC that skips fragments).
+	NoChecksumOffload bool
+	// NoGSO turns off gVisor GSO (SupportedGSO reports GSONotSupported).
+	NoGSO bool
+	// GSOMaxSize is the gVisor GSO batch size (default 65536).
+	GSOMaxSize uint32
+
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Endpoint is a stack.LinkEndpoint over one MHI data channel pair, NAPI
+// style. See the package documentation for its goroutines.
+type Endpoint struct {
+	opts    Options
+	c       *mhi.Controller
+	ul, dl  *mhi.Channel
+	ulER    *mhi.EventRing
+	dlER    *mhi.EventRing
+	shared  bool // UL and DL complete on one event ring
+	framing Framing
+	log     *slog.Logger
+	budget  int
+	mru     int
+	level   int
+	mtu     atomic.Uint32
+
+	rxPool *pool
+	tx     txState
+
+	// Lifecycle.
+	closed    atomic.Bool
+	stop      chan struct{} // closed by Close: goroutines and waiters return
+	lifeMu    sync.RWMutex  // writers hold it shared; Close takes it to wait for them
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	unsub     func()
+	onClose   atomic.Pointer[func()]
+
+	// Scheduling (napi_schedule): scheduled is the NAPI SCHED bit; the
+	// token in sched wakes the dedicated poller.
+	scheduled atomic.Bool
+	sched     chan struct{}
+	pollMu    sync.Mutex // held while a pass runs in InlinePoll mode
+
+	disp atomic.Pointer[stack.NetworkDispatcher]
+
+	// Poller-owned state (the only goroutine that touches it).
+	gro      gro.GRO
+	rx       rxState
+	pass     passCounts
+	rxFn     func(mhi.Completion) // e.rxComplete, bound once
+	txFn     func(mhi.Completion) // e.txComplete, bound once
+	resetRX  atomic.Bool          // SYS_ERR: drop the partial chain
+	groSink  groSink
+	rxCsum   bool
+	txBudget int
+
+	// Refill.
+	refillKick   chan struct{}
+	refillMu     sync.Mutex
+	refillBufs   []*pci.Buffer
+	starved      atomic.Bool
+	refillQueued atomic.Bool // RefillShared: submitted to the worker
+
+	tap atomic.Pointer[Tap]
+
+	stats counters
+	// atClose counts RX and TX buffers home (and in all) when Close freed
+	// the pools.
+	atClose [4]int
+}
+
+var (
+	_ stack.LinkEndpoint = (*Endpoint)(nil)
+	_ stack.GSOEndpoint  = (*Endpoint)(nil)
+)
+
+// New claims the channel pair opts.Channel on c (which must be in
+// mission mode), allocates the DMA pools, starts the channels (UL, then
+// DL), takes over their event rings and starts the poller and refiller.
+// Packets received before Attach are dropped and counted.
+func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error) {
+	e := &Endpoint{
+		opts:       opts,
+		c:          c,
+		framing:    opts.Framing,
+		log:        opts.Logger,
+		budget:     opts.Budget,
+		stop:       make(chan struct{}),
+		sched:      make(chan struct{}, 1),
+		refillKick: make(chan struct{}, 1),
+		rxCsum:     !opts.NoChecksumOffload,
+	}
+	if opts.Channel == "" {
+		e.opts.Channel = DefaultChannel
+	}
+	if e.framing == nil {
+		e.framing = RawIP{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.budget <= 0 {
+		e.budget = DefaultBudget
+	}
+	mtu := opts.MTU
+	if mtu == 0 {
+		mtu = DefaultMTU
+	}
+	e.mtu.Store(mtu)
+	if e.opts.TXTimeout <= 0 {
+		e.opts.TXTimeout = DefaultTXTimeout
+	}
+	if e.opts.GSOMaxSize == 0 {
+		e.opts.GSOMaxSize = stack.GVisorGSOMaxSize
+	}
+	switch opts.Refill {
+	case RefillDedicated:
+	case RefillShared:
+		if opts.Worker == nil {
+			return nil, errors.New("link: RefillShared needs Options.Worker")
+		}
+	case RefillInline:
+		if opts.InlinePoll {
+			return nil, errors.New("link: RefillInline needs the dedicated poller (not InlinePoll)")
+		}
+	default:
+		return nil, fmt.Errorf("link: unknown refill mode %d", opts.Refill)
+	}
+	e.log = e.log.With("link", e.opts.Channel)
+
+	ul, dl, err := c.ChannelPair(e.opts.Channel,
+		mhi.ChannelOptions{Release: e.txRelease},
+		mhi.ChannelOptions{Release: e.rxRelease, MRU: opts.MRU})
+	if err != nil {
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	e.ul, e.dl = ul, dl
+	e.ulER, e.dlER = ul.EventRing(), dl.EventRing()
+	e.shared = e.ulER == e.dlER
+	if err := e.checkRings(); err != nil {
+		return nil, err
+	}
+	e.mru = dl.MRU()
+	if e.mru > mhi.MaxTRELen {
+		return nil, fmt.Errorf("link: MRU %d over the %d-byte TRE limit", e.mru, mhi.MaxTRELen)
+	}
+	slots := dl.Elements() - 1
+	e.level = opts.RefillLevel
+	if e.level <= 0 {
+		e.level = max(1, slots/4)
+	}
+	e.level = min(e.level, slots)
+
+	// The chain bound: a frame of MaxFrame bytes in MRU-sized pieces.
+	maxPieces := (MaxFrame+e.mru-1)/e.mru + 1
+	nrx := opts.RXBuffers
+	if nrx <= 0 {
+		nrx = slots + e.budget + maxPieces
+	}
+	dma := c.Device().DMA()
+	if e.rxPool, err = newPool(dma, nrx, e.mru); err != nil {
+		return nil, fmt.Errorf("link: %s RX pool: %w", e.opts.Channel, err)
+	}
+	if err := e.tx.init(dma, e, ul.Elements()-1, mtu); err != nil {
+		e.rxPool.destroy(dma)
+		return nil, fmt.Errorf("link: %s TX pool: %w", e.opts.Channel, err)
+	}
+	e.refillBufs = make([]*pci.Buffer, dl.Elements())
+	e.rx.init(e.budget, maxPieces, nrx)
+	e.groSink.e = e
+	e.gro.Init(!opts.NoGRO)
+	e.gro.Dispatcher = &e.groSink
+	e.rxFn = e.rxComplete
+	e.txFn = e.txComplete
+	e.txBudget = ul.Elements()
+	if opts.TXInBudget {
+		e.txBudget = e.budget
+	}
+
+	if err := ul.Start(ctx); err != nil {
+		e.freeMemory()
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	if err := dl.Start(ctx); err != nil {
+		_ = ul.Reset(ctx)
+		e.freeMemory()
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	e.unsub = c.Subscribe(e.onControllerEvent)
+	notify := e.notify
+	e.ulER.SetNotify(notify)
+	e.dlER.SetNotify(notify)
+
+	if !opts.InlinePoll {
+		e.wg.Add(1)
+		go e.pollLoop()
+	}
+	switch opts.Refill {
+	case RefillDedicated:
+		e.wg.Add(1)
+		go e.refillLoop()
+	case RefillShared:
+		opts.Worker.add(e)
+	}
+	e.kickRefill()
+	// Completions may have been posted before the rings were ours.
+	e.notify()
+	return e, nil
+}
+
+// checkRings refuses event rings that also serve channels outside the
+// pair: their completions would reach the poller, which cannot hand them
+// to their owners.
+func (e *Endpoint) checkRings() error {
+	for _, cc := range e.c.Profile().Channels {
+		if cc.Num == e.ul.Num() || cc.Num == e.dl.Num() {
+			continue
+		}
+		if cc.EventRing == e.ulER.Index() || cc.EventRing == e.dlER.Index() {
+			return fmt.Errorf("link: %s: event ring %d also serves channel %d (%s); the endpoint needs the pair's rings to itself",
+				e.opts.Channel, cc.EventRing, cc.Num, cc.Name)
+		}
+	}
+	return nil
+}
+
+// onControllerEvent runs on a controller goroutine: it must not block.
+func (e *Endpoint) onControllerEvent(ev mhi.Event) {
+	switch ev.Kind {
+	case mhi.EventSysErr:
+		// The channels were aborted: their buffers came back through
+		// Release. A chain in progress will never end.
+		e.resetRX.Store(true)
+		e.log.Warn("SYS_ERR: channels down", "err", ev.Err)
+	case mhi.EventRecovered:
+		// Channels restarted with empty rings: refill at once.
+		e.resetRX.Store(true)
+		e.kickRefill()
+		e.notify()
+	}
+}
+
+// notify is napi_schedule: it runs on the controller's interrupt
+// goroutines and only schedules the poller (or, with InlinePoll, polls
+// right there).
+func (e *Endpoint) notify() {
+	e.stats.interrupts.Add(1)
+	if !e.scheduled.CompareAndSwap(false, true) {
+		return // already scheduled: the running poll's re-check sees it
+	}
+	if e.opts.InlinePoll {
+		e.pollInline()
+		return
+	}
+	select {
+	case e.sched <- struct{}{}:
+	default:
+	}
+}
+
+// --- stack.LinkEndpoint ----------------------------------------------------
+
+// MTU implements stack.LinkEndpoint.
+func (e *Endpoint) MTU() uint32 { return e.mtu.Load() }
+
+// SetMTU implements stack.LinkEndpoint. It is capped so that one packet
+// always fits a TX buffer.
+func (e *Endpoint) SetMTU(mtu uint32) {
+	e.mtu.Store(min(mtu, uint32(e.tx.maxPacket)))
+}
+
+// MaxHeaderLength implements stack.LinkEndpoint: framing headers are
+// written into the TX buffer, not pushed into the packet.
+func (e *Endpoint) MaxHeaderLength() uint16 { return 0 }
+
+// LinkAddress implements stack.LinkEndpoint: raw IP has none.
+func (e *Endpoint) LinkAddress() tcpip.LinkAddress { return "" }
+
+// SetLinkAddress implements stack.LinkEndpoint (ignored: raw IP).
+func (e *Endpoint) SetLinkAddress(tcpip.LinkAddress) {}
+
+// Capabilities implements stack.LinkEndpoint.
+func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
+	if e.rxCsum {
+		return stack.CapabilityRXChecksumOffload
+	}
+	return stack.CapabilityNone
+}
+
+// Attach implements stack.LinkEndpoint. The poller delivers to d from now
+// on; nil (NIC removed) makes it drop and count instead.
+func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
+	if d == nil {
+		e.disp.Store(nil)
+		return
+	}
+	e.disp.Store(&d)
+}
+
+// IsAttached implements stack.LinkEndpoint.
+func (e *Endpoint) IsAttached() bool { return e.disp.Load() != nil }
+
+// Wait implements stack.LinkEndpoint: it returns when the goroutines the
+// endpoint started have stopped (after Close).
+func (e *Endpoint) Wait() { e.wg.Wait() }
+
+// ARPHardwareType implements stack.LinkEndpoint.
+func (e *Endpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+
+// AddHeader implements stack.LinkEndpoint (nothing: framing is added when
+// the packet is copied into its TX buffer).
+func (e *Endpoint) AddHeader(*stack.PacketBuffer) {}
+
+// ParseHeader implements stack.LinkEndpoint.
+func (e *Endpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// SetOnCloseAction implements stack.LinkEndpoint.
+func (e *Endpoint) SetOnCloseAction(fn func()) { e.onClose.Store(&fn) }
+
+// GSOMaxSize implements stack.GSOEndpoint.
+func (e *Endpoint) GSOMaxSize() uint32 { return e.opts.GSOMaxSize }
+
+// SupportedGSO implements stack.GSOEndpoint: gVisor GSO (TCP builds large
+// segments and splits them itself; the modem has no TSO).
+func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
+	if e.opts.NoGSO {
+		return stack.GSONotSupported
+	}
+	return stack.GVisorGSOSupported
+}
+
+// Channels returns the UL and DL channels (for diagnostics and tests).
+func (e *Endpoint) Channels() (ul, dl *mhi.Channel) { return e.ul, e.dl }
+
+// RefillLevel returns the number of free DL descriptors that wakes the
+// refiller.
+func (e *Endpoint) RefillLevel() int { return e.level }
+
+// Close implements stack.LinkEndpoint: it stops the poller and refiller,
+// fails blocked and later writers, resets both channels (every queued
+// buffer comes back), hands the event rings back to the controller and
+// frees the DMA pools. It is idempotent and returns when everything has
+// stopped.
+func (e *Endpoint) Close() {
+	e.closeOnce.Do(e.close)
+}
+
+func (e *Endpoint) close() {
+	if fn := e.onClose.Load(); fn != nil && *fn != nil {
+		(*fn)()
+	}
+	e.closed.Store(true)
+	close(e.stop)
+	e.unsub()
+	if e.opts.Refill == RefillShared {
+		e.opts.Worker.remove(e)
+	}
+	e.wg.Wait()
+	// An inline poll may be running on an interrupt goroutine; it sees
+	// closed and stops at the end of its pass.
+	waitUnlocked(&e.pollMu)
+	// Writers in flight see closed (or stop) and return; so does a
+	// refill in progress on a shared worker.
+	waitWriters(&e.lifeMu)
+	waitUnlocked(&e.refillMu)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Reset (not Stop): the device forgets the rings and every queued
+	// buffer comes back through Release. UL first, as Linux does.
+	if err := e.ul.Reset(ctx); err != nil {
+		e.log.Warn("reset UL channel", "err", err)
+	}
+	if err := e.dl.Reset(ctx); err != nil {
+		e.log.Warn("reset DL channel", "err", err)
+	}
+	e.ulER.SetNotify(nil)
+	e.dlER.SetNotify(nil)
+	// Frames the poller still held.
+	e.rx.releaseAll(e)
+	e.freeMemory()
+}
+
+// freeMemory frees the DMA pools; every buffer must be back.
+func (e *Endpoint) freeMemory() {
+	dma := e.c.Device().DMA()
+	rx, rxAll, tx, txAll := e.buffersHome()
+	e.atClose = [4]int{rx, rxAll, tx, txAll}
+	if n, all := e.rxPool.available(), len(e.rxPool.all); n != all {
+		e.log.Error("RX buffers missing at close", "back", n, "of", all)
+	}
+	if n, all := e.tx.available(), len(e.tx.all); n != all {
+		e.log.Error("TX buffers missing at close", "back", n, "of", all)
+	}
+	e.rxPool.destroy(dma)
+	e.tx.destroy(dma)
+}
+
+// buffersHome counts the RX and TX DMA buffers in their pools (tests).
+func (e *Endpoint) buffersHome() (rx, rxAll, tx, txAll int) {
+	return e.rxPool.available(), len(e.rxPool.all), e.tx.available(), len(e.tx.all)
+}
+
+// groSink is the dispatcher GRO delivers to: it counts what comes out of
+// GRO (merges = in − out) and forwards to the attached stack.
+type groSink struct{ e *Endpoint }
+
+func (s *groSink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	e := s.e
+	e.pass.groOut++
+	if d := e.disp.Load(); d != nil {
+		(*d).DeliverNetworkPacket(proto, pkt)
+		return
+	}
+	e.pass.dropNoAtt++
+}
+
+func (s *groSink) DeliverLinkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if d := s.e.disp.Load(); d != nil {
+		(*d).DeliverLinkPacket(proto, pkt)
+	}
+}
+
+// waitUnlocked returns once whoever holds mu has released it.
+func waitUnlocked(mu *sync.Mutex) {
+	mu.Lock()
+	defer mu.Unlock()
+}
+
+// waitWriters returns once no reader (writer goroutine) holds mu.
+func waitWriters(mu *sync.RWMutex) {
+	mu.Lock()
+	defer mu.Unlock()
+}

@@ -1,0 +1,105 @@
+package link
+
+import "errors"
+
+// MaxFrame bounds one received frame after OVERFLOW reassembly: the MHI
+// TRE length field is 16 bits and Linux caps raw-IP MTUs at 0xFFFF
+// (mhi-protocol.md §7.1), so a longer chain is a broken or hostile device.
+const MaxFrame = 65535
+
+// Span locates one IP packet inside a received frame.
+type Span struct {
+	Off, Len int
+}
+
+// Framing is how IP packets travel in the frames of a data channel: raw IP
+// (one packet per transfer, this package), QMAP or MBIM NTB (many packets
+// per frame, link/qmap and link/mbim).
+//
+// Decode is a pure function of the frame, so framings are table-tested and
+// fuzzed without a device. The endpoint decodes a frame once, then
+// delivers its packets over as many poll passes as the budget needs.
+type Framing interface {
+	// Name is what logs and Stats call the framing ("raw-ip", "qmap").
+	Name() string
+	// Decode appends the location of every IP packet in frame to spans
+	// and returns it. Spans must lie inside frame. On a malformed frame it
+	// returns the packets found before the damage and an error; the
+	// endpoint delivers those and counts the frame as an RX error.
+	// Decode must not retain frame or allocate when spans has room.
+	Decode(frame []byte, spans []Span) ([]Span, error)
+	// NewEncoder returns an encoder for UL frames. Each endpoint keeps
+	// one and uses it under its TX lock.
+	NewEncoder() Encoder
+	// Overhead is the most bytes a UL frame adds around one packet
+	// (headers, padding): a TX buffer of MTU+Overhead bytes always
+	// holds at least one packet.
+	Overhead() int
+}
+
+// Encoder builds one UL frame at a time in a TX buffer: Begin, then Add
+// for each packet until it reports the frame full, then End.
+type Encoder interface {
+	// Begin starts a frame in buf (the whole TX buffer).
+	Begin(buf []byte)
+	// Add reserves room for an IP packet of n bytes and returns the
+	// slice of the frame to copy it into, or nil when the frame cannot
+	// take it (the caller ends the frame and begins another). A frame
+	// that holds no packet yet must take any n up to len(buf)-Overhead.
+	Add(n int) []byte
+	// End finishes the frame (lengths, trailers) and returns its length
+	// in bytes; 0 if no packet was added.
+	End() int
+}
+
+// Errors of Decode.
+var (
+	// ErrRunt: the frame (or a packet in it) is shorter than its headers.
+	ErrRunt = errors.New("link: frame too short")
+	// ErrBadFrame: the frame's headers are inconsistent.
+	ErrBadFrame = errors.New("link: malformed frame")
+)
+
+// RawIP is the framing of mhi_net's IP_HW0 and IP_SW0 channels: each
+// transfer is exactly one IPv4 or IPv6 packet, no header
+// (mhi-protocol.md §7.1). The IP version is checked at delivery, not here.
+type RawIP struct{}
+
+// Name implements Framing.
+func (RawIP) Name() string { return "raw-ip" }
+
+// Decode implements Framing: the whole frame is one packet.
+func (RawIP) Decode(frame []byte, spans []Span) ([]Span, error) {
+	if len(frame) == 0 {
+		return spans, ErrRunt
+	}
+	return append(spans, Span{0, len(frame)}), nil
+}
+
+// NewEncoder implements Framing.
+func (RawIP) NewEncoder() Encoder { return &rawEncoder{} }
+
+// Overhead implements Framing: raw IP adds nothing.
+func (RawIP) Overhead() int { return 0 }
+
+// rawEncoder puts one packet in each frame.
+type rawEncoder struct {
+	buf []byte
+	n   int
+}
+
+func (e *rawEncoder) Begin(buf []byte) { e.buf, e.n = buf, 0 }
+
+func (e *rawEncoder) Add(n int) []byte {
+	if e.n != 0 || n <= 0 || n > len(e.buf) {
+		return nil
+	}
+	e.n = n
+	return e.buf[:n]
+}
+
+func (e *rawEncoder) End() int {
+	n := e.n
+	e.buf, e.n = nil, 0
+	return n
+}

@@ -1,0 +1,153 @@
+package link
+
+import (
+	"runtime"
+	"time"
+)
+
+// pollLoop is the dedicated poller (threaded NAPI): it sleeps until
+// notify schedules it, then runs passes until one does less than a budget
+// of work and the re-check after re-arming finds nothing.
+func (e *Endpoint) pollLoop() {
+	defer e.wg.Done()
+	if e.opts.LockOSThread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	var retry *time.Timer // RefillInline back-off while the pool is empty
+	var backoff time.Duration
+	for {
+		var retryC <-chan time.Time
+		if e.opts.Refill == RefillInline && e.starved.Load() {
+			backoff = nextBackoff(backoff)
+			if retry == nil {
+				retry = time.NewTimer(backoff)
+			} else {
+				retry.Reset(backoff)
+			}
+			retryC = retry.C
+		} else {
+			backoff = 0
+		}
+		select {
+		case <-e.stop:
+			if retry != nil {
+				retry.Stop()
+			}
+			return
+		case <-e.sched:
+		case <-retryC:
+			e.refill()
+			continue
+		}
+		if !e.run() {
+			return
+		}
+	}
+}
+
+// pollInline runs the passes on the interrupt goroutine that scheduled
+// them (softirq NAPI). pollMu lets Close wait for a pass in progress.
+func (e *Endpoint) pollInline() {
+	e.pollMu.Lock()
+	defer e.pollMu.Unlock()
+	if e.closed.Load() {
+		return
+	}
+	e.run()
+}
+
+// run does poll passes while the poller is scheduled. It returns false if
+// the endpoint is closing.
+func (e *Endpoint) run() bool {
+	for {
+		if e.closed.Load() {
+			return false
+		}
+		work := e.poll()
+		if work >= e.budget {
+			// The device has more: poll again without waiting for an
+			// interrupt (with BEI moderation the next MSI may be a
+			// millisecond away). Yield so that writers and the
+			// refiller on the same Ps get to run.
+			e.stats.exhausted.Add(1)
+			runtime.Gosched()
+			continue
+		}
+		// napi_complete_done: clear SCHED, then re-check the rings for
+		// events that raced in before an interrupt could be raised for
+		// them.
+		e.stats.rearms.Add(1)
+		e.scheduled.Store(false)
+		if !e.rx.pending() && !e.dlER.Pending() && !e.ulER.Pending() {
+			return true
+		}
+		e.stats.rearmRaces.Add(1)
+		if !e.scheduled.CompareAndSwap(false, true) {
+			// An interrupt got in between and scheduled a poll: its
+			// token (or, inline, its goroutine) takes over.
+			return true
+		}
+	}
+}
+
+// poll is one pass: TX completions first and outside the budget, then up
+// to budget RX packets, one GRO flush, buffers back to the pool in one
+// batch, the refiller woken at its level. It returns the RX work done.
+func (e *Endpoint) poll() int {
+	start := time.Now()
+	e.stats.polls.Add(1)
+	if e.resetRX.Swap(false) {
+		e.rx.dropChain(e)
+	}
+	work := 0
+	if !e.shared {
+		// TX liberation is cheap and frees the buffers writers wait
+		// for: bounded by the ring, not by the budget, unless
+		// TXInBudget measures the other choice.
+		n := e.ulER.Poll(e.txBudget, e.txFn)
+		if e.opts.TXInBudget {
+			work = min(n, e.budget)
+		}
+	}
+	work += e.rx.deliver(e, e.budget-work)
+	if work < e.budget {
+		// One Poll per pass: the event ring doorbell is rung once. At
+		// most one event per remaining packet of budget, so the
+		// frames it completes fit the backlog.
+		e.dlER.Poll(e.budget-work, e.rxFn)
+		work += e.rx.deliver(e, e.budget-work)
+	}
+	e.flushGRO()
+	e.rx.returnBuffers(e)
+	e.stats.publish(&e.pass)
+	if uint64(work) > e.stats.maxPass.Load() {
+		e.stats.maxPass.Store(uint64(work))
+	}
+	if e.dl.FreeCount() >= e.level {
+		if e.opts.Refill == RefillInline {
+			e.refill()
+		} else {
+			e.kickRefill()
+		}
+	}
+	e.stats.pollNanos.Add(uint64(time.Since(start)))
+	return work
+}
+
+// flushGRO delivers everything GRO holds. gro.GRO.Flush at the pinned
+// gVisor delivers only the first packet of each bucket (it walks the list
+// with Next after removing the element, which clears the link), so it is
+// repeated until a call delivers nothing; a bucket holds at most 8.
+func (e *Endpoint) flushGRO() {
+	if e.pass.groIn == e.pass.groOut {
+		return
+	}
+	for range 9 {
+		before := e.pass.groOut
+		e.gro.Flush()
+		if e.pass.groOut == before {
+			return
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package link
+
+import "sync/atomic"
+
+// Stats are the endpoint's counters since New. Packet counts are IP
+// packets; frames are MHI transfers (one per packet with raw IP).
+type Stats struct {
+	RXPackets, RXBytes uint64 // IP packets handed to the stack (before GRO)
+	RXFrames           uint64 // frames completed by the device (after OVERFLOW reassembly)
+	// RXErrors counts malformed frames (Framing.Decode errors).
+	RXErrors uint64
+	RXDrops  RXDrops
+	// RXAllocFail counts refills that found the DMA pool with fewer
+	// buffers than the DL ring had free descriptors (Linux rx_alloc_fail
+	// in spirit): the refiller retries with back-off.
+	RXAllocFail uint64
+
+	TXPackets, TXBytes uint64 // IP packets queued to the device
+	TXFrames           uint64 // UL transfers queued
+	TXCompletions      uint64 // UL transfers the device completed
+	TXDrops            TXDrops
+	// TXFull counts the times a writer found no TX buffer or a full UL
+	// ring and had to reap completions inline or wait (backpressure).
+	TXFull uint64
+	// TXDoorbells counts UL doorbell batches (Channel.Ring calls).
+	TXDoorbells uint64
+
+	// Interrupts counts event-ring notifications (MSIs) for the pair.
+	Interrupts uint64
+	// Polls counts poll passes; BudgetExhausted the passes that did
+	// Budget packets of work and so polled again without re-arming;
+	// Rearms the times the poller went back to waiting for an
+	// interrupt, RearmRaces the re-checks that found work after re-arming.
+	Polls, BudgetExhausted, Rearms, RearmRaces uint64
+	// MaxPassPackets is the most RX packets one pass delivered (never
+	// more than Budget).
+	MaxPassPackets uint64
+	// PollNanos is the time the poller spent inside passes: host cost
+	// per packet is PollNanos/RXPackets.
+	PollNanos uint64
+
+	// Refills counts refill batches (one doorbell each), RefillBuffers
+	// the DL buffers they queued.
+	Refills, RefillBuffers uint64
+	// GROMerges counts packets GRO merged into another one.
+	GROMerges uint64
+}
+
+// RXDrops counts RX packets or frames dropped, by reason.
+type RXDrops struct {
+	Oversize    uint64 // OVERFLOW chain longer than MaxFrame or than the chain bound: frame dropped
+	Truncated   uint64 // chain cut by a channel reset or SYS_ERR
+	Protocol    uint64 // not IPv4/IPv6, or shorter than its IP header
+	Checksum    uint64 // bad IPv4 header, TCP or UDP checksum (checksum offload on)
+	NotAttached uint64 // no dispatcher attached
+	Backlog     uint64 // poller backlog full (should stay 0)
+}
+
+// TXDrops counts TX packets not sent, by reason.
+type TXDrops struct {
+	TooBig   uint64 // larger than a TX buffer can frame
+	Timeout  uint64 // no UL space within Options.TXTimeout
+	LinkDown uint64 // channel not running (SYS_ERR, removal)
+	Closed   uint64 // endpoint closed
+}
+
+// counters are the atomics behind Stats. The poller accumulates its own
+// counts per pass and publishes them once per pass.
+type counters struct {
+	rxPackets, rxBytes, rxFrames, rxErrors, rxAllocFail   atomic.Uint64
+	dropOversize, dropTruncated, dropProto, dropCsum      atomic.Uint64
+	dropNotAttached, dropBacklog                          atomic.Uint64
+	txPackets, txBytes, txFrames, txCompletions, txFull   atomic.Uint64
+	txDoorbells                                           atomic.Uint64
+	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
+	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
+	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
+}
+
+// passCounts is what one poll pass counted.
+type passCounts struct {
+	rxPackets, rxBytes, rxFrames, rxErrors                      uint64
+	dropOversize, dropTruncated, dropProto, dropCsum, dropNoAtt uint64
+	dropBacklog, groIn, groOut                                  uint64
+}
+
+func (c *counters) publish(p *passCounts) {
+	add := func(a *atomic.Uint64, v uint64) {
+		if v != 0 {
+			a.Add(v)
+		}
+	}
+	add(&c.rxPackets, p.rxPackets)
+	add(&c.rxBytes, p.rxBytes)
+	add(&c.rxFrames, p.rxFrames)
+	add(&c.rxErrors, p.rxErrors)
+	add(&c.dropOversize, p.dropOversize)
+	add(&c.dropTruncated, p.dropTruncated)
+	add(&c.dropProto, p.dropProto)
+	add(&c.dropCsum, p.dropCsum)
+	add(&c.dropNotAttached, p.dropNoAtt)
+	add(&c.dropBacklog, p.dropBacklog)
+	if p.groIn > p.groOut {
+		// Packets GRO holds at the end of a pass are flushed in it, so
+		// in − out is what it merged.
+		c.groMerges.Add(p.groIn - p.groOut)
+	}
+	*p = passCounts{}
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Endpoint) Stats() Stats {
+	c := &e.stats
+	return Stats{
+		RXPackets: c.rxPackets.Load(), RXBytes: c.rxBytes.Load(), RXFrames: c.rxFrames.Load(),
+		RXErrors: c.rxErrors.Load(), RXAllocFail: c.rxAllocFail.Load(),
+		RXDrops: RXDrops{
+			Oversize: c.dropOversize.Load(), Truncated: c.dropTruncated.Load(),
+			Protocol: c.dropProto.Load(), Checksum: c.dropCsum.Load(),
+			NotAttached: c.dropNotAttached.Load(), Backlog: c.dropBacklog.Load(),
+		},
+		TXPackets: c.txPackets.Load(), TXBytes: c.txBytes.Load(), TXFrames: c.txFrames.Load(),
+		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(),
+		TXDrops: TXDrops{
+			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),
+			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(),
+		},
+		Interrupts: c.interrupts.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
+		Rearms: c.rearms.Load(), RearmRaces: c.rearmRaces.Load(), MaxPassPackets: c.maxPass.Load(),
+		PollNanos: c.pollNanos.Load(), Refills: c.refills.Load(), RefillBuffers: c.refillBuffers.Load(),
+		GROMerges: c.groMerges.Load(),
+	}
+}

@@ -1,0 +1,382 @@
+package link
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+)
+
+// reapInterval is how often a writer waiting for UL space reaps the UL
+// event ring itself. It does not wait for the poller: the writer may be
+// the poller (an ICMP reply or RST sent from inside delivery), and with
+// 1 ms interrupt moderation the poller may not run for a millisecond.
+const reapInterval = 50 * time.Microsecond
+
+// txState is the TX side: a fixed set of DMA buffers (one per UL ring
+// slot by default) and the encoder, used under mu by one writer at a time.
+type txState struct {
+	size      int // TX buffer size
+	maxPacket int // largest IP packet a buffer can frame
+	enc       Encoder
+	// unrung says frames were queued since the last doorbell (under mu).
+	unrung bool
+
+	// mu serialises writers: frames are built and queued in order, and
+	// the doorbell is rung once per WritePackets call. It is never held
+	// while waiting for space.
+	mu sync.Mutex
+
+	// freeMu guards free and the waiters' wake-up channel; completions
+	// take it from the poller or from a reaping writer.
+	freeMu  sync.Mutex
+	free    []*pci.Buffer
+	all     []*pci.Buffer
+	room    chan struct{} // closed and replaced when buffers return while waiters > 0
+	waiters int
+
+	timers sync.Pool // *time.Timer for waits, so that backpressure does not allocate
+}
+
+func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
+	size := e.opts.TXBufferSize
+	if size <= 0 {
+		size = int(mtu) + e.framing.Overhead()
+	}
+	size = min((size+63)&^63, mhi.MaxTRELen)
+	t.size = size
+	t.maxPacket = size - e.framing.Overhead()
+	if t.maxPacket < int(mtu) {
+		return errors.New("TX buffer smaller than MTU + framing overhead")
+	}
+	if e.opts.TXBuffers > 0 {
+		n = e.opts.TXBuffers
+	}
+	t.enc = e.framing.NewEncoder()
+	t.room = make(chan struct{})
+	t.free = make([]*pci.Buffer, 0, n)
+	for range n {
+		b, err := dma.Alloc(size, 64)
+		if err != nil {
+			t.destroy(dma)
+			return err
+		}
+		t.all = append(t.all, b)
+		t.free = append(t.free, b)
+	}
+	return nil
+}
+
+func (t *txState) get() *pci.Buffer {
+	t.freeMu.Lock()
+	defer t.freeMu.Unlock()
+	if len(t.free) == 0 {
+		return nil
+	}
+	b := t.free[len(t.free)-1]
+	t.free[len(t.free)-1] = nil
+	t.free = t.free[:len(t.free)-1]
+	return b
+}
+
+func (t *txState) put(b *pci.Buffer) {
+	t.freeMu.Lock()
+	if len(t.free) == cap(t.free) {
+		t.freeMu.Unlock()
+		panic("link: TX buffer returned twice")
+	}
+	t.free = append(t.free, b)
+	if t.waiters > 0 {
+		close(t.room)
+		t.room = make(chan struct{})
+	}
+	t.freeMu.Unlock()
+}
+
+func (t *txState) available() int {
+	t.freeMu.Lock()
+	defer t.freeMu.Unlock()
+	return len(t.free)
+}
+
+func (t *txState) destroy(dma pci.DMA) {
+	for _, b := range t.all {
+		_ = dma.Free(b)
+	}
+	t.all, t.free = nil, nil
+}
+
+// txComplete handles one UL completion (inside ulER.Poll, on the poller or
+// on a reaping writer): the frame left the host, its buffer is free.
+func (e *Endpoint) txComplete(c mhi.Completion) {
+	e.stats.txCompletions.Add(1)
+	e.tx.put(c.Buf)
+}
+
+// txRelease is the UL channel's Release (reset, SYS_ERR, Close).
+func (e *Endpoint) txRelease(b *pci.Buffer) { e.tx.put(b) }
+
+// reap processes UL completions inline. With a shared event ring it
+// cannot (that would deliver RX on this goroutine); it schedules the
+// poller instead.
+func (e *Endpoint) reap() {
+	if e.shared {
+		e.notify()
+		return
+	}
+	e.ulER.Poll(e.ul.Elements(), e.txFn)
+}
+
+// WritePackets implements stack.LinkWriter. Each packet is copied into a
+// TX DMA buffer through the framing's encoder (the only TX copy), the
+// frames are queued on the UL channel and the doorbell is rung once. When
+// buffers or ring slots run out it reaps completions inline and then waits
+// up to Options.TXTimeout, reaping as it waits, so that it makes progress
+// even when called from the poller itself. It returns the number of
+// packets queued from the front of the list, and an error only when that
+// is zero — never (0, nil).
+func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	list := pkts.AsSlice()
+	if len(list) == 0 {
+		return 0, nil
+	}
+	// lifeMu (read) keeps Close from freeing the buffers while this
+	// call, possibly waiting with t.mu released, still uses them.
+	e.lifeMu.RLock()
+	defer e.lifeMu.RUnlock()
+	t := &e.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.closed.Load() {
+		e.stats.txClosed.Add(uint64(len(list)))
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	var (
+		sent, inFrame int
+		frameBytes    int
+		buf           *pci.Buffer
+		deadline      time.Time
+		err           tcpip.Error
+	)
+	// flush queues the frame being built; false means it could not be
+	// (timeout or link down) and the packets in it are dropped.
+	flush := func() bool {
+		n := t.enc.End()
+		b := buf
+		buf = nil
+		if n == 0 {
+			t.put(b)
+			return true
+		}
+		if qerr := e.queueFrame(b, n, &deadline); qerr != nil {
+			t.put(b)
+			err = qerr
+			return false
+		}
+		sent += inFrame
+		e.stats.txPackets.Add(uint64(inFrame))
+		e.stats.txBytes.Add(uint64(frameBytes))
+		inFrame, frameBytes = 0, 0
+		return true
+	}
+	for i := 0; i < len(list); {
+		pkt := list[i]
+		size := pkt.Size()
+		if size <= 0 || size > t.maxPacket {
+			if buf != nil && !flush() {
+				break
+			}
+			e.stats.txTooBig.Add(1)
+			if sent == 0 {
+				err = &tcpip.ErrMessageTooLong{}
+			}
+			break
+		}
+		if buf == nil {
+			if buf = e.getTXBuffer(&deadline, &err); buf == nil {
+				break
+			}
+			t.enc.Begin(buf.Mem[:t.size])
+		}
+		dst := t.enc.Add(size)
+		if dst == nil {
+			if inFrame == 0 {
+				// A fresh frame refused a packet that fits the buffer:
+				// a framing bug. Drop the packet rather than spin.
+				e.stats.txTooBig.Add(1)
+				t.put(buf)
+				buf = nil
+				if sent == 0 {
+					err = &tcpip.ErrMessageTooLong{}
+				}
+				break
+			}
+			if !flush() {
+				break
+			}
+			continue
+		}
+		copyPacket(dst, pkt)
+		if tap := e.tap.Load(); tap != nil {
+			tap.write(dst)
+		}
+		inFrame++
+		frameBytes += size
+		i++
+	}
+	if buf != nil {
+		flush()
+	}
+	e.ringUL()
+	if dropped := len(list) - sent; dropped > 0 {
+		switch err.(type) {
+		case *tcpip.ErrNoBufferSpace:
+			e.stats.txTimeout.Add(uint64(dropped))
+		case *tcpip.ErrClosedForSend:
+			e.stats.txLinkDown.Add(uint64(dropped))
+		}
+	}
+	if sent > 0 {
+		return sent, nil
+	}
+	if err == nil {
+		err = &tcpip.ErrNoBufferSpace{}
+	}
+	return 0, err
+}
+
+// copyPacket copies pkt's bytes (headers and payload, from its views)
+// into dst without allocating.
+func copyPacket(dst []byte, pkt *stack.PacketBuffer) {
+	vl, off := pkt.AsViewList()
+	n := 0
+	for v := vl.Front(); v != nil && n < len(dst); v = v.Next() {
+		s := v.AsSlice()
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		n += copy(dst[n:], s[off:])
+		off = 0
+	}
+}
+
+// getTXBuffer takes a free TX buffer, reaping and then waiting (bounded)
+// when there is none. The caller holds t.mu.
+func (e *Endpoint) getTXBuffer(deadline *time.Time, err *tcpip.Error) *pci.Buffer {
+	t := &e.tx
+	for {
+		if b := t.get(); b != nil {
+			return b
+		}
+		if !e.waitTX(deadline) {
+			*err = e.txWaitError()
+			return nil
+		}
+	}
+}
+
+// queueFrame queues one frame on the UL ring, waiting (bounded) while the
+// ring is full. The caller holds t.mu.
+func (e *Endpoint) queueFrame(b *pci.Buffer, n int, deadline *time.Time) tcpip.Error {
+	for {
+		err := e.ul.Queue(b, n, mhi.EOT)
+		if err == nil {
+			e.tx.unrung = true
+			e.stats.txFrames.Add(1)
+			return nil
+		}
+		if !errors.Is(err, mhi.ErrRingFull) {
+			e.log.Debug("UL queue failed", "err", err)
+			return &tcpip.ErrClosedForSend{}
+		}
+		if !e.waitTX(deadline) {
+			return e.txWaitError()
+		}
+	}
+}
+
+// ringUL rings the UL doorbell once for the frames queued since the last
+// one. The caller holds t.mu.
+func (e *Endpoint) ringUL() {
+	if e.tx.unrung {
+		e.tx.unrung = false
+		e.ul.Ring()
+		e.stats.txDoorbells.Add(1)
+	}
+}
+
+func (e *Endpoint) txWaitError() tcpip.Error {
+	if e.closed.Load() {
+		return &tcpip.ErrClosedForSend{}
+	}
+	return &tcpip.ErrNoBufferSpace{}
+}
+
+// waitTX reaps completions and, if that freed nothing, waits for space
+// with t.mu released, reaping every reapInterval. It returns false at the
+// deadline or when the endpoint closes; the caller holds t.mu on entry
+// and on return.
+func (e *Endpoint) waitTX(deadline *time.Time) bool {
+	t := &e.tx
+	e.stats.txFull.Add(1)
+	if e.closed.Load() {
+		return false
+	}
+	// The device must see what this call queued before it can make room.
+	e.ringUL()
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(e.opts.TXTimeout)
+	}
+	before := t.available()
+	e.reap()
+	if t.available() > before {
+		return true
+	}
+	tm, _ := t.timers.Get().(*time.Timer)
+	if tm == nil {
+		tm = time.NewTimer(time.Hour)
+	}
+	defer t.timers.Put(tm)
+	for {
+		left := time.Until(*deadline)
+		if left <= 0 {
+			return false
+		}
+		t.freeMu.Lock()
+		t.waiters++
+		room := t.room
+		t.freeMu.Unlock()
+		t.mu.Unlock()
+		tm.Reset(min(left, reapInterval))
+		woke := false
+		select {
+		case <-room:
+			woke = true
+		case <-tm.C:
+		case <-e.stop:
+		}
+		// Since Go 1.23 Stop leaves no stale tick in the channel.
+		tm.Stop()
+		t.mu.Lock()
+		t.freeMu.Lock()
+		t.waiters--
+		t.freeMu.Unlock()
+		if e.closed.Load() {
+			return false
+		}
+		if woke {
+			return true
+		}
+		before := t.available()
+		e.reap()
+		if t.available() > before || !e.ul.Full() {
+			return true
+		}
+	}
+}
