@@ -343,7 +343,9 @@ func (m *Modem) pollBurst(now time.Time) bool {
 			continue
 		}
 		if c.ul {
-			m.refresh(c)
+			if m.refresh(c) {
+				m.lastActive = now
+			}
 			if c.rp != c.wp {
 				m.ulWork.set(c.num)
 				polling = true

@@ -499,3 +499,29 @@ func (h *rawHost) fill(n int, seed byte) *pci.Buffer {
 }
 
 func same(a, b []byte) bool { return bytes.Equal(a, b) }
+
+// tryEvent consumes one event of ring i if there is one, handling DB_MODE
+// as the host does (§5.3): back to doorbell mode, ring again.
+func (h *rawHost) tryEvent(i int) (mhi.Element, bool) {
+	er := h.ers[i]
+	base, end := er.buf.IOVA, er.buf.IOVA+uint64(er.buf.Len())
+	if h.evCtx.Load64(i*mhi.ContextSize+mhi.CtxRP) == er.rp {
+		return mhi.Element{}, false
+	}
+	el := mhi.DecodeElement(er.buf.Mem[er.rp-base:])
+	if er.rp += 16; er.rp == end {
+		er.rp = base
+	}
+	if er.wp += 16; er.wp == end {
+		er.wp = base
+	}
+	h.evCtx.Store64(i*mhi.ContextSize+mhi.CtxWP, er.wp)
+	h.w64(h.erdb+uint64(8*i), er.wp)
+	if el.Type() == mhi.TypeTxEvent && el.Code() == mhi.CodeDBMode {
+		if c := h.chans[int(el.Chan())]; c != nil {
+			h.ring(c)
+		}
+		return el, false
+	}
+	return el, true
+}

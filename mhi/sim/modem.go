@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,8 +67,10 @@ type Options struct {
 	DisableModeration bool
 	// BurstIdle is how long a polling burst-mode channel finds nothing
 	// new before it sends DB_MODE (default 2 ms); PollInterval is how
-	// often it polls the context wp meanwhile (default 100 µs).
-	BurstIdle, PollInterval time.Duration
+	// often it polls the context wp meanwhile (default 100 µs), after
+	// busy-polling for PollSpin since it last found something (default
+	// 50 µs).
+	BurstIdle, PollInterval, PollSpin time.Duration
 	// EventWait bounds the wait for a free event ring element before
 	// the event is dropped (default 1 s).
 	EventWait time.Duration
@@ -114,6 +117,7 @@ func (o *Options) setDefaults(p *mhi.Profile) {
 	}
 	def(&o.BurstIdle, 2*time.Millisecond)
 	def(&o.PollInterval, 100*time.Microsecond)
+	def(&o.PollSpin, 50*time.Microsecond)
 	def(&o.EventWait, time.Second)
 	def(&o.SendTimeout, 100*time.Millisecond)
 	def(&o.SBLTime, 5*time.Millisecond)
@@ -180,9 +184,10 @@ type Modem struct {
 	chans      [mhi.MaxChannels]*channel
 	pairs      []*pair
 	burstChans []*channel
-	dbWork     chanBits // channel doorbells to handle
-	ulWork     chanBits // UL channels with TREs to consume
-	polling    bool     // a burst channel polls: wake up every PollInterval
+	dbWork     chanBits  // channel doorbells to handle
+	ulWork     chanBits  // UL channels with TREs to consume
+	polling    bool      // a burst channel polls: wake up every PollInterval
+	lastActive time.Time // a polling channel last found something new
 	sblUntil   time.Time
 	actions    []action
 	boot       bootState
@@ -453,6 +458,20 @@ func (m *Modem) run() {
 			}
 			continue
 		}
+		if m.spinning() {
+			// Busy-poll a burst channel briefly after activity: a
+			// timer sleep costs far more than the host takes to
+			// queue the next TRE.
+			runtime.Gosched()
+			select {
+			case <-m.quit:
+				return
+			case r := <-m.reqs:
+				m.handle(r)
+			default:
+			}
+			continue
+		}
 		t.Reset(m.nextWait())
 		select {
 		case <-m.quit:
@@ -518,6 +537,14 @@ func (m *Modem) step() bool {
 		}
 	}
 	return more
+}
+
+// spinning reports whether burst channels poll and were active within
+// PollSpin.
+func (m *Modem) spinning() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.polling && time.Since(m.lastActive) < m.opts.PollSpin
 }
 
 // nextWait is how long the device goroutine may sleep without a signal.
