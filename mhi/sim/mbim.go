@@ -2,7 +2,9 @@ package sim
 
 import (
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -229,16 +231,28 @@ func (f *MBIMFunction) startWith(send func([]byte) error) {
 	go f.run(in, quit)
 }
 
-// Receive implements Function: it queues one UL transfer.
-func (f *MBIMFunction) Receive(td []byte) {
+// Receive implements Function: it queues one UL transfer, or drops it
+// (counted) when the queue is full: the device goroutine must not wait.
+func (f *MBIMFunction) Receive(td []byte) { f.deliver(td, false) }
+
+// deliver queues td; block waits for room (Serve, which owns its reader).
+func (f *MBIMFunction) deliver(td []byte, block bool) {
 	f.mu.Lock()
-	in := f.in
+	in, quit := f.in, f.quit
 	f.mu.Unlock()
 	if in == nil {
 		return
 	}
+	b := append([]byte(nil), td...)
+	if block {
+		select {
+		case in <- b:
+		case <-quit:
+		}
+		return
+	}
 	select {
-	case in <- append([]byte(nil), td...):
+	case in <- b:
 	default:
 		f.stats.dropped.Add(1)
 	}
@@ -397,4 +411,35 @@ func (f *MBIMFunction) Configure(change func(*MBIMConfig)) {
 	defer f.mu.Unlock()
 	change(&f.cfg)
 	f.cfg.setDefaults()
+}
+
+// Serve runs the function over a byte stream instead of an MHI channel
+// pair (a pipe in tests, a PTY or socket for tools): it starts, feeds
+// everything read from rw to the function, and stops when reading fails
+// (rw closed or EOF). Serve closes rw before it returns.
+func (f *MBIMFunction) Serve(rw io.ReadWriteCloser) error {
+	var wmu sync.Mutex
+	f.startWith(func(b []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		_, err := rw.Write(b)
+		return err
+	})
+	defer func() {
+		rw.Close()
+		f.Stop()
+	}()
+	buf := make([]byte, mbim.MaxControlTransfer)
+	for {
+		n, err := rw.Read(buf)
+		if n > 0 {
+			f.deliver(buf[:n], true)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+	}
 }

@@ -1,0 +1,489 @@
+package mbim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Transport carries MBIM messages to and from a function. Send writes
+// one message or fragment; Recv returns the next chunk of the function's
+// output, which the Client treats as a byte stream (one MHI transfer
+// normally holds one message, but libmbim does not rely on it and neither
+// does this package). *mhi.ControlPort is a Transport; StreamTransport
+// adapts a pipe, a socket or a character device.
+type Transport interface {
+	Send(ctx context.Context, msg []byte) error
+	Recv(ctx context.Context) ([]byte, error)
+	Close() error
+}
+
+// Options configure a Client. The zero value is what libmbim uses.
+type Options struct {
+	// MaxControlTransfer is offered in OPEN and bounds every fragment in
+	// both directions (default DefaultControlTransfer, at most
+	// MaxControlTransfer).
+	MaxControlTransfer int
+	// Timeout bounds a request without a longer timeout of its own
+	// (default 10 s); LongTimeout bounds CONNECT, PACKET_SERVICE and
+	// REGISTER_STATE sets and IP_CONFIGURATION, which wait for the
+	// network (default 120 s, libmbim's CONNECT timeout). A request's
+	// context can only shorten them.
+	Timeout, LongTimeout time.Duration
+	// OpenTimeout bounds one OPEN attempt (default 5 s) and
+	// OpenAttempts the attempts (default 3); between attempts the client
+	// sends CLOSE, because a function still open for a previous host may
+	// ignore OPEN until it is closed (libmbim mbim-device.c does the
+	// same).
+	OpenTimeout  time.Duration
+	OpenAttempts int
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxControlTransfer <= 0 {
+		o.MaxControlTransfer = DefaultControlTransfer
+	}
+	o.MaxControlTransfer = max(MinControlTransfer, min(o.MaxControlTransfer, MaxControlTransfer))
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.LongTimeout <= 0 {
+		o.LongTimeout = 120 * time.Second
+	}
+	if o.OpenTimeout <= 0 {
+		o.OpenTimeout = 5 * time.Second
+	}
+	if o.OpenAttempts <= 0 {
+		o.OpenAttempts = 3
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Client is the host side of an MBIM function: it assigns transaction
+// IDs, fragments requests, reassembles answers, matches them (and
+// FUNCTION_ERRORs) to requests, and hands indications to subscribers.
+//
+// All methods may be called from any goroutine. The client owns one
+// goroutine, the reader, which Close stops; subscriber callbacks run on it
+// and must not block.
+type Client struct {
+	t    Transport
+	opts Options
+	log  *slog.Logger
+
+	stop   context.CancelFunc
+	ctx    context.Context
+	done   chan struct{}
+	sendMu sync.Mutex // keeps the fragments of one message together
+
+	mu       sync.Mutex
+	nextTID  uint32
+	pending  map[uint32]*call
+	opened   bool
+	closed   bool
+	dead     error // the transport failed; every request fails with it
+	resetDec bool  // the reader must drop its partial input
+	subID    int
+	subs     map[int]func(*Message)
+	resets   map[int]func()
+}
+
+type call struct {
+	want MessageType
+	ch   chan result
+}
+
+type result struct {
+	m   *Message
+	err error
+}
+
+// NewClient starts a client over t; the client owns t and closes it in
+// Close. The function is not opened yet: call Open.
+func NewClient(t Transport, opts Options) *Client {
+	opts.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		t: t, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel,
+		done: make(chan struct{}), pending: map[uint32]*call{},
+		subs: map[int]func(*Message){}, resets: map[int]func(){},
+	}
+	go c.read()
+	return c
+}
+
+// MaxControlTransfer returns the fragment size in use.
+func (c *Client) MaxControlTransfer() int { return c.opts.MaxControlTransfer }
+
+// Opened reports whether OPEN succeeded and nothing since (CLOSE, a
+// NOT_OPENED function error, a modem reset) undid it.
+func (c *Client) Opened() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opened
+}
+
+// Open opens the function: OPEN with MaxControlTransfer, retried with a
+// CLOSE in between (see Options.OpenAttempts).
+func (c *Client) Open(ctx context.Context) error {
+	var last error
+	for attempt := 0; attempt < c.opts.OpenAttempts; attempt++ {
+		if attempt > 0 {
+			// The function may be stuck in a session another host (or
+			// this one, before a crash) opened: close it first.
+			cctx, cancel := context.WithTimeout(ctx, c.opts.OpenTimeout)
+			_, err := c.call(cctx, &Message{Type: TypeClose}, TypeCloseDone, false)
+			cancel()
+			c.log.Debug("mbim: close before re-open", "err", err)
+		}
+		octx, cancel := context.WithTimeout(ctx, c.opts.OpenTimeout)
+		m, err := c.call(octx, &Message{Type: TypeOpen, MaxControlTransfer: uint32(c.opts.MaxControlTransfer)}, TypeOpenDone, false)
+		cancel()
+		if err == nil && m.Status != StatusNone {
+			err = fmt.Errorf("mbim: OPEN: %w", m.Status)
+		}
+		if err == nil {
+			c.mu.Lock()
+			c.opened = true
+			c.mu.Unlock()
+			return nil
+		}
+		last = err
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			break
+		}
+		c.log.Debug("mbim: OPEN failed", "attempt", attempt+1, "err", err)
+	}
+	return fmt.Errorf("mbim: open failed after retries: %w", last)
+}
+
+// CloseFunction sends CLOSE and waits for CLOSE_DONE; the client stays
+// usable for a later Open. On a real modem this tears the data session
+// down.
+func (c *Client) CloseFunction(ctx context.Context) error {
+	c.mu.Lock()
+	c.opened = false
+	c.mu.Unlock()
+	m, err := c.call(ctx, &Message{Type: TypeClose}, TypeCloseDone, false)
+	if err == nil && m.Status != StatusNone {
+		err = fmt.Errorf("mbim: CLOSE: %w", m.Status)
+	}
+	return err
+}
+
+// Close sends CLOSE if the function is open (bounded by one second),
+// stops the reader and closes the transport. Outstanding requests fail
+// with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.done
+		return nil
+	}
+	wasOpen := c.opened && c.dead == nil
+	c.mu.Unlock()
+	if wasOpen {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.CloseFunction(ctx)
+		cancel()
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.stop()
+	err := c.t.Close()
+	<-c.done
+	c.failAll(ErrClosed)
+	return err
+}
+
+// Subscribe registers fn for every INDICATE_STATUS (service, CID and
+// buffer in the message). fn runs on the reader goroutine and must not
+// block or keep m.Buffer. The returned func unsubscribes.
+func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subID++
+	id := c.subID
+	c.subs[id] = fn
+	return func() {
+		c.mu.Lock()
+		delete(c.subs, id)
+		c.mu.Unlock()
+	}
+}
+
+// OnReset registers fn to be called when the function lost its state
+// under the client (NotifyReset, or a NOT_OPENED function error): the
+// session must be opened and brought up again. fn must not block.
+func (c *Client) OnReset(fn func()) (cancel func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subID++
+	id := c.subID
+	c.resets[id] = fn
+	return func() {
+		c.mu.Lock()
+		delete(c.resets, id)
+		c.mu.Unlock()
+	}
+}
+
+// NotifyReset tells the client that the function was reset under it
+// (the modem crashed and MHI recovered it, mhi.EventSysErr and
+// EventRecovered): outstanding requests fail with ErrModemReset, half
+// received messages are dropped, the client counts as not opened, and
+// OnReset subscribers are told.
+func (c *Client) NotifyReset() {
+	c.mu.Lock()
+	c.opened = false
+	c.resetDec = true
+	pend := c.pending
+	c.pending = map[uint32]*call{}
+	fns := c.resetFns()
+	c.mu.Unlock()
+	for _, p := range pend {
+		p.ch <- result{err: ErrModemReset}
+	}
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+func (c *Client) resetFns() []func() {
+	fns := make([]func(), 0, len(c.resets))
+	for _, fn := range c.resets {
+		fns = append(fns, fn)
+	}
+	return fns
+}
+
+// timeoutFor returns the request timeout of a command (§9: CONNECT
+// 120 s, the rest as libmbim).
+func (c *Client) timeoutFor(m *Message) time.Duration {
+	if m.Type == TypeCommand && m.Service == ServiceBasicConnect {
+		switch {
+		case m.CID == CIDIPConfiguration,
+			m.CommandType == Set && (m.CID == CIDConnect || m.CID == CIDPacketService || m.CID == CIDRegisterState):
+			return c.opts.LongTimeout
+		}
+	}
+	return c.opts.Timeout
+}
+
+// Call sends a COMMAND (m.TID is replaced by a fresh transaction ID) and
+// returns the COMMAND_DONE whatever its Status; the error reports only
+// transport, timeout and protocol failures. The proxy forwards with it;
+// most users want Command.
+func (c *Client) Call(ctx context.Context, m *Message) (*Message, error) {
+	if m.Type != TypeCommand {
+		return nil, fmt.Errorf("mbim: Call needs a COMMAND, not %v", m.Type)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeoutFor(m))
+	defer cancel()
+	return c.call(ctx, m, TypeCommandDone, true)
+}
+
+// Command runs one command and returns the answer's information buffer.
+// A non-success status is a *CommandError (the buffer is still returned:
+// CONNECT puts the 3GPP cause in it).
+func (c *Client) Command(ctx context.Context, svc UUID, cid uint32, typ CommandType, buf []byte) ([]byte, error) {
+	m := &Message{Type: TypeCommand, Service: svc, CID: cid, CommandType: typ, Buffer: buf}
+	r, err := c.Call(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("mbim: %s: %w", cidName(svc, cid), err)
+	}
+	if r.Status != StatusNone {
+		return r.Buffer, &CommandError{Service: svc, CID: cid, Set: typ == Set, Status: r.Status}
+	}
+	return r.Buffer, nil
+}
+
+// call sends m with a new TID and waits for the answer of type want.
+func (c *Client) call(ctx context.Context, m *Message, want MessageType, needOpen bool) (*Message, error) {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return nil, ErrClosed
+	case c.dead != nil:
+		c.mu.Unlock()
+		return nil, c.dead
+	case needOpen && !c.opened:
+		c.mu.Unlock()
+		return nil, ErrNotOpened
+	}
+	// libmbim counts 1..0xFFFFFFFF and wraps to 1; skip IDs in use.
+	for {
+		c.nextTID++
+		if c.nextTID == 0 {
+			c.nextTID = 1
+		}
+		if c.pending[c.nextTID] == nil {
+			break
+		}
+	}
+	tid := c.nextTID
+	p := &call{want: want, ch: make(chan result, 1)}
+	c.pending[tid] = p
+	c.mu.Unlock()
+
+	req := *m
+	req.TID = tid
+	if err := c.send(ctx, &req); err != nil {
+		c.forget(tid)
+		return nil, fmt.Errorf("mbim: send %v: %w", req.Type, err)
+	}
+	select {
+	case r := <-p.ch:
+		return r.m, r.err
+	case <-ctx.Done():
+		c.forget(tid)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: %v (tid %d)", ErrTimeout, m.Type, tid)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Client) forget(tid uint32) {
+	c.mu.Lock()
+	delete(c.pending, tid)
+	c.mu.Unlock()
+}
+
+// send writes m in fragments of at most MaxControlTransfer bytes.
+func (c *Client) send(ctx context.Context, m *Message) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return m.Fragments(c.opts.MaxControlTransfer, func(f []byte) error {
+		return c.t.Send(ctx, f)
+	})
+}
+
+// read is the reader goroutine: it decodes the function's output and
+// dispatches it until Close or a transport failure.
+func (c *Client) read() {
+	defer close(c.done)
+	dec := Decoder{}
+	for {
+		chunk, err := c.t.Recv(c.ctx)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if err != nil && len(chunk) == 0 {
+			c.log.Warn("mbim: transport failed", "err", err)
+			c.mu.Lock()
+			c.dead = fmt.Errorf("mbim: transport: %w", err)
+			c.opened = false
+			c.mu.Unlock()
+			c.failAll(c.dead)
+			return
+		}
+		c.mu.Lock()
+		if c.resetDec {
+			c.resetDec = false
+			dec.Reset()
+		}
+		c.mu.Unlock()
+		dec.Write(chunk)
+		for {
+			m, err := dec.Next()
+			if err != nil {
+				c.decodeFailed(err)
+				continue
+			}
+			if m == nil {
+				break
+			}
+			c.dispatch(m)
+		}
+	}
+}
+
+func (c *Client) failAll(err error) {
+	c.mu.Lock()
+	pend := c.pending
+	c.pending = map[uint32]*call{}
+	c.mu.Unlock()
+	for _, p := range pend {
+		p.ch <- result{err: err}
+	}
+}
+
+// decodeFailed fails the transaction a malformed answer belonged to, so
+// that the caller hears about it now rather than at its timeout.
+func (c *Client) decodeFailed(err error) {
+	c.log.Warn("mbim: dropped malformed input", "err", err)
+	var de *DecodeError
+	if errors.As(err, &de) && de.TID != 0 && de.Type&0x80000000 != 0 && de.Type != TypeIndicateStatus {
+		c.complete(de.TID, 0, nil, err)
+	}
+}
+
+// complete hands the answer (or err) to the waiting call tid; want 0
+// matches any call (FUNCTION_ERROR carries no type, §2.2).
+func (c *Client) complete(tid uint32, typ MessageType, m *Message, err error) bool {
+	c.mu.Lock()
+	p := c.pending[tid]
+	if p == nil || (typ != 0 && p.want != typ) {
+		c.mu.Unlock()
+		return false
+	}
+	delete(c.pending, tid)
+	c.mu.Unlock()
+	p.ch <- result{m: m, err: err}
+	return true
+}
+
+func (c *Client) dispatch(m *Message) {
+	switch m.Type {
+	case TypeOpenDone, TypeCloseDone, TypeCommandDone:
+		if !c.complete(m.TID, m.Type, m, nil) {
+			c.log.Debug("mbim: unexpected answer (late or unknown transaction)", "msg", m.String())
+		}
+	case TypeFunctionError:
+		if m.Error == ProtoNotOpened {
+			c.notOpened()
+		}
+		if !c.complete(m.TID, 0, nil, &FunctionError{TID: m.TID, Code: m.Error}) {
+			c.log.Warn("mbim: function error", "tid", m.TID, "code", m.Error)
+		}
+	case TypeIndicateStatus:
+		c.mu.Lock()
+		fns := make([]func(*Message), 0, len(c.subs))
+		for _, fn := range c.subs {
+			fns = append(fns, fn)
+		}
+		c.mu.Unlock()
+		for _, fn := range fns {
+			fn(m)
+		}
+	default:
+		c.log.Debug("mbim: ignored message from function", "msg", m.String())
+	}
+}
+
+// notOpened handles a NOT_OPENED function error: the function forgot the
+// session (it restarted on its own), which is a reset for the user.
+func (c *Client) notOpened() {
+	c.mu.Lock()
+	was := c.opened
+	c.opened = false
+	var fns []func()
+	if was {
+		fns = c.resetFns()
+	}
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}

@@ -1,0 +1,29 @@
+// Package mbim speaks the Mobile Broadband Interface Model to a modem:
+// today the control plane (messages, fragments, transactions, the
+// BASIC_CONNECT service, a data-session state machine and a libmbim
+// compatible mbim-proxy endpoint); the NTB16/NTB32 data framing of the
+// same specification is meant to live here too, in ntb*.go files.
+//
+// A host brings a session up in three calls:
+//
+//	client, err := mbim.DialMHI(ctx, controller, mbim.Options{}) // OPEN on the "MBIM" channels 12/13
+//	sess := mbim.NewSession(client, mbim.SessionConfig{APN: "internet"})
+//	ipcfg, err := sess.WaitUp(ctx) // SIM → radio → registered → attached → CONNECT → IP_CONFIGURATION
+//
+// Lower down, NewClient runs the transaction engine over any Transport
+// (an mhi.ControlPort, a pipe, a socket) and Client.Command sends one
+// COMMAND; the typed calls (DeviceCaps, Connect, IPConfiguration, …)
+// encode and decode the information buffers of mbim-qmap-qmi.md §2.8.
+// Proxy serves the abstract unix socket "mbim-proxy" so that unmodified
+// mbimcli -p and ModemManager share the modem with this process.
+//
+// The codec functions (Decoder, Message.Append, Parse*/Encode of every
+// CID) are pure and never panic on device input; the fuzz targets in
+// fuzz_test.go cover each of them.
+//
+// Wire formats follow the MBIM 1.0 specification as implemented by
+// libmbim (src/libmbim-glib/mbim-message.c, mbim-device.c, mbim-proxy.c,
+// mbim-cid.h, mbim-errors.h, data/mbim-service-basic-connect.json) and
+// summarised in shared/docs/mbim-qmap-qmi.md §2 and §6; no code was taken
+// from libmbim.
+package mbim

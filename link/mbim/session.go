@@ -1,0 +1,623 @@
+package mbim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// SessionState is a step of data-session bring-up (mbim-qmap-qmi.md
+// §2.10, the order ModemManager and mbim-network use).
+type SessionState int
+
+// Session states, in bring-up order.
+const (
+	StateIdle         SessionState = iota
+	StateOpening                   // OPEN
+	StateWaitingSIM                // SUBSCRIBER_READY_STATUS until INITIALIZED (PIN entered if asked)
+	StateRadioOn                   // RADIO_STATE set on
+	StateRegistering               // REGISTER_STATE until home/roaming/partner
+	StateAttaching                 // PACKET_SERVICE attach
+	StateConnecting                // CONNECT activate
+	StateConfiguring               // IP_CONFIGURATION
+	StateConnected                 // data flows; addresses reported
+	StateFailed                    // an attempt failed; retrying after Progress.Err
+	StateDisconnected              // the connection was lost (Progress.Err says why); re-connecting
+	StateClosed                    // Close was called
+)
+
+func (s SessionState) String() string {
+	n := [...]string{"idle", "opening", "waiting-for-sim", "radio-on", "registering", "attaching",
+		"connecting", "configuring", "connected", "failed", "disconnected", "closed"}
+	if int(s) >= 0 && int(s) < len(n) {
+		return n[s]
+	}
+	return fmt.Sprintf("state-%d", int(s))
+}
+
+// Progress is one report of a Session: the step it entered, and for
+// StateFailed and StateDisconnected the error.
+type Progress struct {
+	State SessionState
+	Err   error
+}
+
+// SessionConfig is what a data session asks of the network, with its
+// time limits and observers.
+type SessionConfig struct {
+	// SessionID is the MBIM session (0: the default link, wwan0).
+	SessionID uint32
+	// APN (access string), credentials and authentication protocol.
+	APN, User, Password string
+	Auth                AuthProtocol
+	// IPType requested (default IPTypeIPv4v6).
+	IPType IPType
+	// PIN is entered if the SIM asks for PIN1. It is tried once per
+	// Session: a rejected PIN is never retried, so as not to burn the
+	// SIM's attempts.
+	PIN string
+
+	// Step limits: how long to wait for the SIM (default 30 s), the
+	// radio (10 s), registration (60 s), attach (60 s) and an address
+	// (10 s) before the attempt fails.
+	SIMTimeout, RadioTimeout, RegisterTimeout, AttachTimeout, ConfigTimeout time.Duration
+	// PollInterval is how often a waiting step queries again when no
+	// indication arrives (default 1 s).
+	PollInterval time.Duration
+	// RetryInterval is the pause after a failed attempt (default 5 s,
+	// doubling up to 1 min). A lost connection is retried at once.
+	RetryInterval time.Duration
+
+	// OnProgress is told every step; OnAddress every change of the
+	// session's IP configuration: the addresses when connected, again
+	// when the network changes them, and a zero IPConfig (IsZero) when
+	// the connection is lost. Both run on the session's goroutine, in
+	// order, and must not block for long.
+	OnProgress func(Progress)
+	OnAddress  func(IPConfig)
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+func (c *SessionConfig) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.SIMTimeout, 30*time.Second)
+	def(&c.RadioTimeout, 10*time.Second)
+	def(&c.RegisterTimeout, 60*time.Second)
+	def(&c.AttachTimeout, 60*time.Second)
+	def(&c.ConfigTimeout, 10*time.Second)
+	def(&c.PollInterval, time.Second)
+	def(&c.RetryInterval, 5*time.Second)
+	if c.IPType == IPTypeDefault {
+		c.IPType = IPTypeIPv4v6
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Session keeps one data session up: it walks SIM ready → radio on →
+// registered → attached → CONNECT → IP_CONFIGURATION, reports each step,
+// re-connects when the network detaches or deactivates the context or
+// the modem is reset, and reports address changes. It is what stack.Open
+// runs on an MBIM modem.
+//
+// A Session owns one goroutine, stopped by Close. It shares its Client
+// (with a Proxy, for instance) and does not close it.
+type Session struct {
+	c    *Client
+	cfg  SessionConfig
+	log  *slog.Logger
+	kick chan struct{} // something changed: re-evaluate (holds one token)
+	ctx  context.Context
+	stop context.CancelFunc
+	done chan struct{}
+
+	unsub, unreset func()
+
+	mu       sync.Mutex
+	state    SessionState
+	err      error
+	ip       IPConfig
+	changed  chan struct{} // closed and replaced on every state change
+	lost     error         // set by indications: the connection is gone
+	newIP    *IPConfig     // set by an IP_CONFIGURATION indication
+	pinTried bool
+}
+
+// NewSession starts bringing a data session up on c.
+func NewSession(c *Client, cfg SessionConfig) *Session {
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Session{c: c, cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1),
+		ctx: ctx, stop: cancel, done: make(chan struct{}), changed: make(chan struct{})}
+	s.unsub = c.Subscribe(s.indication)
+	s.unreset = c.OnReset(func() { s.setLost(ErrModemReset) })
+	go s.run()
+	return s
+}
+
+// State returns the current step and, in StateFailed or
+// StateDisconnected, the error.
+func (s *Session) State() (SessionState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state, s.err
+}
+
+// IPConfig returns the current configuration (zero when not connected).
+func (s *Session) IPConfig() IPConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ip
+}
+
+// WaitUp waits until the session is connected and returns its IP
+// configuration, or until an attempt fails and returns why (the session
+// keeps retrying in the background; call WaitUp again to wait for the
+// next attempt, or Close).
+func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
+	for {
+		s.mu.Lock()
+		st, err, ip, ch := s.state, s.err, s.ip, s.changed
+		s.mu.Unlock()
+		switch st {
+		case StateConnected:
+			return ip, nil
+		case StateFailed:
+			return IPConfig{}, err
+		case StateClosed:
+			return IPConfig{}, ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return IPConfig{}, fmt.Errorf("mbim: session still %v: %w", st, ctx.Err())
+		}
+	}
+}
+
+// Close deactivates the context (bounded by ctx), stops the session's
+// goroutine and returns when it is gone.
+func (s *Session) Close(ctx context.Context) error {
+	s.stop()
+	var err error
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		<-s.done
+	}
+	s.unsub()
+	s.unreset()
+	return err
+}
+
+func (s *Session) setState(st SessionState, err error) {
+	s.mu.Lock()
+	s.state, s.err = st, err
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Info("mbim session", "state", st, "err", err)
+	} else {
+		s.log.Debug("mbim session", "state", st)
+	}
+	if s.cfg.OnProgress != nil {
+		s.cfg.OnProgress(Progress{State: st, Err: err})
+	}
+}
+
+func (s *Session) signal() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setLost records that the connection is gone (first cause wins).
+func (s *Session) setLost(err error) {
+	s.mu.Lock()
+	if s.lost == nil {
+		s.lost = err
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// indication runs on the client's reader goroutine: it only records and
+// signals; the session goroutine acts.
+func (s *Session) indication(m *Message) {
+	if m.Service != ServiceBasicConnect {
+		return
+	}
+	switch m.CID {
+	case CIDConnect:
+		cs, err := ParseContextState(m.Buffer)
+		if err == nil && cs.SessionID == s.cfg.SessionID && cs.ActivationState == ActivationDeactivated {
+			s.setLost(fmt.Errorf("mbim: context deactivated by the network (%v): %w", cs.NwError, ErrDetached))
+			return
+		}
+	case CIDPacketService:
+		ps, err := ParsePacketService(m.Buffer)
+		if err == nil && ps.State == PacketServiceDetached {
+			s.setLost(fmt.Errorf("mbim: packet service detached (%v): %w", ps.NwError, ErrDetached))
+			return
+		}
+	case CIDRegisterState:
+		rs, err := ParseRegisterState(m.Buffer)
+		if err == nil && (rs.State == RegisterDeregistered || rs.State == RegisterDenied) {
+			s.setLost(fmt.Errorf("mbim: network registration lost (%v): %w", rs.State, ErrNoService))
+			return
+		}
+	case CIDRadioState:
+		rs, err := ParseRadioState(m.Buffer)
+		if err == nil && !(rs.HardwareOn && rs.SoftwareOn) {
+			s.setLost(fmt.Errorf("mbim: radio switched off: %w", ErrRadioOff))
+			return
+		}
+	case CIDIPConfiguration:
+		ic, err := ParseIPConfig(m.Buffer)
+		if err == nil && ic.SessionID == s.cfg.SessionID {
+			s.mu.Lock()
+			s.newIP = &ic
+			s.mu.Unlock()
+		}
+	}
+	s.signal()
+}
+
+// takeLost returns and clears the recorded loss.
+func (s *Session) takeLost() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.lost
+	s.lost = nil
+	return err
+}
+
+func (s *Session) setIP(ip IPConfig) {
+	s.mu.Lock()
+	s.ip = ip
+	s.mu.Unlock()
+	if s.cfg.OnAddress != nil {
+		s.cfg.OnAddress(ip)
+	}
+}
+
+// run is the session goroutine.
+func (s *Session) run() {
+	defer close(s.done)
+	backoff := s.cfg.RetryInterval
+	for {
+		s.takeLost() // what happened before this attempt is moot
+		ip, err := s.bringUp()
+		if s.ctx.Err() != nil {
+			s.shutdown()
+			return
+		}
+		if err != nil {
+			s.setState(StateFailed, err)
+			if !s.sleep(backoff, true) {
+				s.shutdown()
+				return
+			}
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = s.cfg.RetryInterval
+		s.setIP(ip)
+		s.setState(StateConnected, nil)
+		cause := s.connected()
+		if cause == nil {
+			s.shutdown()
+			return
+		}
+		s.setIP(IPConfig{SessionID: s.cfg.SessionID})
+		s.setState(StateDisconnected, cause)
+	}
+}
+
+// connected watches a connected session until it is lost (the cause) or
+// closed (nil), reporting address changes.
+func (s *Session) connected() error {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return nil
+		case <-s.kick:
+		}
+		if err := s.takeLost(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		nip := s.newIP
+		s.newIP = nil
+		cur := s.ip
+		s.mu.Unlock()
+		if nip != nil && !nip.Equal(&cur) {
+			if nip.IsZero() {
+				return errors.New("mbim: the network withdrew every address")
+			}
+			s.log.Info("mbim session: address change", "ip", nip.String())
+			s.setIP(*nip)
+		}
+	}
+}
+
+// shutdown deactivates the context on Close, bounded, and reports closed.
+func (s *Session) shutdown() {
+	s.mu.Lock()
+	up := s.state == StateConnected
+	s.mu.Unlock()
+	if up && s.c.Opened() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := s.c.Disconnect(ctx, s.cfg.SessionID); err != nil {
+			s.log.Debug("mbim session: deactivate on close", "err", err)
+		}
+		cancel()
+		s.setIP(IPConfig{SessionID: s.cfg.SessionID})
+	}
+	s.setState(StateClosed, nil)
+}
+
+// sleep waits d, or until closed (false), or (wake) until something
+// happened that may change the outcome (an indication, a reset).
+func (s *Session) sleep(d time.Duration, wake bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-s.kick:
+			if wake {
+				return true
+			}
+		}
+	}
+}
+
+// bringUp runs one attempt; it returns the IP configuration when the
+// session is up.
+func (s *Session) bringUp() (IPConfig, error) {
+	ctx := s.ctx
+	if !s.c.Opened() {
+		s.setState(StateOpening, nil)
+		if err := s.c.Open(ctx); err != nil {
+			return IPConfig{}, err
+		}
+		// Indications this session needs; a function that does not
+		// know the CID keeps sending everything, which is fine.
+		_, err := s.c.SubscribeIndications(ctx, []EventSubscription{{Service: ServiceBasicConnect,
+			CIDs: []uint32{CIDSubscriberReadyStatus, CIDRadioState, CIDRegisterState, CIDPacketService,
+				CIDSignalState, CIDConnect, CIDIPConfiguration}}})
+		if err != nil {
+			s.log.Debug("mbim session: subscribe list", "err", err)
+		}
+	}
+	steps := []struct {
+		st SessionState
+		fn func(context.Context) error
+		d  time.Duration
+	}{
+		{StateWaitingSIM, s.waitSIM, s.cfg.SIMTimeout},
+		{StateRadioOn, s.radioOn, s.cfg.RadioTimeout},
+		{StateRegistering, s.register, s.cfg.RegisterTimeout},
+		{StateAttaching, s.attach, s.cfg.AttachTimeout},
+		{StateConnecting, s.connect, 0},
+	}
+	for _, st := range steps {
+		s.setState(st.st, nil)
+		if err := st.fn(ctx); err != nil {
+			return IPConfig{}, err
+		}
+	}
+	s.setState(StateConfiguring, nil)
+	return s.configure(ctx)
+}
+
+// until calls check until it reports done, fails, or d passes (then the
+// error is timeout(last state)). Between checks it waits for an
+// indication or PollInterval.
+func (s *Session) until(ctx context.Context, d time.Duration, check func() (bool, error), timeout func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return timeout()
+		}
+		if !s.sleep(min(left, s.cfg.PollInterval), true) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Session) waitSIM(ctx context.Context) error {
+	var last ReadyState
+	return s.until(ctx, s.cfg.SIMTimeout, func() (bool, error) {
+		rs, err := s.c.SubscriberReadyStatus(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = rs.ReadyState
+		switch rs.ReadyState {
+		case ReadyInitialized:
+			return true, nil
+		case ReadyNotInitialized:
+			return false, nil
+		case ReadySIMNotInserted:
+			return false, fmt.Errorf("mbim: %w", ErrSIMNotInserted)
+		case ReadyBadSIM:
+			return false, fmt.Errorf("mbim: %w", ErrBadSIM)
+		case ReadyDeviceLocked:
+			return false, s.unlock(ctx)
+		}
+		return false, fmt.Errorf("mbim: SIM %v: %w", rs.ReadyState, StatusFailure)
+	}, func() error {
+		return fmt.Errorf("mbim: SIM still %v after %v: %w", last, s.cfg.SIMTimeout, ErrTimeout)
+	})
+}
+
+// unlock enters the configured PIN once; the SIM's ready state changes
+// after it (the caller queries again).
+func (s *Session) unlock(ctx context.Context) error {
+	info, err := s.c.PIN(ctx)
+	if err != nil {
+		return err
+	}
+	if !info.Locked {
+		return nil // the ready state will follow
+	}
+	if info.Type != PINTypePIN1 {
+		return fmt.Errorf("mbim: SIM locked, %v required (%d attempts left): %w", info.Type, info.RemainingAttempts, ErrPINRequired)
+	}
+	s.mu.Lock()
+	tried := s.pinTried
+	s.pinTried = true
+	s.mu.Unlock()
+	if s.cfg.PIN == "" || tried {
+		why := "no PIN configured"
+		if tried {
+			why = "the configured PIN was rejected"
+		}
+		return fmt.Errorf("mbim: SIM locked, %s (%d attempts left): %w", why, info.RemainingAttempts, ErrPINRequired)
+	}
+	info, err = s.c.EnterPIN(ctx, PINTypePIN1, s.cfg.PIN)
+	if err != nil {
+		return fmt.Errorf("mbim: PIN rejected (%d attempts left): %w: %w", info.RemainingAttempts, ErrPINRequired, err)
+	}
+	return nil
+}
+
+func (s *Session) radioOn(ctx context.Context) error {
+	set := false
+	return s.until(ctx, s.cfg.RadioTimeout, func() (bool, error) {
+		rs, err := s.c.RadioState(ctx)
+		if err != nil {
+			return false, err
+		}
+		if !rs.HardwareOn {
+			return false, fmt.Errorf("mbim: hardware radio switch is off: %w", ErrRadioOff)
+		}
+		if rs.SoftwareOn {
+			return true, nil
+		}
+		if !set {
+			set = true
+			rs, err = s.c.SetRadioState(ctx, true)
+			if err != nil {
+				return false, err
+			}
+			return rs.HardwareOn && rs.SoftwareOn, nil
+		}
+		return false, nil
+	}, func() error {
+		return fmt.Errorf("mbim: radio did not come on within %v: %w", s.cfg.RadioTimeout, ErrRadioOff)
+	})
+}
+
+func (s *Session) register(ctx context.Context) error {
+	var last RegisterState
+	return s.until(ctx, s.cfg.RegisterTimeout, func() (bool, error) {
+		rs, err := s.c.RegisterState(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = rs
+		if rs.State.Registered() {
+			return true, nil
+		}
+		if rs.State == RegisterDenied {
+			return false, fmt.Errorf("mbim: registration denied: %v: %w", rs.NwError, ErrNoService)
+		}
+		return false, nil
+	}, func() error {
+		return fmt.Errorf("mbim: not registered after %v (%v): %w", s.cfg.RegisterTimeout, last.State, ErrNoService)
+	})
+}
+
+func (s *Session) attach(ctx context.Context) error {
+	set := false
+	var last PacketServiceState
+	return s.until(ctx, s.cfg.AttachTimeout, func() (bool, error) {
+		ps, err := s.c.PacketService(ctx)
+		if err != nil {
+			return false, err
+		}
+		last = ps.State
+		if ps.State == PacketServiceAttached {
+			return true, nil
+		}
+		if !set && ps.State != PacketServiceAttaching {
+			set = true
+			ps, err = s.c.SetPacketService(ctx, Attach)
+			if err != nil {
+				return false, err
+			}
+			return ps.State == PacketServiceAttached, nil
+		}
+		return false, nil
+	}, func() error {
+		return fmt.Errorf("mbim: packet service still %v after %v: %w", last, s.cfg.AttachTimeout, ErrDetached)
+	})
+}
+
+func (s *Session) connect(ctx context.Context) error {
+	// Start from a clean context, as ModemManager does: one left
+	// active (by another client, or before a host restart) may carry
+	// other parameters.
+	if cs, err := s.c.ConnectState(ctx, s.cfg.SessionID); err == nil && cs.ActivationState == ActivationActivated {
+		if _, err := s.c.Disconnect(ctx, s.cfg.SessionID); err != nil {
+			s.log.Debug("mbim session: deactivate stale context", "err", err)
+		}
+	}
+	cs, err := s.c.Connect(ctx, ConnectRequest{SessionID: s.cfg.SessionID, Activate: true, APN: s.cfg.APN,
+		User: s.cfg.User, Password: s.cfg.Password, Auth: s.cfg.Auth, IPType: s.cfg.IPType,
+		ContextType: ContextTypeInternet})
+	if err != nil {
+		return err
+	}
+	if cs.ActivationState != ActivationActivated {
+		return fmt.Errorf("mbim: CONNECT answered %v (%v): %w", cs.ActivationState, cs.NwError, StatusContextNotActivated)
+	}
+	// A loss reported before this point belongs to the previous
+	// connection.
+	s.takeLost()
+	s.mu.Lock()
+	s.newIP = nil
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Session) configure(ctx context.Context) (IPConfig, error) {
+	var ip IPConfig
+	err := s.until(ctx, s.cfg.ConfigTimeout, func() (bool, error) {
+		if err := s.takeLost(); err != nil {
+			return false, err
+		}
+		var err error
+		ip, err = s.c.IPConfiguration(ctx, s.cfg.SessionID)
+		if err != nil {
+			return false, err
+		}
+		return !ip.IsZero(), nil
+	}, func() error {
+		return fmt.Errorf("mbim: no address within %v: %w", s.cfg.ConfigTimeout, ErrTimeout)
+	})
+	return ip, err
+}

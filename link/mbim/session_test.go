@@ -1,0 +1,225 @@
+package mbim_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+func TestSessionBringsUpDualStackAndReportsEveryStep(t *testing.T) {
+	c, _ := pipeRig(t, sim.MBIMConfig{RadioOff: true}, mbim.Options{})
+	log := newProgressLog()
+	s := mbim.NewSession(c, fastSession("internet", log))
+	defer s.Close(context.Background())
+	ip, err := s.WaitUp(testCtx(t))
+	if err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	car := sim.DefaultCarrier()
+	if !slices.Equal(ip.IPv4, []netip.Prefix{car.IPv4}) || !slices.Equal(ip.IPv6, []netip.Prefix{car.IPv6}) ||
+		ip.IPv4Gateway != car.IPv4Gateway || ip.IPv6Gateway != car.IPv6Gateway ||
+		!slices.Equal(ip.IPv4DNS, car.IPv4DNS) || !slices.Equal(ip.IPv6DNS, car.IPv6DNS) || ip.IPv4MTU != 1500 || ip.IPv6MTU != 1500 {
+		t.Errorf("IP configuration %v, want the carrier's %+v", ip, car)
+	}
+	want := []mbim.SessionState{mbim.StateOpening, mbim.StateWaitingSIM, mbim.StateRadioOn, mbim.StateRegistering,
+		mbim.StateAttaching, mbim.StateConnecting, mbim.StateConfiguring, mbim.StateConnected}
+	if got := log.states(); !slices.Equal(got, want) {
+		t.Errorf("progress %v, want %v", got, want)
+	}
+	if a := log.addresses(); len(a) != 1 || !a[0].Equal(&ip) {
+		t.Errorf("OnAddress calls %v, want one with %v", a, ip)
+	}
+}
+
+func TestSessionFailsWithAClearErrorForEveryKnob(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  sim.MBIMConfig
+		apn  string
+		want error
+		text string
+	}{
+		{"sim absent", sim.MBIMConfig{SIMAbsent: true}, "internet", mbim.ErrSIMNotInserted, "SIM not inserted"},
+		{"pin locked", sim.MBIMConfig{PIN: "1234"}, "internet", mbim.ErrPINRequired, "PIN required"},
+		{"hardware radio off", sim.MBIMConfig{HardwareRadioOff: true}, "internet", mbim.ErrRadioOff, "radio off"},
+		{"not registered", sim.MBIMConfig{NotRegistered: true}, "internet", mbim.ErrNoService, "no service"},
+		{"registration denied", sim.MBIMConfig{RegisterDenied: true}, "internet", mbim.ErrNoService, "PLMN not allowed"},
+		{"bad apn", sim.MBIMConfig{APN: "internet"}, "nosuch.apn", mbim.ErrBadAPN, "bad APN"},
+		{"connect rejected", sim.MBIMConfig{ConnectReject: 33}, "internet", mbim.StatusFailure, "not subscribed"},
+		{"bad credentials", sim.MBIMConfig{User: "u", Password: "p"}, "internet", mbim.ErrBadCredentials, "invalid user name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, _ := pipeRig(t, tc.cfg, mbim.Options{})
+			s := mbim.NewSession(c, fastSession(tc.apn, nil))
+			defer s.Close(context.Background())
+			_, err := s.WaitUp(testCtx(t))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("WaitUp error %v, want errors.Is %v", err, tc.want)
+			}
+			t.Logf("%s: %v", tc.name, err)
+			if !containsFold(err.Error(), tc.text) {
+				t.Errorf("error %q does not say %q", err, tc.text)
+			}
+			if st, _ := s.State(); st != mbim.StateFailed {
+				t.Errorf("state %v, want failed", st)
+			}
+		})
+	}
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
+
+func TestSessionEntersTheConfiguredPIN(t *testing.T) {
+	c, f := pipeRig(t, sim.MBIMConfig{PIN: "2468", RegisterDelay: 30 * time.Millisecond}, mbim.Options{})
+	cfg := fastSession("internet", nil)
+	cfg.PIN = "2468"
+	s := mbim.NewSession(c, cfg)
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	if !f.Active(0) {
+		t.Error("the emulated modem has no active session 0")
+	}
+}
+
+func TestSessionNeverRetriesARejectedPIN(t *testing.T) {
+	c, _ := pipeRig(t, sim.MBIMConfig{PIN: "2468"}, mbim.Options{})
+	cfg := fastSession("internet", nil)
+	cfg.PIN = "0000"
+	s := mbim.NewSession(c, cfg)
+	defer s.Close(context.Background())
+	_, err := s.WaitUp(testCtx(t))
+	if !errors.Is(err, mbim.ErrPINRequired) || !containsFold(err.Error(), "2 attempts left") {
+		t.Fatalf("first attempt: %v, want PIN required with 2 attempts left", err)
+	}
+	time.Sleep(200 * time.Millisecond) // several retries
+	pin, err := c.PIN(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pin.RemainingAttempts != 2 {
+		t.Errorf("%d PIN attempts left after retries, want 2 (the PIN was entered again)", pin.RemainingAttempts)
+	}
+}
+
+func TestSessionWaitsForSlowRegistrationAndRadioOn(t *testing.T) {
+	c, _ := pipeRig(t, sim.MBIMConfig{RadioOff: true, NoAutoAttach: true, RegisterDelay: 100 * time.Millisecond}, mbim.Options{})
+	cfg := fastSession("internet", nil)
+	cfg.RegisterTimeout = 2 * time.Second
+	cfg.PollInterval = time.Second // the indication, not polling, must move it on
+	s := mbim.NewSession(c, cfg)
+	defer s.Close(context.Background())
+	start := time.Now()
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Errorf("bring-up took %v: the REGISTER_STATE indication did not wake the session", d)
+	}
+}
+
+func TestSessionReconnectsAfterTheNetworkDetaches(t *testing.T) {
+	c, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	log := newProgressLog()
+	s := mbim.NewSession(c, fastSession("internet", log))
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	f.NetworkDetach(36)
+	waitFor(t, 5*time.Second, "disconnect and reconnect", func() bool {
+		st := log.states()
+		i := slices.Index(st, mbim.StateDisconnected)
+		return i >= 0 && slices.Contains(st[i:], mbim.StateConnected)
+	})
+	if !f.Active(0) {
+		t.Error("no active context after the re-connect")
+	}
+	log.mu.Lock()
+	var cause error
+	for _, p := range log.steps {
+		if p.State == mbim.StateDisconnected {
+			cause = p.Err
+		}
+	}
+	log.mu.Unlock()
+	if !errors.Is(cause, mbim.ErrDetached) {
+		t.Errorf("disconnect cause %v, want ErrDetached", cause)
+	}
+	a := log.addresses()
+	if len(a) != 3 || a[0].IsZero() || !a[1].IsZero() || a[2].IsZero() {
+		t.Errorf("addresses reported %v, want up, down (zero), up", a)
+	}
+}
+
+func TestSessionReconnectsAfterLosingTheNetwork(t *testing.T) {
+	c, f := pipeRig(t, sim.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, mbim.Options{})
+	log := newProgressLog()
+	s := mbim.NewSession(c, fastSession("internet", log))
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	f.NetworkLost()
+	waitFor(t, 5*time.Second, "reconnect", func() bool {
+		st := log.states()
+		i := slices.Index(st, mbim.StateDisconnected)
+		return i >= 0 && slices.Contains(st[i:], mbim.StateConnected)
+	})
+}
+
+func TestSessionReportsAddressChangesAndLateIPv6(t *testing.T) {
+	c, f := pipeRig(t, sim.MBIMConfig{IPv6Delay: 50 * time.Millisecond}, mbim.Options{})
+	log := newProgressLog()
+	s := mbim.NewSession(c, fastSession("internet", log))
+	defer s.Close(context.Background())
+	ip, err := s.WaitUp(testCtx(t))
+	if err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	if len(ip.IPv4) != 1 || len(ip.IPv6) != 0 {
+		t.Fatalf("first configuration %v, want IPv4 only (IPv6 comes later)", ip)
+	}
+	waitFor(t, 5*time.Second, "the late IPv6 configuration", func() bool {
+		a := log.addresses()
+		return len(a) >= 2 && len(a[len(a)-1].IPv6) == 1
+	})
+	car := sim.DefaultCarrier()
+	car.IPv4 = netip.MustParsePrefix("10.9.8.7/30")
+	f.SetCarrier(car)
+	waitFor(t, 5*time.Second, "the new IPv4 address", func() bool {
+		a := log.addresses()
+		return len(a) >= 3 && len(a[len(a)-1].IPv4) == 1 && a[len(a)-1].IPv4[0] == car.IPv4
+	})
+	if got := s.IPConfig(); got.IPv4[0] != car.IPv4 {
+		t.Errorf("IPConfig() %v, want %v", got, car.IPv4)
+	}
+}
+
+func TestSessionCloseDeactivatesTheContext(t *testing.T) {
+	c, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	s := mbim.NewSession(c, fastSession("internet", nil))
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if f.Active(0) {
+		t.Error("context still active after Close")
+	}
+	if _, err := s.WaitUp(testCtx(t)); !errors.Is(err, mbim.ErrClosed) {
+		t.Errorf("WaitUp after Close: %v, want ErrClosed", err)
+	}
+}
