@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -133,7 +134,7 @@ func newHost(t testing.TB, p *mhi.Profile, opts Options) *rawHost {
 func (h *rawHost) close() {
 	h.dev.Close()
 	h.wg.Wait()
-	checkNoModemGoroutines(h.t)
+	checkNoModemGoroutines(h.t, h.m)
 	for !h.lenient {
 		select {
 		case err := <-h.violations:
@@ -144,18 +145,22 @@ func (h *rawHost) close() {
 	}
 }
 
-// checkNoModemGoroutines fails if a goroutine of this package is still
-// running (goleak-style, scoped to the modem).
-func checkNoModemGoroutines(t testing.TB) {
+// checkNoModemGoroutines fails if a goroutine of modem m is still running
+// (goleak-style, scoped to one modem: its pointer is the receiver in the
+// stack trace).
+func checkNoModemGoroutines(t testing.TB, m *Modem) {
 	t.Helper()
+	ptr := fmt.Sprintf("(%p", m)
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "sim.(*Modem).run") || strings.Contains(g, "sim.(*Modem).runModerator") {
-				leaked = append(leaked, g)
+			for _, fn := range []string{"sim.(*Modem).run", "sim.(*Modem).runModerator"} {
+				if strings.Contains(g, fn+ptr) {
+					leaked = append(leaked, g)
+				}
 			}
 		}
 		if len(leaked) == 0 {

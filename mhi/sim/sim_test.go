@@ -2,6 +2,7 @@ package sim
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"sync/atomic"
@@ -694,3 +695,81 @@ type recorder struct {
 func (r *recorder) Start(p *Port)     { r.starts.Add(1); r.port.Store(p) }
 func (r *recorder) Receive(td []byte) { r.bytes.Add(uint64(len(td))) }
 func (r *recorder) Stop()             { r.stops.Add(1) }
+
+func TestEveryProfilePowersUpFromAMSSAndPBL(t *testing.T) {
+	for _, p := range mhi.Profiles() {
+		t.Run(p.Name, func(t *testing.T) {
+			h := newHost(t, p, Options{})
+			h.upToMissionMode()
+			h = newHost(t, p, Options{Boot: BootPBL})
+			pblBoot(h, make([]byte, 4096))
+			h.waitReady()
+			h.programMMIO()
+			h.setState(mhi.StateM0)
+			h.expectState(mhi.StateM0)
+			h.expectEE(mhi.EESBL)
+			h.expectEE(mhi.EEAMSS)
+		})
+	}
+}
+
+func TestFunctionLevelResetReturnsToBoot(t *testing.T) {
+	h := newHost(t, testProfile(), Options{Boot: BootPBL})
+	pblBoot(h, make([]byte, 64))
+	h.waitReady()
+	if err := h.dev.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	// Config space is back at power-on: the host enables decoding again.
+	h.dev.SetBusMaster(true)
+	if h.ee() != mhi.EEPBL || h.r32(mhi.RegMHISTATUS) != 0 || h.r32(h.bhi+mhi.BHIStatus) != 0 {
+		t.Errorf("after FLR: EE %s MHISTATUS %#x BHI status %#x", h.ee(), h.r32(mhi.RegMHISTATUS), h.r32(h.bhi+mhi.BHIStatus))
+	}
+}
+
+func TestBHIeVectorTableDownload(t *testing.T) {
+	h := newHost(t, testProfile(), Options{Boot: BootPBL, SBLTime: time.Hour})
+	pblBoot(h, make([]byte, 64))
+	h.waitReady()
+	segs := [][]byte{make([]byte, 1000), make([]byte, 333)}
+	table := h.alloc(16*len(segs), 16)
+	var img []byte
+	for i, s := range segs {
+		for j := range s {
+			s[j] = byte(i + j)
+		}
+		b := h.alloc(len(s), 8)
+		copy(b.Mem, s)
+		img = append(img, s...)
+		le := binary.LittleEndian
+		le.PutUint64(table.Mem[16*i:], b.IOVA)
+		le.PutUint64(table.Mem[16*i+8:], uint64(len(s)))
+	}
+	bhie := uint64(h.r32(mhi.RegBHIEOFF))
+	h.w64(bhie+mhi.BHIETxVecAddrLow, table.IOVA)
+	h.w32(bhie+mhi.BHIETxVecSize, uint32(table.Len()))
+	h.w32(bhie+mhi.BHIETxVecDB, 0x2345)
+	h.waitFor("TXVECSTATUS", func() bool { return h.r32(bhie+mhi.BHIETxVecStatus)>>30 != 0 })
+	if v := h.r32(bhie + mhi.BHIETxVecStatus); v != mhi.BHIEStatusXferDone<<30|0x2345 {
+		t.Fatalf("TXVECSTATUS %#x", v)
+	}
+	if got := h.m.BHIeImage(); got.SHA256 != sha256.Sum256(img) {
+		t.Error("BHIe image differs")
+	}
+}
+
+func TestSetSlowDelaysTheDevice(t *testing.T) {
+	h := newHost(t, testProfile(), Options{})
+	h.upToMissionMode()
+	ul := h.startChannel(0)
+	h.startChannel(1)
+	h.m.SetSlow(20 * time.Millisecond)
+	tx := h.fill(10, 1)
+	start := time.Now()
+	h.queue(ul, tx.IOVA, 10, mhi.TREIEOT)
+	h.expectTx(0, 0, mhi.CodeEOT)
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Errorf("slow device answered in %v", d)
+	}
+	h.m.SetSlow(0)
+}
