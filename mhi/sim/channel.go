@@ -376,7 +376,6 @@ type chanBits [2]uint64
 func (b *chanBits) set(n int)          { b[n/64] |= 1 << (n % 64) }
 func (b *chanBits) clear(n int)        { b[n/64] &^= 1 << (n % 64) }
 func (b *chanBits) has(n int) bool     { return b[n/64]&(1<<(n%64)) != 0 }
-func (b *chanBits) empty() bool        { return b[0] == 0 && b[1] == 0 }
 func (b *chanBits) or(o [2]uint64)     { b[0] |= o[0]; b[1] |= o[1] }
 func (b *chanBits) take() (o chanBits) { o, *b = *b, chanBits{}; return o }
 

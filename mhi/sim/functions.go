@@ -141,15 +141,20 @@ func (p *Port) Send(b []byte) error {
 		c.waiters++
 		m.mu.Unlock()
 		t := time.NewTimer(deadline.Sub(now))
+		detached := false
 		select {
 		case <-room:
 		case <-t.C:
 		case <-m.quit:
+			detached = true
 		}
 		t.Stop()
 		m.mu.Lock()
 		c.waiters--
 		m.mu.Unlock()
+		if detached {
+			return ErrStopped
+		}
 	}
 }
 

@@ -60,10 +60,6 @@ type pending struct {
 	chdb                       [2]uint64 // one bit per channel doorbell
 }
 
-func (p *pending) any() bool {
-	return p.ctrl || p.crdb || p.bhi || p.bhie || p.soc || p.chdb[0] != 0 || p.chdb[1] != 0
-}
-
 // regFile is the register file of BAR0. It has its own small lock so that
 // MMIORead and MMIOWrite answer at once even while the device goroutine is
 // busy; the device goroutine publishes its state (MHISTATUS, BHI_EXECENV,
