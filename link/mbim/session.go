@@ -397,11 +397,10 @@ func (s *Session) bringUp() (IPConfig, error) {
 		if err := s.c.Open(ctx); err != nil {
 			return IPConfig{}, err
 		}
-		// Indications this session needs; a function that does not
-		// know the CID keeps sending everything, which is fine.
-		_, err := s.c.SubscribeIndications(ctx, []EventSubscription{{Service: ServiceBasicConnect,
-			CIDs: []uint32{CIDSubscriberReadyStatus, CIDRadioState, CIDRegisterState, CIDPacketService,
-				CIDSignalState, CIDConnect, CIDIPConfiguration}}})
+		// Every BASIC_CONNECT indication (the session needs six of
+		// them; asking for all keeps those a Proxy's clients expect).
+		// A function that refuses keeps its default, which is fine.
+		_, err := s.c.SubscribeIndications(ctx, []EventSubscription{{Service: ServiceBasicConnect}})
 		if err != nil {
 			s.log.Debug("mbim session: subscribe list", "err", err)
 		}

@@ -1,0 +1,565 @@
+package mbim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProxySocket is the abstract unix socket name libmbim clients connect to
+// (mbimcli -p, ModemManager): "\0mbim-proxy" (libmbim mbim-proxy.h).
+const ProxySocket = "mbim-proxy"
+
+// ProxyOptions configure a Proxy.
+type ProxyOptions struct {
+	// Name is the abstract socket name (default ProxySocket). Tests use
+	// their own name; mbimcli only knows the default.
+	Name string
+	// DevicePath, when set, is the only device path a client may name
+	// in its CONFIGURATION; otherwise any path is accepted, since the
+	// proxy serves one modem whatever the client calls it.
+	DevicePath string
+	// AllowUID decides which peers may connect (default: root and the
+	// proxy's own user, like libmbim's proxy).
+	AllowUID func(uid uint32) bool
+	// MaxClients bounds connected clients (default 32); MaxInFlight
+	// bounds the requests one client has outstanding (default 16).
+	MaxClients, MaxInFlight int
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Proxy shares a Client with libmbim programs: it speaks libmbim's
+// mbim-proxy protocol (mbim-qmap-qmi.md §6.1; libmbim mbim-proxy.c) on an
+// abstract unix socket. A client configures the proxy (PROXY_CONTROL
+// CONFIGURATION), then OPEN and CLOSE are answered locally — never
+// forwarded, so a client's CLOSE cannot tear down mhistack's data
+// session — and its commands are forwarded with the Client's own
+// transaction IDs and answered with the client's. Indications are fanned
+// out to the clients that subscribed to them; DEVICE_SERVICE_SUBSCRIBE_LIST
+// from clients is merged (with every BASIC_CONNECT indication, which the
+// host's Session needs) before it reaches the modem.
+//
+// The proxy owns an accept goroutine and, per client, a reader, a writer
+// and one goroutine per outstanding request; Close stops them all.
+type Proxy struct {
+	c    *Client
+	opts ProxyOptions
+	log  *slog.Logger
+	ln   net.Listener
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	clients map[*proxyClient]struct{}
+	closed  bool
+	unsub   func()
+}
+
+// ListenProxy listens on the abstract socket and serves c. It fails if
+// the name is taken (a libmbim mbim-proxy or another mhistack runs).
+func ListenProxy(c *Client, opts ProxyOptions) (*Proxy, error) {
+	if opts.Name == "" {
+		opts.Name = ProxySocket
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + opts.Name, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("mbim: proxy socket: %w", err)
+	}
+	p := NewProxy(c, opts)
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
+	return p, nil
+}
+
+// NewProxy returns a proxy that serves connections handed to ServeConn
+// (ListenProxy also accepts them from its socket).
+func NewProxy(c *Client, opts ProxyOptions) *Proxy {
+	if opts.Name == "" {
+		opts.Name = ProxySocket
+	}
+	if opts.AllowUID == nil {
+		me := uint32(os.Getuid())
+		opts.AllowUID = func(uid uint32) bool { return uid == 0 || uid == me }
+	}
+	if opts.MaxClients <= 0 {
+		opts.MaxClients = 32
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{c: c, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel, clients: map[*proxyClient]struct{}{}}
+	p.unsub = c.Subscribe(p.indication)
+	return p
+}
+
+// Name returns the abstract socket name.
+func (p *Proxy) Name() string { return p.opts.Name }
+
+// Clients returns the number of connected clients.
+func (p *Proxy) Clients() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.clients)
+}
+
+// Close stops listening, disconnects every client and waits for all the
+// proxy's goroutines. The Client stays open.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	clients := make([]*proxyClient, 0, len(p.clients))
+	for pc := range p.clients {
+		clients = append(clients, pc)
+	}
+	p.mu.Unlock()
+	p.unsub()
+	p.stop()
+	var err error
+	if p.ln != nil {
+		err = p.ln.Close()
+	}
+	for _, pc := range clients {
+		pc.conn.Close()
+	}
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept(ln net.Listener) {
+	defer p.wg.Done()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if p.ctx.Err() == nil {
+				p.log.Warn("mbim proxy: accept", "err", err)
+			}
+			return
+		}
+		if uc, ok := conn.(*net.UnixConn); ok && !p.peerAllowed(uc) {
+			conn.Close()
+			continue
+		}
+		p.ServeConn(conn)
+	}
+}
+
+// peerAllowed checks the connecting process's user (SO_PEERCRED).
+func (p *Proxy) peerAllowed(uc *net.UnixConn) bool {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	if !p.opts.AllowUID(cred.Uid) {
+		p.log.Warn("mbim proxy: peer refused", "uid", cred.Uid, "pid", cred.Pid)
+		return false
+	}
+	return true
+}
+
+// ServeConn serves one client connection until it closes or the proxy
+// does; it returns at once (the connection's goroutines belong to the
+// proxy). conn is closed when done.
+func (p *Proxy) ServeConn(conn net.Conn) {
+	p.mu.Lock()
+	if p.closed || len(p.clients) >= p.opts.MaxClients {
+		p.mu.Unlock()
+		conn.Close()
+		return
+	}
+	pc := &proxyClient{p: p, conn: conn, out: make(chan []byte, 64), gone: make(chan struct{}),
+		max: DefaultControlTransfer, sem: make(chan struct{}, p.opts.MaxInFlight)}
+	pc.ctx, pc.cancel = context.WithCancel(p.ctx)
+	p.clients[pc] = struct{}{}
+	p.wg.Add(2)
+	p.mu.Unlock()
+	go pc.writer()
+	go pc.reader()
+}
+
+// standardSubscriptions is the default list of a client that never sets
+// one: the BASIC_CONNECT CIDs that have indications (libmbim's proxy
+// gives its clients a similar "standard" list).
+var standardSubscriptions = []EventSubscription{{Service: ServiceBasicConnect, CIDs: []uint32{
+	CIDSubscriberReadyStatus, CIDRadioState, CIDPreferredProviders, CIDRegisterState, CIDPacketService,
+	CIDSignalState, CIDConnect, CIDProvisionedContexts, CIDIPConfiguration, CIDEmergencyMode, CIDMulticarrierProviders}}}
+
+// indication runs on the Client's reader goroutine: it queues the
+// indication for every interested client, never waiting.
+func (p *Proxy) indication(m *Message) {
+	var enc []*proxyClient
+	p.mu.Lock()
+	for pc := range p.clients {
+		if pc.wants(m.Service, m.CID) {
+			enc = append(enc, pc)
+		}
+	}
+	p.mu.Unlock()
+	for _, pc := range enc {
+		ind := *m
+		ind.TID = 0
+		pc.queue(&ind)
+	}
+}
+
+// mergedSubscriptions is the list sent to the modem: every BASIC_CONNECT
+// indication plus whatever any client asked for.
+func (p *Proxy) mergedSubscriptions() []EventSubscription {
+	merged := []EventSubscription{{Service: ServiceBasicConnect}}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pc := range p.clients {
+		for _, s := range pc.subsLocked() {
+			if s.Service == ServiceBasicConnect {
+				continue
+			}
+			i := -1
+			for j := range merged {
+				if merged[j].Service == s.Service {
+					i = j
+				}
+			}
+			switch {
+			case i < 0:
+				merged = append(merged, EventSubscription{Service: s.Service, CIDs: append([]uint32(nil), s.CIDs...)})
+			case len(merged[i].CIDs) == 0:
+			case len(s.CIDs) == 0:
+				merged[i].CIDs = nil
+			default:
+				for _, c := range s.CIDs {
+					if !merged[i].Wants(s.Service, c) {
+						merged[i].CIDs = append(merged[i].CIDs, c)
+					}
+				}
+			}
+		}
+	}
+	return merged
+}
+
+// proxyClient is one connected libmbim client.
+type proxyClient struct {
+	p      *Proxy
+	conn   net.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    chan []byte   // encoded messages for the writer
+	gone   chan struct{} // closed when the reader ends
+	sem    chan struct{} // in-flight requests
+	reqs   sync.WaitGroup
+
+	// guarded by p.mu
+	configured, opened bool
+	max                int
+	subs               []EventSubscription // nil: standardSubscriptions
+}
+
+func (pc *proxyClient) subsLocked() []EventSubscription {
+	if pc.subs == nil {
+		return standardSubscriptions
+	}
+	return pc.subs
+}
+
+// wants reports whether the client gets an indication; the caller holds
+// p.mu.
+func (pc *proxyClient) wants(svc UUID, cid uint32) bool {
+	if !pc.opened {
+		return false
+	}
+	for _, s := range pc.subsLocked() {
+		if s.Wants(svc, cid) {
+			return true
+		}
+	}
+	return false
+}
+
+// queue encodes m at the client's fragment size and hands it to the
+// writer; a client that does not read loses messages (counted in the
+// log) rather than stalling the modem.
+func (pc *proxyClient) queue(m *Message) {
+	pc.p.mu.Lock()
+	max := pc.max
+	pc.p.mu.Unlock()
+	var enc []byte
+	if err := m.Fragments(max, func(f []byte) error {
+		enc = append(enc, f...)
+		return nil
+	}); err != nil {
+		return
+	}
+	select {
+	case pc.out <- enc:
+	case <-pc.gone:
+	default:
+		pc.p.log.Warn("mbim proxy: client not reading, message dropped", "msg", m.String())
+	}
+}
+
+func (pc *proxyClient) writer() {
+	defer pc.p.wg.Done()
+	for {
+		select {
+		case b := <-pc.out:
+			if _, err := pc.conn.Write(b); err != nil {
+				pc.conn.Close()
+				return
+			}
+		case <-pc.gone:
+			return
+		}
+	}
+}
+
+// reader owns the client: it decodes its stream and answers or forwards
+// each message. When the client goes, it waits for the client's
+// requests and removes it.
+func (pc *proxyClient) reader() {
+	p := pc.p
+	defer func() {
+		pc.cancel()
+		pc.reqs.Wait()
+		close(pc.gone)
+		pc.conn.Close()
+		p.mu.Lock()
+		delete(p.clients, pc)
+		hadSubs := pc.subs != nil
+		p.mu.Unlock()
+		if hadSubs && p.ctx.Err() == nil {
+			p.pushSubscriptions()
+		}
+		p.wg.Done()
+	}()
+	dec := Decoder{}
+	buf := make([]byte, MaxControlTransfer)
+	for {
+		n, err := pc.conn.Read(buf)
+		if n > 0 {
+			dec.Write(buf[:n])
+			for {
+				m, derr := dec.Next()
+				if derr != nil {
+					var de *DecodeError
+					if errors.As(derr, &de) && de.TID != 0 {
+						pc.queue(&Message{Type: TypeFunctionError, TID: de.TID, Error: de.Code})
+					}
+					continue
+				}
+				if m == nil {
+					break
+				}
+				pc.handle(m)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (pc *proxyClient) handle(m *Message) {
+	p := pc.p
+	p.mu.Lock()
+	configured, opened := pc.configured, pc.opened
+	p.mu.Unlock()
+	switch m.Type {
+	case TypeOpen:
+		st := StatusNone
+		switch {
+		case !configured:
+			st = StatusNotInitialized
+		case m.MaxControlTransfer < MinControlTransfer:
+			st = StatusInvalidParameters
+		case !p.c.Opened():
+			// The modem is between sessions (reset, not yet
+			// opened): open it for the client, as libmbim's proxy
+			// opens its device.
+			if err := p.c.Open(pc.ctx); err != nil {
+				p.log.Warn("mbim proxy: open for client", "err", err)
+				st = StatusFailure
+			}
+		}
+		if st == StatusNone {
+			p.mu.Lock()
+			pc.opened = true
+			pc.max = int(min(m.MaxControlTransfer, MaxControlTransfer))
+			p.mu.Unlock()
+		}
+		pc.queue(&Message{Type: TypeOpenDone, TID: m.TID, Status: st})
+	case TypeClose:
+		p.mu.Lock()
+		pc.opened = false
+		p.mu.Unlock()
+		pc.queue(&Message{Type: TypeCloseDone, TID: m.TID})
+	case TypeCommand:
+		switch {
+		case m.Service == ServiceProxyControl:
+			pc.proxyControl(m)
+		case !configured || !opened:
+			pc.queue(&Message{Type: TypeFunctionError, TID: m.TID, Error: ProtoNotOpened})
+		default:
+			pc.forward(m)
+		}
+	case TypeHostError:
+		p.log.Debug("mbim proxy: client host error", "code", m.Error)
+	default:
+		pc.queue(&Message{Type: TypeFunctionError, TID: m.TID, Error: ProtoUnknown})
+	}
+}
+
+// proxyControl answers the PROXY_CONTROL service locally.
+func (pc *proxyClient) proxyControl(m *Message) {
+	p := pc.p
+	done := &Message{Type: TypeCommandDone, TID: m.TID, Service: m.Service, CID: m.CID}
+	switch {
+	case m.CID != CIDProxyConfiguration:
+		done.Status = StatusNoDeviceSupport
+	case m.CommandType != Set:
+		done.Status = StatusInvalidParameters
+	default:
+		cfg, err := ParseProxyConfiguration(m.Buffer)
+		switch {
+		case err != nil:
+			done.Status = StatusInvalidParameters
+		case p.opts.DevicePath != "" && cfg.DevicePath != p.opts.DevicePath:
+			p.log.Warn("mbim proxy: client asked for another device", "path", cfg.DevicePath)
+			done.Status = StatusFailure
+		default:
+			p.mu.Lock()
+			pc.configured = true
+			p.mu.Unlock()
+		}
+	}
+	pc.queue(done)
+}
+
+// forward sends a client's command to the modem on its own goroutine and
+// answers with the client's transaction ID.
+func (pc *proxyClient) forward(m *Message) {
+	select {
+	case pc.sem <- struct{}{}:
+	default:
+		pc.queue(&Message{Type: TypeFunctionError, TID: m.TID, Error: ProtoUnknown})
+		return
+	}
+	pc.reqs.Add(1)
+	go func() {
+		defer func() {
+			<-pc.sem
+			pc.reqs.Done()
+		}()
+		tid := m.TID
+		if m.Service == ServiceBasicConnect && m.CID == CIDDeviceServiceSubscribeList && m.CommandType == Set {
+			pc.subscribe(m)
+			return
+		}
+		r, err := pc.p.c.Call(pc.ctx, m)
+		if err != nil {
+			code := ProtoUnknown
+			var fe *FunctionError
+			if errors.As(err, &fe) {
+				code = fe.Code
+			}
+			pc.p.log.Debug("mbim proxy: forward failed", "msg", m.String(), "err", err)
+			pc.queue(&Message{Type: TypeFunctionError, TID: tid, Error: code})
+			return
+		}
+		ans := *r
+		ans.TID = tid
+		pc.queue(&ans)
+	}()
+}
+
+// subscribe records a client's subscribe list, pushes the merged list to
+// the modem, and answers with the client's own list.
+func (pc *proxyClient) subscribe(m *Message) {
+	p := pc.p
+	done := &Message{Type: TypeCommandDone, TID: m.TID, Service: m.Service, CID: m.CID}
+	list, err := ParseSubscribeList(m.Buffer)
+	if err != nil {
+		done.Status = StatusInvalidParameters
+		pc.queue(done)
+		return
+	}
+	if list == nil {
+		list = []EventSubscription{}
+	}
+	p.mu.Lock()
+	pc.subs = list
+	p.mu.Unlock()
+	if err := p.pushSubscriptions(); err != nil {
+		var ce *CommandError
+		if errors.As(err, &ce) {
+			done.Status = ce.Status
+		} else {
+			done.Status = StatusFailure
+		}
+	}
+	done.Buffer = EncodeSubscribeList(list)
+	pc.queue(done)
+}
+
+// pushSubscriptions sends the merged subscribe list to the modem.
+func (p *Proxy) pushSubscriptions() error {
+	if !p.c.Opened() {
+		return nil
+	}
+	_, err := p.c.SubscribeIndications(p.ctx, p.mergedSubscriptions())
+	return err
+}
+
+// DialProxy connects to an mbim-proxy (libmbim's, or a Proxy) on the
+// abstract socket name (default ProxySocket), configures it for
+// devicePath and opens the function: a Go program's equivalent of
+// mbimcli -p. Close the client to disconnect.
+func DialProxy(ctx context.Context, name, devicePath string, opts Options) (*Client, error) {
+	if name == "" {
+		name = ProxySocket
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", "@"+name)
+	if err != nil {
+		return nil, fmt.Errorf("mbim: proxy %q: %w", name, err)
+	}
+	c := NewClient(NewStreamTransport(conn), opts)
+	cfg := ProxyConfiguration{DevicePath: devicePath, Timeout: 30}
+	cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	r, err := c.call(cctx, &Message{Type: TypeCommand, Service: ServiceProxyControl, CID: CIDProxyConfiguration,
+		CommandType: Set, Buffer: cfg.Encode()}, TypeCommandDone, false)
+	cancel()
+	if err == nil && r.Status != StatusNone {
+		err = &CommandError{Service: ServiceProxyControl, CID: CIDProxyConfiguration, Set: true, Status: r.Status}
+	}
+	if err == nil {
+		err = c.Open(ctx)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("mbim: proxy %q: %w", name, err)
+	}
+	return c, nil
+}

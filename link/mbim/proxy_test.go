@@ -1,0 +1,213 @@
+package mbim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+var proxySeq atomic.Int32
+
+// testProxy serves c on a socket name of its own, so that tests run in
+// parallel with each other and with a real mbim-proxy.
+func testProxy(t testing.TB, c *mbim.Client, opts mbim.ProxyOptions) *mbim.Proxy {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = fmt.Sprintf("mhistack-test-%d-%d", os.Getpid(), proxySeq.Add(1))
+	}
+	p, err := mbim.ListenProxy(c, opts)
+	if err != nil {
+		t.Fatalf("ListenProxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func dialProxy(t testing.TB, p *mbim.Proxy) *mbim.Client {
+	t.Helper()
+	c, err := mbim.DialProxy(testCtx(t), p.Name(), "/dev/wwan0mbim0", mbim.Options{})
+	if err != nil {
+		t.Fatalf("DialProxy: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestProxyForwardsClientsCommandsWithTheirOwnTransactionIDs(t *testing.T) {
+	host, f := openPipe(t, sim.MBIMConfig{Delay: 2 * time.Millisecond}, mbim.Options{})
+	p := testProxy(t, host, mbim.ProxyOptions{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		c := dialProxy(t, p)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each client's TIDs start at 1 and collide with the
+			// others'; the proxy must keep them apart.
+			for range 5 {
+				caps, err := c.DeviceCaps(testCtx(t))
+				if err != nil || caps.DeviceID == "" {
+					t.Errorf("client %d DeviceCaps = %+v, %v", i, caps, err)
+					return
+				}
+				rs, err := c.RegisterState(testCtx(t))
+				if err != nil || rs.State != mbim.RegisterHome {
+					t.Errorf("client %d RegisterState = %+v, %v", i, rs, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if s := f.Stats(); s.Commands < 30 {
+		t.Errorf("the modem saw %d commands, want at least 30", s.Commands)
+	}
+	waitFor(t, 5*time.Second, "three clients", func() bool { return p.Clients() == 3 })
+}
+
+func TestProxyAnswersOpenAndCloseLocallySoTheHostSessionSurvives(t *testing.T) {
+	host, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	s := mbim.NewSession(host, fastSession("internet", nil))
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p := testProxy(t, host, mbim.ProxyOptions{})
+	c := dialProxy(t, p)
+	cs, err := c.ConnectState(testCtx(t), 0)
+	if err != nil || cs.ActivationState != mbim.ActivationActivated {
+		t.Fatalf("ConnectState through the proxy = %+v, %v", cs, err)
+	}
+	if err := c.Close(); err != nil { // sends CLOSE
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "client gone", func() bool { return p.Clients() == 0 })
+	if !f.Opened() || !f.Active(0) {
+		t.Error("a proxy client's CLOSE reached the modem")
+	}
+	if st, _ := s.State(); st != mbim.StateConnected {
+		t.Errorf("host session %v after the client closed", st)
+	}
+}
+
+func TestProxyFansOutIndicationsToSubscribedClients(t *testing.T) {
+	host, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{})
+	p := testProxy(t, host, mbim.ProxyOptions{})
+	std := dialProxy(t, p) // the standard list includes SIGNAL_STATE
+	narrow := dialProxy(t, p)
+	if _, err := narrow.SubscribeIndications(testCtx(t), []mbim.EventSubscription{{Service: mbim.ServiceBasicConnect,
+		CIDs: []uint32{mbim.CIDConnect}}}); err != nil {
+		t.Fatal(err)
+	}
+	var gotStd, gotNarrow atomic.Int32
+	defer std.Subscribe(func(m *mbim.Message) {
+		if m.CID == mbim.CIDSignalState {
+			gotStd.Add(1)
+		}
+	})()
+	defer narrow.Subscribe(func(m *mbim.Message) {
+		if m.CID == mbim.CIDSignalState {
+			gotNarrow.Add(1)
+		}
+	})()
+	f.SetSignal(12)
+	waitFor(t, 5*time.Second, "the indication at the standard client", func() bool { return gotStd.Load() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := gotNarrow.Load(); n != 0 {
+		t.Errorf("client subscribed to CONNECT only got %d SIGNAL_STATE indications", n)
+	}
+}
+
+func TestProxyRefusesCommandsBeforeConfiguration(t *testing.T) {
+	host, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{})
+	p := testProxy(t, host, mbim.ProxyOptions{DevicePath: "/dev/wwan0mbim0"})
+	conn, err := net.Dial("unix", "@"+p.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mbim.NewClient(mbim.NewStreamTransport(conn), mbim.Options{OpenAttempts: 1})
+	defer c.Close()
+	if err := c.Open(testCtx(t)); !errors.Is(err, mbim.StatusNotInitialized) {
+		t.Errorf("OPEN before CONFIGURATION: %v, want not initialized", err)
+	}
+	if _, err := mbim.DialProxy(testCtx(t), p.Name(), "/dev/other", mbim.Options{}); !errors.Is(err, mbim.StatusFailure) {
+		t.Errorf("CONFIGURATION with another device path: %v, want failure", err)
+	}
+	if s := f.Stats(); s.Commands != 0 {
+		t.Errorf("%d commands reached the modem", s.Commands)
+	}
+}
+
+// TestMbimcliThroughProxy runs Debian's unmodified mbimcli (libmbim-utils)
+// through the proxy against the emulated modem on the MHI path, while
+// mhistack's own session holds the data connection.
+func TestMbimcliThroughProxy(t *testing.T) {
+	mbimcli, err := exec.LookPath("mbimcli")
+	if err != nil {
+		if os.Getenv("MHISTACK_REQUIRE_MBIMCLI") == "1" {
+			t.Fatalf("mbimcli not found (apt-get install libmbim-utils): %v", err)
+		}
+		t.Skip("mbimcli not installed (libmbim-utils); CI installs it and sets MHISTACK_REQUIRE_MBIMCLI=1")
+	}
+	r := newMHIRig(t, "quectel-rm5xx", sim.MBIMConfig{DeviceID: "867929068000001", SubscriberID: "001019876543210"})
+	host := r.dial(mbim.Options{})
+	s := mbim.NewSession(host, fastSession("internet", nil))
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// mbimcli knows only the default name; a libmbim mbim-proxy already
+	// running would own it.
+	p, err := mbim.ListenProxy(host, mbim.ProxyOptions{})
+	if err != nil {
+		t.Fatalf("cannot listen on @%s (is a libmbim mbim-proxy or ModemManager running?): %v", mbim.ProxySocket, err)
+	}
+	defer p.Close()
+	// libmbim wants the -d path to be a special file; a FIFO will do.
+	dev := filepath.Join(t.TempDir(), "wwan0mbim0")
+	if err := syscall.Mkfifo(dev, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, mbimcli, append([]string{"-d", dev, "-p"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("mbimcli %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		t.Logf("mbimcli %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	expect := func(out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("mbimcli output lacks %q", w)
+			}
+		}
+	}
+	expect(run("--query-device-caps"), "867929068000001", "MHISTACK.SIM.1.0")
+	expect(run("--query-subscriber-ready-status"), "initialized", "001019876543210")
+	expect(run("--query-registration-state"), "home", "00101")
+	expect(run("--connect=apn=internet"), "10.0.0.2/30", "10.0.0.1", "10.0.0.53", "1500")
+	if !r.f.Active(0) || !r.f.Opened() {
+		t.Error("mbimcli's CLOSE reached the modem: the host session is gone")
+	}
+	if st, _ := s.State(); st != mbim.StateConnected {
+		t.Errorf("host session %v after mbimcli", st)
+	}
+}
