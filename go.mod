@@ -10,6 +10,7 @@ require (
 )
 
 require (
+	github.com/google/btree v1.1.2 // indirect
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
 	golang.org/x/net v0.52.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

@@ -141,8 +141,11 @@ type Endpoint struct {
 
 	// Lifecycle.
 	closed    atomic.Bool
-	stop      chan struct{} // closed by Close: goroutines and waiters return
-	lifeMu    sync.RWMutex  // writers hold it shared; Close takes it to wait for them
+	stop      chan struct{} // closed by Close: blocked writers return
+	quit      chan struct{} // closed by Close or Attach(nil): the goroutines return
+	quitOnce  sync.Once
+	stopped   atomic.Bool  // quit is closed
+	lifeMu    sync.RWMutex // writers hold it shared; Close takes it to wait for them
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	unsub     func()
@@ -199,6 +202,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		log:        opts.Logger,
 		budget:     opts.Budget,
 		stop:       make(chan struct{}),
+		quit:       make(chan struct{}),
 		sched:      make(chan struct{}, 1),
 		refillKick: make(chan struct{}, 1),
 		rxCsum:     !opts.NoChecksumOffload,
@@ -401,20 +405,34 @@ func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 }
 
 // Attach implements stack.LinkEndpoint. The poller delivers to d from now
-// on; nil (NIC removed) makes it drop and count instead.
+// on. nil means the NIC is being removed: the poller and refiller stop
+// (gVisor's Stack.Wait then calls Wait, before it calls Close), the
+// endpoint cannot be attached again, and Close releases the rest.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 	if d == nil {
 		e.disp.Store(nil)
+		e.stopWorkers()
 		return
 	}
 	e.disp.Store(&d)
+}
+
+// stopWorkers tells the poller and refiller to return.
+func (e *Endpoint) stopWorkers() {
+	e.quitOnce.Do(func() {
+		e.stopped.Store(true)
+		close(e.quit)
+		if e.opts.Refill == RefillShared {
+			e.opts.Worker.remove(e)
+		}
+	})
 }
 
 // IsAttached implements stack.LinkEndpoint.
 func (e *Endpoint) IsAttached() bool { return e.disp.Load() != nil }
 
 // Wait implements stack.LinkEndpoint: it returns when the goroutines the
-// endpoint started have stopped (after Close).
+// endpoint started have stopped (after Close or Attach(nil)).
 func (e *Endpoint) Wait() { e.wg.Wait() }
 
 // ARPHardwareType implements stack.LinkEndpoint.
@@ -464,10 +482,8 @@ func (e *Endpoint) close() {
 	}
 	e.closed.Store(true)
 	close(e.stop)
+	e.stopWorkers()
 	e.unsub()
-	if e.opts.Refill == RefillShared {
-		e.opts.Worker.remove(e)
-	}
 	e.wg.Wait()
 	// An inline poll may be running on an interrupt goroutine; it sees
 	// closed and stops at the end of its pass.

@@ -30,7 +30,7 @@ func (e *Endpoint) pollLoop() {
 			backoff = 0
 		}
 		select {
-		case <-e.stop:
+		case <-e.quit:
 			if retry != nil {
 				retry.Stop()
 			}
@@ -51,17 +51,17 @@ func (e *Endpoint) pollLoop() {
 func (e *Endpoint) pollInline() {
 	e.pollMu.Lock()
 	defer e.pollMu.Unlock()
-	if e.closed.Load() {
+	if e.stopped.Load() {
 		return
 	}
 	e.run()
 }
 
 // run does poll passes while the poller is scheduled. It returns false if
-// the endpoint is closing.
+// the endpoint is stopping.
 func (e *Endpoint) run() bool {
 	for {
-		if e.closed.Load() {
+		if e.stopped.Load() {
 			return false
 		}
 		work := e.poll()

@@ -56,7 +56,7 @@ func (e *Endpoint) refillLoop() {
 			retry = t.C
 		}
 		select {
-		case <-e.stop:
+		case <-e.quit:
 			return
 		case <-e.refillKick:
 		case <-retry:

@@ -1,0 +1,164 @@
+package link_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+// counter is a dispatcher that only counts: the benchmarks measure the
+// link, not a stack.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {
+	c.n.Add(1)
+}
+func (c *counter) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+// BenchmarkRX drives DL traffic from the emulated modem's generator on
+// IP_HW0 (1 ms interrupt moderation, burst mode) through the endpoint to a
+// counting dispatcher. One op is one IP packet. It reports packets per
+// second (device and host together on the machine's cores) and host-ns/pkt,
+// the poller's own time per packet. allocs/op covers both sides and is 0
+// in steady state.
+func BenchmarkRX(b *testing.B) {
+	cases := []struct {
+		name    string
+		size    int // IP packet size
+		perFrm  int // packets per frame (1: raw IP)
+		options link.Options
+	}{
+		{"raw-64B", 64, 1, link.Options{}},
+		{"raw-1400B", 1400, 1, link.Options{}},
+		{"agg-32x64B", 64, 32, link.Options{Framing: lenFraming{}}},
+		{"agg-16x1400B", 1400, 16, link.Options{Framing: lenFraming{}}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			benchRX(b, c.size, c.perFrm, c.options)
+		})
+	}
+}
+
+// BenchmarkRXOptions measures the switchable design choices side by side
+// (DESIGN.md §7) on 1400-byte raw IP packets.
+func BenchmarkRXOptions(b *testing.B) {
+	cases := []struct {
+		name string
+		o    link.Options
+	}{
+		{"default", link.Options{}},
+		{"budget-8", link.Options{Budget: 8}},
+		{"budget-256", link.Options{Budget: 256}},
+		{"tx-in-budget", link.Options{TXInBudget: true}},
+		{"refill-inline", link.Options{Refill: link.RefillInline}},
+		{"refill-shared", link.Options{Refill: link.RefillShared}},
+		{"refill-level-50pct", link.Options{RefillLevel: 63}},
+		{"refill-level-1", link.Options{RefillLevel: 1}},
+		{"inline-poll", link.Options{InlinePoll: true}},
+		{"locked-thread", link.Options{LockOSThread: true}},
+		{"mru-4096", link.Options{MRU: 4096}},
+		{"no-gro-no-csum", link.Options{NoGRO: true, NoChecksumOffload: true}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			o := c.o
+			if o.Refill == link.RefillShared {
+				w := link.NewWorker()
+				defer w.Close()
+				o.Worker = w
+			}
+			benchRX(b, 1400, 1, o)
+		})
+	}
+}
+
+func benchRX(b *testing.B, size, perFrame int, o link.Options) {
+	g := &sim.Generator{}
+	for f := range 8 {
+		var pkts [][]byte
+		for i := range perFrame {
+			pkts = append(pkts, udp4(b, f*perFrame+i, size))
+		}
+		if perFrame == 1 && o.Framing == nil {
+			g.Frames = append(g.Frames, pkts[0])
+		} else {
+			g.Frames = append(g.Frames, aggregate(pkts...))
+		}
+	}
+	r := newRig(b, rigOptions{fn: g, link: o, noAttach: true})
+	cnt := &counter{}
+	r.ep.Attach(cnt)
+	run := func(pkts int) {
+		frames := (pkts + perFrame - 1) / perFrame
+		want := cnt.n.Load() + int64(frames*perFrame)
+		g.Add(frames)
+		deadline := time.Now().Add(2 * time.Minute)
+		for cnt.n.Load() < want {
+			if time.Now().After(deadline) {
+				b.Fatalf("received %d of %d packets", cnt.n.Load(), want)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	run(20000) // warm the pools (gVisor buffers, modem queues)
+	s0 := r.ep.Stats()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	run(b.N)
+	el := time.Since(start)
+	b.StopTimer()
+	s := r.ep.Stats()
+	rx := float64(s.RXPackets - s0.RXPackets)
+	b.ReportMetric(rx/el.Seconds(), "pkts/s")
+	b.ReportMetric(float64(s.PollNanos-s0.PollNanos)/rx, "host-ns/pkt")
+	b.ReportMetric(float64(s.Polls-s0.Polls)/rx*float64(perFrame), "polls/frame")
+	if s.MaxPassPackets > uint64(max(o.Budget, 0)) && o.Budget > 0 {
+		b.Fatalf("pass of %d packets, budget %d", s.MaxPassPackets, o.Budget)
+	}
+}
+
+// BenchmarkLoopbackTXRX writes 1400-byte packets in batches of 32 and
+// receives them back through the modem's loopback: one op is one packet
+// out and back.
+func BenchmarkLoopbackTXRX(b *testing.B) {
+	r := newRig(b, rigOptions{fn: &sim.Loopback{}, noAttach: true})
+	cnt := &counter{}
+	r.ep.Attach(cnt)
+	var l stack.PacketBufferList
+	pkt := udp4(b, 1, 1400)
+	batch := make([][]byte, 32)
+	for i := range batch {
+		batch[i] = pkt
+	}
+	run := func(n int) {
+		want := cnt.n.Load() + int64(n)
+		for sent := 0; sent < n; {
+			k := min(32, n-sent)
+			m, err := writeN(r.ep, batch[:k]...)
+			if m == 0 {
+				b.Fatalf("WritePackets: %v", err)
+			}
+			sent += m
+		}
+		for cnt.n.Load() < want {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	_ = l
+	run(5000)
+	b.SetBytes(1400)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	run(b.N)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pkts/s")
+}

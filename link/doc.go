@@ -1,0 +1,65 @@
+// Package link is the network interface of an MHI modem: a gVisor
+// stack.LinkEndpoint (and stack.GSOEndpoint) over one MHI data channel pair,
+// driven NAPI style. It moves IP packets between the gVisor stack and the
+// modem's rings, through a Framing (raw IP here; QMAP and MBIM NTB in
+// link/qmap and link/mbim).
+//
+// A user with a controller in mission mode makes the endpoint and hands it
+// to a gVisor stack:
+//
+//	ep, err := link.New(ctx, ctrl, link.Options{Channel: "IP_HW0"})
+//	err = s.CreateNIC(1, ep)                  // gVisor calls ep.Attach
+//	defer func() { s.RemoveNIC(1); ep.Close() }()
+//
+// # Goroutines
+//
+// The controller's MSI goroutines only call the endpoint's notify
+// function, which sets the "scheduled" bit and wakes the poller
+// (napi_schedule). The endpoint owns two goroutines, both stopped by Close:
+//
+//   - The poller (threaded NAPI; Options.LockOSThread pins it). One pass:
+//     drain the UL event ring and free TX buffers (outside the budget:
+//     TX liberation is cheap and frees what writers wait for); deliver up
+//     to Budget RX packets, polling the DL event ring once; feed each
+//     packet, copied once out of DMA memory into a gVisor buffer, to
+//     gVisor's GRO; flush GRO once; return the DMA buffers to the pool in
+//     one batch; wake the refiller if the DL ring has RefillLevel free
+//     descriptors. A pass that used its whole budget is followed by
+//     another without sleeping (with 1 ms interrupt moderation the next
+//     MSI may be a millisecond away); otherwise the poller clears
+//     "scheduled", re-checks both rings for events that raced in, and
+//     sleeps.
+//   - The refiller (like Linux's mhi-net-rx thread): woken at the refill
+//     level, it queues MRU-sized buffers from a fixed DMA pool into every
+//     free DL descriptor (the channel's FreeCount is the truth) with one
+//     doorbell. When the pool is short it counts RXAllocFail and retries
+//     with back-off.
+//
+// WritePackets runs on whatever goroutine gVisor calls it from — TCP
+// processors, user goroutines, timers, and the poller itself (ICMP echo
+// replies, RSTs sent from inside delivery). It frames packets into TX DMA
+// buffers (the one TX copy), queues them and rings the doorbell once per
+// call. When TX buffers or UL ring slots run out it reaps UL completions
+// itself and waits, reaping every 50 µs, up to TXTimeout; it never waits
+// for the poller, so a poller that writes cannot deadlock. It fails with
+// tcpip.ErrNoBufferSpace rather than dropping silently.
+//
+// A frame may carry many packets (aggregation): the frame is decoded once
+// and its packets are delivered over as many passes as the budget needs, so
+// no pass exceeds the budget. An inbound transfer larger than the MRU
+// arrives as an OVERFLOW chain, reassembled up to MaxFrame bytes; longer
+// chains are discarded piece by piece as they arrive and counted.
+//
+// # Options
+//
+// Every choice argued in the Linux netdev threads behind this design is a
+// switch, so it can be measured (BenchmarkRXOptions): Budget, TXInBudget,
+// Refill (dedicated goroutine, shared Worker, inline in the pass),
+// RefillLevel, InlinePoll (poll on the interrupt goroutine, softirq style,
+// instead of the dedicated poller), MRU. GRO, RX checksum offload (the
+// endpoint validates IPv4/TCP/UDP checksums once and tells gVisor so) and
+// gVisor GSO are on by default. See docs/LINK.md for the measurements.
+//
+// SetTap writes both directions to a pcap file (link type RAW) for
+// tcpdump, tshark or Wireshark. Stats returns the counters.
+package link
