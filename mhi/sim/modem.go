@@ -493,6 +493,24 @@ func (m *Modem) step() bool {
 	if p.soc {
 		m.powerOn()
 	}
+	// Channel doorbells before MHICTRL and commands: a doorbell and a
+	// state request or command queued in the same pass were written in
+	// that order by any host that waits for its events (a refill rung
+	// just before the MHICTRL = M3 or the RESET_CHAN that follows);
+	// doorbells that answer an event cannot share a pass with it.
+	m.dbWork.or(p.chdb)
+	db := m.dbWork.take()
+	if m.state == mhi.StateSysErr {
+		// Crashed firmware answers nothing but MHICTRL.RESET; a host
+		// that has not noticed yet is not at fault.
+		db, p.crdb = chanBits{}, false
+		m.cmdPending = false
+	}
+	for n := range mhi.MaxChannels {
+		if db.has(n) {
+			m.chDoorbell(n)
+		}
+	}
 	if p.ctrl {
 		m.handleCtrl()
 	}
@@ -504,17 +522,6 @@ func (m *Modem) step() bool {
 	}
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
-	}
-	// Channel doorbells before commands: a doorbell and a command
-	// queued in the same pass were written in that order by any host
-	// that waits for command completions (a refill rung before the
-	// RESET_CHAN that tears the channel down).
-	m.dbWork.or(p.chdb)
-	db := m.dbWork.take()
-	for n := range mhi.MaxChannels {
-		if db.has(n) {
-			m.chDoorbell(n)
-		}
 	}
 	if p.crdb || m.cmdPending {
 		m.cmdPending = false
