@@ -40,3 +40,9 @@ func PostEventForTest(c *Controller, i int, ev Element) {
 // TREAddrForTest returns the IOVA of the TRE that the next completion of
 // ch will name (its local read index).
 func TREAddrForTest(ch *Channel) uint64 { return ch.ring.iova(ch.rp.Load()) }
+
+// UnqueuedTREForTest returns the IOVA of a TRE slot inside ch's ring that
+// holds no queued buffer (the one after the write pointer).
+func UnqueuedTREForTest(ch *Channel) uint64 {
+	return ch.ring.iova(ch.ring.next(ch.wp.Load()))
+}

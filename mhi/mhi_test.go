@@ -347,6 +347,26 @@ func TestDevicePointerOutsideRingIsRefused(t *testing.T) {
 		t.Fatal("a device rp outside the ring was not counted as invalid")
 	}
 	mhi.RestoreEventRPForTest(r.c, 0)
+	// Events posted the device's way that name no outstanding TRE: outside
+	// the DL ring, and a TRE of the ring the host never queued.
+	for _, ev := range []mhi.Element{
+		mhi.TxEvent(0xdead0000, 10, mhi.CodeEOT, 1),
+		mhi.TxEvent(mhi.UnqueuedTREForTest(l.dl), 10, mhi.CodeEOT, 1),
+		mhi.TxEvent(0x10, 10, mhi.CodeSuccess, 1), // SUCCESS completes nothing
+		mhi.TxEvent(0x10, 10, mhi.CodeEOT, 77),    // no such channel on this ring
+	} {
+		before = er.Stats().Invalid
+		if err := r.m.InjectEvent(0, ev); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for er.Stats().Invalid == before && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if er.Stats().Invalid == before {
+			t.Fatalf("event %+v was not refused", ev)
+		}
+	}
 	l.exchange(t, rng, 10, 4096)
 }
 

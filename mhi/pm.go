@@ -273,7 +273,11 @@ func (c *Controller) intvec() {
 // in mission mode); the caller does so once it holds no ring lock.
 func (c *Controller) onStateChange(s State) (reRing bool) {
 	c.mu.Lock()
-	c.devState = s
+	if s != StateSysErr {
+		// sysErrDetected records SYS_ERR itself; setting it here
+		// first would make it think the episode is already handled.
+		c.devState = s
+	}
 	switch s {
 	case StateM0:
 		prev := c.pm

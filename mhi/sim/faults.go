@@ -2,6 +2,8 @@ package sim
 
 import (
 	"time"
+
+	"github.com/mhistack/mhistack/mhi"
 )
 
 // Fault injection. The modem injects the faults that are the device's own
@@ -40,6 +42,15 @@ func (m *Modem) FailNextBHI(code uint32) {
 	m.mu.Lock()
 	m.boot.failNext = code
 	m.mu.Unlock()
+}
+
+// InjectEvent posts ev on event ring i exactly as the modem posts its own
+// events (element, then rp, then an immediate MSI). It is how a test plays
+// a buggy or hostile device: an event naming a TRE the host never queued,
+// a bad completion code, a channel that does not exist. It must not be
+// called from a Function callback.
+func (m *Modem) InjectEvent(i int, ev mhi.Element) error {
+	return m.callRequest(&request{kind: reqInject, done: make(chan error, 1), ring: i, ev: ev})
 }
 
 // slowdown applies SetSlow.

@@ -617,6 +617,9 @@ func (m *Modem) chDoorbell(n int) {
 type request struct {
 	kind reqKind
 	done chan error
+	// ring and ev are the event of a reqInject.
+	ring int
+	ev   mhi.Element
 }
 
 type reqKind uint8
@@ -625,19 +628,24 @@ const (
 	reqSysErr reqKind = iota
 	reqM1
 	reqReset
+	reqInject
 )
 
 // call runs a request on the device goroutine and waits for it.
 func (m *Modem) call(k reqKind) error {
+	return m.callRequest(&request{kind: k, done: make(chan error, 1)})
+}
+
+func (m *Modem) callRequest(r *request) error {
+	k := r.kind
 	if !m.attached.Load() {
 		return ErrDetached
 	}
-	if k != reqM1 {
+	if k != reqM1 && k != reqInject {
 		// A crash or reset interrupts whatever the device waits for.
 		m.abort.Store(true)
 		kick(m.erKick)
 	}
-	r := &request{kind: k, done: make(chan error, 1)}
 	select {
 	case m.reqs <- r:
 	case <-m.exited:
@@ -658,6 +666,10 @@ func (m *Modem) handle(r *request) {
 		err = m.enterM1()
 	case reqReset:
 		m.powerOn()
+	case reqInject:
+		if !m.post(r.ring, r.ev, false) {
+			err = fmt.Errorf("sim: event ring %d cannot take an event now", r.ring)
+		}
 	}
 	m.mu.Unlock()
 	m.runActions()
