@@ -433,10 +433,7 @@ func TestPacketsBeforeAttachAreCountedDrops(t *testing.T) {
 }
 
 func TestSysErrRecoveryRefillsAndTrafficResumes(t *testing.T) {
-	// The known sim issue (a doorbell latched just before SYS_ERR is
-	// reported as a violation) is not a link bug: log violations here.
-	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true},
-		sim: sim.Options{OnViolation: func(err error) { t.Logf("sim (non-strict here): %v", err) }}})
+	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true}})
 	write(t, r.ep, udp4(t, 1, 100))
 	r.snk.waitFor(t, 1, 5*time.Second)
 	if err := r.m.TriggerSysErr(); err != nil {
