@@ -277,7 +277,8 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 			return mbim.StatusNoDeviceSupport, nil
 		}
 		dc := mbim.DeviceCaps{DeviceType: 1, CellularClass: 1, SIMClass: 2, DataClass: cfg.DataClass,
-			ControlCaps: 0x1 | 0x2, // manual registration, hardware radio switch MaxSessions: cfg.MaxSessions,
+			ControlCaps: 0x1 | 0x2, // manual registration, hardware radio switch
+			MaxSessions: cfg.MaxSessions,
 			DeviceID:    cfg.DeviceID, FirmwareInfo: cfg.FirmwareInfo, HardwareInfo: cfg.HardwareInfo}
 		return mbim.StatusNone, dc.Encode()
 	case mbim.CIDDeviceServices:
