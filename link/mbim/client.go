@@ -222,8 +222,9 @@ func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) {
 }
 
 // OnReset registers fn to be called when the function lost its state
-// under the client (NotifyReset, or a NOT_OPENED function error): the
-// session must be opened and brought up again. fn must not block.
+// under the client (NotifyReset, a NOT_OPENED function error, or the
+// transport failing for good): the session must be opened and brought up
+// again. fn must not block.
 func (c *Client) OnReset(fn func()) (cancel func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -384,8 +385,14 @@ func (c *Client) read() {
 			c.mu.Lock()
 			c.dead = fmt.Errorf("mbim: transport: %w", err)
 			c.opened = false
+			dead, fns := c.dead, c.resetFns()
 			c.mu.Unlock()
-			c.failAll(c.dead)
+			c.failAll(dead)
+			// Users waiting on indications (a connected Session)
+			// would otherwise never learn that nothing will come.
+			for _, fn := range fns {
+				fn()
+			}
 			return
 		}
 		c.mu.Lock()

@@ -3,6 +3,7 @@ package mbim_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -222,4 +223,25 @@ func TestSessionCloseDeactivatesTheContext(t *testing.T) {
 	if _, err := s.WaitUp(testCtx(t)); !errors.Is(err, mbim.ErrClosed) {
 		t.Errorf("WaitUp after Close: %v, want ErrClosed", err)
 	}
+}
+
+func TestSessionReportsATransportFailure(t *testing.T) {
+	f := sim.NewMBIMFunction(sim.MBIMConfig{})
+	a, b := net.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(b) }()
+	c := mbim.NewClient(mbim.NewStreamTransport(a), mbim.Options{})
+	defer c.Close()
+	log := newProgressLog()
+	s := mbim.NewSession(c, fastSession("internet", log))
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close() // the modem side goes away
+	<-served
+	waitFor(t, 5*time.Second, "the session to notice", func() bool {
+		st, err := s.State()
+		return st == mbim.StateFailed && err != nil
+	})
 }
