@@ -422,14 +422,18 @@ func (c *Controller) waitFor(ctx context.Context, timeout time.Duration, what st
 
 // checkAlive re-reads MHISTATUS from a wait's poll tick: it catches
 // surprise removal and a SYS_ERR whose interrupt was lost.
-func (c *Controller) checkAlive() {
+func (c *Controller) checkAlive() { c.checkStatus("MHISTATUS poll") }
+
+// checkStatus reads MHISTATUS and acts on removal or SYS_ERR; how names
+// the detection path for the log.
+func (c *Controller) checkStatus(how string) {
 	st, ee, removed := c.deviceStatus()
 	if removed {
 		c.markRemoved()
 		return
 	}
 	if State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr {
-		c.sysErrDetected(ee, "MHISTATUS poll")
+		c.sysErrDetected(ee, how)
 	}
 }
 

@@ -253,14 +253,7 @@ func (c *Controller) interruptLoop(v pci.Vector) {
 // intvec handles the BHI/INTVEC interrupt: wake every state waiter and
 // check for SYS_ERR (§4.8 first detection path).
 func (c *Controller) intvec() {
-	st, ee, removed := c.deviceStatus()
-	if removed {
-		c.markRemoved()
-		return
-	}
-	if State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr {
-		c.sysErrDetected(ee, "INTVEC")
-	}
+	c.checkStatus("INTVEC")
 	c.mu.Lock()
 	c.broadcast()
 	c.mu.Unlock()
