@@ -481,8 +481,13 @@ func (pc *proxyClient) forward(m *Message) {
 		if err != nil {
 			code := ProtoUnknown
 			var fe *FunctionError
-			if errors.As(err, &fe) {
+			switch {
+			case errors.As(err, &fe):
 				code = fe.Code
+			case errors.Is(err, ErrNotOpened), errors.Is(err, ErrModemReset):
+				// The modem is being re-opened (after a reset);
+				// the client may retry.
+				code = ProtoNotOpened
 			}
 			pc.p.log.Debug("mbim proxy: forward failed", "msg", m.String(), "err", err)
 			pc.queue(&Message{Type: TypeFunctionError, TID: tid, Error: code})
