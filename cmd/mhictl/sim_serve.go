@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+func init() {
+	register(&command{
+		Name: "sim serve",
+		Summary: `Run the emulated modem as a vfio-user server (for a QEMU guest).
+
+The server listens on a UNIX socket for QEMU's vfio-user-pci device
+(-device vfio-user-pci,socket=PATH; guest RAM must be memory-backend-memfd
+with share=on); the guest kernel then drives the modem as a PCI function. SIGUSR1 makes the modem
+crash (SYS_ERR); SIGINT/SIGTERM stop the server. Data channel pairs (IP_HW0,
+IP_SW0, IP_HW0_MBIM) answer pings unless -function says otherwise.`,
+		Run: simServe,
+	})
+}
+
+// functionFlag collects -function NAME=KIND.
+type functionFlag map[string]string
+
+func (f functionFlag) String() string {
+	var s []string
+	for k, v := range f {
+		s = append(s, k+"="+v)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func (f functionFlag) Set(v string) error {
+	name, kind, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want NAME=KIND, got %q", v)
+	}
+	switch kind {
+	case "icmp", "loopback", "none":
+	default:
+		return fmt.Errorf("unknown function %q (icmp, loopback, none)", kind)
+	}
+	f[name] = kind
+	return nil
+}
+
+// dataChannels get an ICMP responder by default: the pairs Linux turns
+// into network interfaces (mhi_net, mhi_wwan_mbim).
+var dataChannels = []string{"IP_HW0", "IP_SW0", "IP_HW0_MBIM"}
+
+func simServe(ctx context.Context, args []string) error {
+	c := commands["sim serve"]
+	fs := newFlagSet(c, "-socket PATH [flags]")
+	profile := fs.String("profile", "qcom-sdx55m", "modem `profile` to impersonate (mhi profile table name)")
+	socket := fs.String("socket", "", "UNIX socket `path` to listen on (required; a stale socket is replaced)")
+	boot := fs.String("boot", "amss", "execution environment at power-on: amss (mission mode firmware) or pbl (boot ROM waiting for a BHI download)")
+	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
+	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
+	functions := functionFlag{}
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, loopback or none (repeatable)")
+	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
+	burstIdle := fs.Duration("burst-idle", 0, "idle time before a polling burst channel sends DB_MODE (0: modem default)")
+	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
+	sblTime := fs.Duration("sbl-time", 0, "how long the SBL runs before AMSS with -boot pbl (0: modem default)")
+	loseFW := fs.Bool("lose-firmware-on-syserr", false, "come back in PBL after a SYS_ERR recovery reset")
+	slow := fs.Duration("slow", 0, "sleep this long per TRE and per event (a slow modem)")
+	syserrAfter := fs.Duration("syserr-after", 0, "crash (SYS_ERR) once, this long after the modem first reaches mission mode (0: never; SIGUSR1 works any time)")
+	once := fs.Bool("once", false, "exit when the first client disconnects (QEMU exited)")
+	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logVFIO := fs.Bool("log-messages", false, "log every vfio-user message (at debug level; very verbose)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	if *socket == "" {
+		return usagef("-socket is required")
+	}
+	p, ok := mhi.Lookup(*profile)
+	if !ok {
+		var names []string
+		for _, p := range mhi.Profiles() {
+			names = append(names, p.Name)
+		}
+		return usagef("unknown profile %q; known: %s", *profile, strings.Join(names, " "))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usagef("-log-level: %v", err)
+	}
+	log, err := newLogger(*logFormat, level)
+	if err != nil {
+		return err
+	}
+
+	opts := sim.Options{
+		Strict:               *strict,
+		IDIndex:              *idIndex,
+		DisableModeration:    *noModeration,
+		BurstIdle:            *burstIdle,
+		PollInterval:         *pollInterval,
+		SBLTime:              *sblTime,
+		LoseFirmwareOnSysErr: *loseFW,
+		Logger:               log.With("part", "modem"),
+		Functions:            map[string]Function{},
+	}
+	switch *boot {
+	case "amss":
+		opts.Boot = sim.BootAMSS
+	case "pbl":
+		opts.Boot = sim.BootPBL
+	default:
+		return usagef("-boot %q: want amss or pbl", *boot)
+	}
+	if *strict {
+		opts.OnViolation = func(err error) { log.Error("host protocol violation", "err", err) }
+	}
+	responders := map[string]*sim.ICMPResponder{}
+	for _, name := range dataChannels {
+		if _, _, ok := p.ChannelPair(name); ok {
+			if _, set := functions[name]; !set {
+				functions[name] = "icmp"
+			}
+		}
+	}
+	for name, kind := range functions {
+		if _, _, ok := p.ChannelPair(name); !ok {
+			return usagef("profile %s has no channel pair %q", p.Name, name)
+		}
+		switch kind {
+		case "icmp":
+			r := &sim.ICMPResponder{Framing: sim.FramingFor(name)}
+			responders[name] = r
+			opts.Functions[name] = r
+		case "loopback":
+			opts.Functions[name] = &sim.Loopback{}
+		case "none":
+			opts.Functions[name] = nil
+		}
+	}
+	modem, err := sim.New(p, opts)
+	if err != nil {
+		return err
+	}
+	if *slow > 0 {
+		modem.SetSlow(*slow)
+	}
+
+	srvLog := log.With("part", "vfio-user")
+	if !*logVFIO && level < slog.LevelInfo {
+		// Debug logging of the modem without the per-message flood.
+		srvLog = slog.New(levelFloor{srvLog.Handler(), slog.LevelInfo})
+	}
+	srv, err := vfiouser.New(modem, vfiouser.WithLogger(srvLog))
+	if err != nil {
+		return err
+	}
+	l, err := vfiouser.Listen(*socket)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	id := srv.Identity()
+	log.Info("serving the emulated modem", "profile", p.Name, "pci", fmt.Sprintf("%04x:%04x", id.Vendor, id.Device),
+		"socket", *socket, "boot", *boot, "functions", functions.String())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		if *once {
+			c, err := l.AcceptUnix()
+			l.Close()
+			if err != nil {
+				served <- err
+				return
+			}
+			served <- srv.ServeConn(c)
+			return
+		}
+		served <- srv.Serve(l)
+	}()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		watchModem(ctx, log, modem, *syserrAfter)
+	}()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case serveErr = <-served:
+		served = nil
+	}
+	cancel()
+	srv.Close()
+	if served != nil {
+		<-served
+	}
+	l.Close()
+	os.Remove(*socket)
+	<-watchDone
+
+	violations := summarize(log, srv, modem, responders)
+	if serveErr != nil && !errors.Is(serveErr, vfiouser.ErrClosed) {
+		return serveErr
+	}
+	if *strict && violations > 0 {
+		return fmt.Errorf("the host broke %d protocol rules (see the log)", violations)
+	}
+	return nil
+}
+
+// Function is sim.Function, named here so the options map reads simply.
+type Function = sim.Function
+
+// watchModem logs the modem's state changes (what a kernel cross-check
+// compares dmesg with), crashes it on SIGUSR1, and once after syserrAfter
+// in mission mode. It returns when ctx ends.
+func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var crashAt time.Time
+	crashed := syserrAfter <= 0
+	lastS, lastEE := m.State()
+	log.Info("modem state", "state", lastS, "ee", lastEE)
+	crash := func(why string) {
+		log.Info("injecting SYS_ERR", "why", why)
+		if err := m.TriggerSysErr(); err != nil {
+			log.Warn("SYS_ERR injection failed", "err", err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-usr1:
+			crash("SIGUSR1")
+		case <-tick.C:
+		}
+		s, ee := m.State()
+		if s != lastS || ee != lastEE {
+			log.Info("modem state", "state", s, "ee", ee)
+			lastS, lastEE = s, ee
+		}
+		if !crashed && crashAt.IsZero() && s == mhi.StateM0 && ee == mhi.EEAMSS {
+			crashAt = time.Now().Add(syserrAfter)
+		}
+		if !crashed && !crashAt.IsZero() && time.Now().After(crashAt) {
+			crashed = true
+			crash(fmt.Sprintf("-syserr-after %v in mission mode", syserrAfter))
+		}
+	}
+}
+
+// summarize logs what crossed the link and what the modem saw, and
+// returns the number of host protocol violations.
+func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders map[string]*sim.ICMPResponder) uint64 {
+	ss, ms := srv.Stats(), m.Stats()
+	log.Info("summary",
+		"violations", ms.Violations, "dma_faults", ss.DMAFaults,
+		"connections", ss.Connections, "messages", ss.Messages, "bad_messages", ss.BadMessages,
+		"mmio_reads", ss.MMIOReads, "mmio_writes", ss.MMIOWrites, "mmio_unclaimed", ss.MMIOUnclaimed,
+		"dma_maps", ss.DMAMaps, "dma_read", ss.DMABytesRead, "dma_written", ss.DMABytesWritten,
+		"msi_raised", ss.MSIRaised, "msi_delivered", ss.MSIDelivered, "msi_dropped", ss.MSIDropped,
+		"resets", ss.DeviceResets, "commands", ms.Commands, "events", ms.Events, "event_drops", ms.EventDrops,
+		"tds_ul", ms.TDsUL, "packets_dl", ms.PacketsDL, "db_modes", ms.DBModes, "ul_drops", ms.ULDrops, "dl_drops", ms.DLDrops)
+	for name, r := range responders {
+		log.Info("icmp responder", "channel", name, "replies", r.Replies.Load(), "ignored", r.Ignored.Load(),
+			"malformed", r.Malformed.Load(), "dropped", r.Dropped.Load())
+	}
+	for _, v := range m.Violations() {
+		log.Warn("violation", "err", v)
+	}
+	for _, f := range srv.Faults() {
+		log.Warn("dma fault", "fault", f.Error())
+	}
+	return ms.Violations
+}
+
+func newLogger(format string, level slog.Level) (*slog.Logger, error) {
+	o := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+	}
+	return nil, usagef("-log-format %q: want text or json", format)
+}
+
+// levelFloor drops records below min: the vfio-user server logs every
+// message at debug, which -log-level debug alone should not turn on.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{h.Handler.WithAttrs(a), h.min}
+}
+
+func (h levelFloor) WithGroup(n string) slog.Handler {
+	return levelFloor{h.Handler.WithGroup(n), h.min}
+}
