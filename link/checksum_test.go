@@ -38,7 +38,7 @@ func FuzzRawIPDecode(f *testing.F) {
 			}
 			return
 		}
-		if err != nil || len(spans) != 1 || spans[0] != (Span{0, len(frame)}) {
+		if err != nil || len(spans) != 1 || spans[0] != (Span{Off: 0, Len: len(frame)}) {
 			t.Fatalf("Decode(%d bytes) = %v, %v", len(frame), spans, err)
 		}
 	})

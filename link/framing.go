@@ -10,6 +10,33 @@ const MaxFrame = 65535
 // Span locates one IP packet inside a received frame.
 type Span struct {
 	Off, Len int
+	// ID is the packet's session: the MBIM IP session of its NDP
+	// (mbim-qmap-qmi.md §3.1) or the QMAP mux ID (§4.1); 0 on raw IP.
+	// The endpoint hands packets of other sessions than its own to the
+	// Session endpoints made with NewSession.
+	ID uint8
+	// Ctrl marks an in-band control frame rather than an IP packet (a
+	// QMAP command, §4.2): the endpoint passes it to the framing's
+	// Controller instead of the stack.
+	Ctrl bool
+}
+
+// SessionEncoder is an Encoder whose frames carry a session (MBIM IP
+// session, QMAP mux ID). The endpoint sets the session of every frame it
+// begins to the writer's session.
+type SessionEncoder interface {
+	Encoder
+	// SetSession selects the session of the packets added from now on.
+	SetSession(id uint8)
+}
+
+// Controller is a Framing with in-band control frames that the host
+// answers (QMAP flow-control commands, mbim-qmap-qmi.md §4.2).
+type Controller interface {
+	// Answer writes into dst the UL frame answering the control frame
+	// ctrl (a span Decode marked Ctrl) and returns its length, or 0 when
+	// there is nothing to send. It must not write more than len(dst).
+	Answer(ctrl, dst []byte) int
 }
 
 // Framing is how IP packets travel in the frames of a data channel: raw IP
@@ -73,7 +100,7 @@ func (RawIP) Decode(frame []byte, spans []Span) ([]Span, error) {
 	if len(frame) == 0 {
 		return spans, ErrRunt
 	}
-	return append(spans, Span{0, len(frame)}), nil
+	return append(spans, Span{Off: 0, Len: len(frame)}), nil
 }
 
 // NewEncoder implements Framing.
