@@ -5,7 +5,85 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/mhistack/mhistack/mhi/pci"
 )
+
+// Boot: BHI download in PBL/EDL, BHIe vector-table download in SBL, the
+// full-boot-chain sequence that combines them, and the EDL trigger that
+// brings a modem into its flash programmer (mhi-protocol.md §4.4, §6.4).
+
+// BootOptions configure the boot paths of a Controller.
+type BootOptions struct {
+	// Image, when set, is the PBL image loaded at power-up whatever the
+	// profile's FirmwareImage says (and without calling Firmware): a tool
+	// that was handed a file uses it.
+	Image []byte
+	// FullBootChain: the PBL receives only the first SBLSize bytes of the
+	// image over BHI; when the device reports EE SBL the whole image goes
+	// over BHIe (Linux fbc_download).
+	FullBootChain bool
+	// SBLSize is the BHI part of a full-boot-chain image (0 or larger
+	// than the image: the whole image).
+	SBLSize int
+	// SegLen is the BHIe segment length (default DefaultSegLen). Each
+	// segment gets its own DMA buffer, as Linux's seg_len does.
+	SegLen int
+	// OnProgress is called as downloads advance. It runs on the goroutine
+	// that drives the boot and must not block for long.
+	OnProgress func(Progress)
+}
+
+// DefaultSegLen is the BHIe segment length when none is configured
+// (Linux pci_generic-style controllers use 512 KiB).
+const DefaultSegLen = 512 << 10
+
+// maxBHIeSegments bounds the vector table (the table itself must fit one
+// DMA buffer; 64 Ki entries are 1 MiB).
+const maxBHIeSegments = 1 << 16
+
+// Phase names a step of the boot paths in Progress.
+type Phase string
+
+const (
+	PhaseBHI   Phase = "BHI"         // image to the PBL (or the flash programmer to EDL)
+	PhaseBHIe  Phase = "BHIe"        // image to the SBL over the vector table
+	PhaseEDL   Phase = "EDL trigger" // doorbell-91 cookie and SoC reset sent
+	PhaseFP    Phase = "FP"          // flash programmer running (FIREHOSE usable)
+	PhaseReady Phase = "READY"       // waiting for the device to come up
+)
+
+// Progress reports a boot step. Done counts bytes staged in DMA memory for
+// the device; the device acknowledges a whole BHI or BHIe transfer at once,
+// so Complete (with Done == Total) is set only when it reported success.
+type Progress struct {
+	Phase    Phase
+	Done     int
+	Total    int
+	Complete bool
+}
+
+// BHIeOptions override the controller's BootOptions for one LoadBHIe.
+type BHIeOptions struct {
+	SegLen     int
+	OnProgress func(Progress)
+}
+
+// bootRun is the per-boot state: images waiting for a later step. Guarded
+// by c.mu.
+type bootRun struct {
+	fbcImage []byte // whole image for the SBL (full-boot-chain)
+	edlImage []byte // flash programmer for a device in EDL (EnterEDL)
+}
+
+func (c *Controller) progress(fn func(Progress), p Progress) {
+	if fn == nil {
+		fn = c.opts.Boot.OnProgress
+	}
+	if fn != nil {
+		fn(p)
+	}
+}
 
 // pblTransition handles a device found in PBL/EDL/PTHRU at power-up or
 // after a SYS_ERR reset (mhi-protocol.md §4.4): record the serial number
@@ -15,23 +93,74 @@ func (c *Controller) pblTransition(ctx context.Context, ee EE) error {
 	serial := c.read(c.bhiOff + BHISerialNum)
 	c.mu.Lock()
 	c.ee, c.serial = ee, serial
+	edl := c.boot.edlImage
 	c.mu.Unlock()
 	if ee == EEPTHRU {
 		return nil
+	}
+	if ee == EEEDL && edl != nil {
+		return c.LoadBHI(ctx, edl)
+	}
+	img := c.opts.Boot.Image
+	if ee == EEEDL {
+		img = nil // the PBL image is no flash programmer
 	}
 	name := c.prof.FirmwareImage
 	if ee == EEEDL {
 		name = c.prof.EDLImage
 	}
-	if name == "" || c.opts.Firmware == nil {
-		c.log.Info("device in PBL and no boot image configured; waiting for READY", "dev", c.name, "ee", ee)
+	if img == nil {
+		if name == "" || c.opts.Firmware == nil {
+			c.log.Info("device in PBL and no boot image configured; waiting for READY", "dev", c.name, "ee", ee)
+			return nil
+		}
+		var err error
+		if img, err = c.opts.Firmware(name); err != nil {
+			return fmt.Errorf("mhi: %s: load boot image %s: %w", c.name, name, err)
+		}
+	}
+	if ee == EEPBL && c.opts.Boot.FullBootChain {
+		sbl := img
+		if n := c.opts.Boot.SBLSize; n > 0 && n < len(img) {
+			sbl = img[:n]
+		}
+		if err := c.LoadBHI(ctx, sbl); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.boot.fbcImage = img
+		c.mu.Unlock()
 		return nil
 	}
-	img, err := c.opts.Firmware(name)
-	if err != nil {
-		return fmt.Errorf("mhi: %s: load boot image %s: %w", c.name, name, err)
-	}
 	return c.LoadBHI(ctx, img)
+}
+
+// sblTransition is the full-boot-chain step between READY and mission
+// mode (§4.4 step 7): wait for EE SBL, then send the whole image over
+// BHIe. It does nothing when no full-boot-chain image is pending.
+func (c *Controller) sblTransition(ctx context.Context) error {
+	c.mu.Lock()
+	img := c.boot.fbcImage
+	c.boot.fbcImage = nil
+	c.mu.Unlock()
+	if img == nil {
+		return nil
+	}
+	err := c.waitFor(ctx, c.prof.ReadyWait(), "EE SBL", func() (bool, error) {
+		if c.pm == pmSysErrProcess || c.devState == StateSysErr {
+			return false, ErrSysErr
+		}
+		return c.ee == EESBL || c.ee.MissionMode(), nil
+	})
+	if err != nil {
+		return err
+	}
+	if c.currentEE() != EESBL {
+		// The SBL found its image elsewhere; nothing to send.
+		c.log.Warn("full-boot-chain: device skipped SBL; no BHIe download", "dev", c.name, "ee", c.currentEE())
+		return nil
+	}
+	return c.LoadBHIe(ctx, img, BHIeOptions{})
 }
 
 // LoadBHI downloads img through BHI (§4.4): copy it into one DMA buffer,
@@ -42,6 +171,9 @@ func (c *Controller) LoadBHI(ctx context.Context, img []byte) error {
 	if len(img) == 0 {
 		return fmt.Errorf("mhi: %s: empty BHI image: %w", c.name, ErrFirmware)
 	}
+	if uint64(len(img)) > 0xFFFFFFFF {
+		return fmt.Errorf("mhi: %s: BHI image of %d bytes does not fit BHI_IMGSIZE: %w", c.name, len(img), ErrFirmware)
+	}
 	dma := c.dev.DMA()
 	buf, err := dma.Alloc(len(img), 4096)
 	if err != nil {
@@ -49,6 +181,7 @@ func (c *Controller) LoadBHI(ctx context.Context, img []byte) error {
 	}
 	defer dma.Free(buf)
 	copy(buf.Mem, img)
+	c.progress(nil, Progress{Phase: PhaseBHI, Done: len(img), Total: len(img)})
 	b := c.bhiOff
 	c.write(b+BHIStatus, 0)
 	c.write(b+BHIImgAddrHigh, uint32(buf.IOVA>>32))
@@ -71,9 +204,155 @@ func (c *Controller) LoadBHI(ctx context.Context, img []byte) error {
 		return err
 	}
 	if status != BHIStatusSuccess {
-		return fmt.Errorf("mhi: %s: BHI status %d, error code %#x (dbg %#x %#x %#x): %w", c.name, status,
+		return fmt.Errorf("mhi: %s: BHI status %d, error code %#x (dbg %#x %#x %#x); check the image matches the modem: %w", c.name, status,
 			c.read(b+BHIErrCode), c.read(b+BHIErrDbg1), c.read(b+BHIErrDbg2), c.read(b+BHIErrDbg3), ErrFirmware)
 	}
+	c.progress(nil, Progress{Phase: PhaseBHI, Done: len(img), Total: len(img), Complete: true})
+	return nil
+}
+
+// LoadBHIe downloads img through the BHIe vector table (§4.4 "BHIe
+// download"): the image is cut into segments of SegLen bytes, each in its
+// own DMA buffer; a table of 16-byte entries (u64 IOVA, u64 length,
+// little-endian) lists them. The host writes TXVECADDR (high word first),
+// TXVECSIZE in bytes, then a read-modify-write of TXVECDB with a random
+// non-zero sequence, which starts the transfer, and waits for
+// TXVECSTATUS. The buffers are freed only after the device answered (or
+// the wait gave up). The device is normally in SBL.
+func (c *Controller) LoadBHIe(ctx context.Context, img []byte, o BHIeOptions) error {
+	if c.bhieOff == 0 {
+		return fmt.Errorf("mhi: %s: the device advertises no BHIe block (BHIEOFF 0); use BHI: %w", c.name, ErrFirmware)
+	}
+	if len(img) == 0 {
+		return fmt.Errorf("mhi: %s: empty BHIe image: %w", c.name, ErrFirmware)
+	}
+	segLen := o.SegLen
+	if segLen <= 0 {
+		segLen = c.opts.Boot.SegLen
+	}
+	if segLen <= 0 {
+		segLen = DefaultSegLen
+	}
+	n := (len(img) + segLen - 1) / segLen
+	if n > maxBHIeSegments {
+		return fmt.Errorf("mhi: %s: %d-byte image needs %d BHIe segments of %d bytes, at most %d; use a larger segment length: %w",
+			c.name, len(img), n, segLen, maxBHIeSegments, ErrFirmware)
+	}
+	dma := c.dev.DMA()
+	segs := make([]*pci.Buffer, 0, n)
+	defer func() {
+		for _, s := range segs {
+			_ = dma.Free(s)
+		}
+	}()
+	table, err := dma.Alloc(16*n, 4096)
+	if err != nil {
+		return fmt.Errorf("mhi: %s: BHIe vector table (%d entries): %w", c.name, n, err)
+	}
+	defer dma.Free(table)
+	for i := range n {
+		part := img[i*segLen : min((i+1)*segLen, len(img))]
+		s, err := dma.Alloc(len(part), 4096)
+		if err != nil {
+			return fmt.Errorf("mhi: %s: BHIe segment %d (%d bytes): %w", c.name, i, len(part), err)
+		}
+		segs = append(segs, s)
+		copy(s.Mem, part)
+		table.Store64(16*i, s.IOVA)
+		table.Store64(16*i+8, uint64(len(part)))
+		c.progress(o.OnProgress, Progress{Phase: PhaseBHIe, Done: i*segLen + len(part), Total: len(img)})
+	}
+	b := c.bhieOff
+	seq := sessionID()
+	// A status left from an earlier transfer must not be taken for ours:
+	// accept a result that echoes our sequence or at least changed.
+	prev := c.read(b + BHIETxVecStatus)
+	c.write(b+BHIETxVecAddrHigh, uint32(table.IOVA>>32))
+	c.write(b+BHIETxVecAddrLow, uint32(table.IOVA))
+	c.write(b+BHIETxVecSize, uint32(16*n))
+	c.write(b+BHIETxVecDB, SetField(c.read(b+BHIETxVecDB), BHIESeqMask, 0, seq))
+	var v uint32
+	err = c.waitFor(ctx, c.timeout, "BHIe transfer", func() (bool, error) {
+		v = c.read(b + BHIETxVecStatus)
+		if v == 0xFFFFFFFF {
+			return false, nil
+		}
+		if State(Field(c.read(RegMHISTATUS), StatusStateMask, StatusStateShift)) == StateSysErr {
+			return false, ErrSysErr
+		}
+		if Field(v, BHIEStatusMask, BHIEStatusShift) == 0 {
+			return false, nil
+		}
+		return v&BHIESeqMask == seq || v != prev, nil
+	})
+	if err != nil {
+		return err
+	}
+	if st := Field(v, BHIEStatusMask, BHIEStatusShift); st != BHIEStatusXferDone {
+		return fmt.Errorf("mhi: %s: BHIe TXVECSTATUS %#x (status %d, sequence %#x, ours %#x) after %d segments; check the image and segment length: %w",
+			c.name, v, st, v&BHIESeqMask, seq, n, ErrFirmware)
+	}
+	c.progress(o.OnProgress, Progress{Phase: PhaseBHIe, Done: len(img), Total: len(img), Complete: true})
+	return nil
+}
+
+// EnterEDL forces the modem into emergency download mode and starts the
+// flash programmer edlImage in it (§6.1, §6.4, §4.4 step 5): the
+// doorbell-91 cookie (high word 0, then low word 0xEDEDEDED), a SoC reset,
+// a wait for BHI_EXECENV = EDL, a BHI download of edlImage, READY, M0, and
+// EE_EVENT(FP). It returns in mission mode with EE FP: the FIREHOSE
+// channels can be started. A running controller is powered down first.
+// Only profiles with EDLTrigger support it.
+func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
+	if !c.prof.EDLTrigger {
+		return fmt.Errorf("mhi: %s: profile %s has no EDL trigger (doorbell 91); enter EDL with the modem's test point or vendor tool: %w", c.name, c.prof.Name, ErrState)
+	}
+	if len(edlImage) == 0 {
+		return fmt.Errorf("mhi: %s: empty flash programmer image: %w", c.name, ErrFirmware)
+	}
+	c.mu.Lock()
+	closed, running := c.closed, c.pm != pmDisabled || c.poweringUp
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if running {
+		if err := c.PowerDown(ctx); err != nil {
+			return fmt.Errorf("mhi: %s: power down before EDL: %w", c.name, err)
+		}
+	}
+	chdb := uint64(c.read(RegCHDBOFF))
+	if chdb == 0xFFFFFFFF {
+		return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
+	}
+	if chdb%4 != 0 || chdb+MaxChannels*DoorbellStride > c.bar.Len() {
+		return fmt.Errorf("mhi: %s: CHDBOFF %#x leaves no room for the EDL doorbell: %w", c.name, chdb, ErrProtocol)
+	}
+	c.doorbell(chdb+EDLDoorbellChannel*DoorbellStride, EDLCookie)
+	c.write(RegSOCResetReq, SOCResetCookie)
+	c.progress(nil, Progress{Phase: PhaseEDL})
+	// Linux sleeps 2 s after a SoC reset (MHI_POST_RESET_DELAY_MS); the
+	// register reads below tell us as soon as the boot ROM is up.
+	err := c.waitFor(ctx, c.timeout, "EE EDL after SoC reset", func() (bool, error) {
+		return EE(c.read(c.bhiOff+BHIExecEnv)) == EEEDL, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (BHI_EXECENV %s)", err, EE(c.read(c.bhiOff+BHIExecEnv)))
+	}
+	c.mu.Lock()
+	c.boot.edlImage = edlImage
+	c.mu.Unlock()
+	err = c.PowerUp(ctx)
+	c.mu.Lock()
+	c.boot.edlImage = nil
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mhi: %s: start the flash programmer: %w", c.name, err)
+	}
+	if ee := c.currentEE(); ee != EEFP {
+		return fmt.Errorf("mhi: %s: after loading the flash programmer the device is in EE %s, not FP: %w", c.name, ee, ErrProtocol)
+	}
+	c.progress(nil, Progress{Phase: PhaseFP, Complete: true})
 	return nil
 }
 

@@ -32,6 +32,9 @@ type Options struct {
 	// Firmware returns the image named by the profile (FirmwareImage) for
 	// a device found in PBL. nil: a PBL device goes straight to READY.
 	Firmware func(name string) ([]byte, error)
+	// Boot configures full-boot-chain download, BHIe segment length and
+	// progress callbacks (boot.go).
+	Boot BootOptions
 	// Timeout overrides the profile's state and command timeout.
 	Timeout time.Duration
 	// PollInterval is how often register waits re-read the device when
@@ -134,6 +137,7 @@ type Controller struct {
 	subs           map[int]func(Event)
 	nextSub        int
 	lastRecover    time.Duration
+	boot           bootRun
 
 	stats ControllerStats
 }

@@ -84,6 +84,9 @@ func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
 	if err := c.readyTransition(ctx); err != nil {
 		return err
 	}
+	if err := c.sblTransition(ctx); err != nil {
+		return err
+	}
 	err := c.waitFor(ctx, c.prof.ReadyWait(), "mission mode", func() (bool, error) {
 		if c.pm == pmSysErrProcess || c.devState == StateSysErr {
 			return false, ErrSysErr

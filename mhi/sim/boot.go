@@ -32,6 +32,11 @@ type BootImage struct {
 type bootState struct {
 	bhi, bhie BootImage
 	failNext  uint32 // one-shot injected BHI_ERRCODE
+	// fullBootChain: the SBL waits for a BHIe download before AMSS
+	// (SetFullBootChain); bhieDone records that it arrived this boot.
+	fullBootChain, bhieDone bool
+	failNextBHIe            bool // one-shot injected BHIe error (FailNextBHIe)
+	edlEntries              int  // times the EDL trigger was honoured
 }
 
 // bhiDownload is the PBL's reaction to BHI_IMGTXDB (§8.7, from what
@@ -40,7 +45,7 @@ type bootState struct {
 // hand over to the SBL, which comes up READY. The EP stack has no boot
 // loader; this is the emulator's. The caller holds m.mu.
 func (m *Modem) bhiDownload() {
-	if m.ee != mhi.EEPBL {
+	if m.ee != mhi.EEPBL && m.ee != mhi.EEEDL {
 		m.violate(ruleBHI, "BHI_IMGTXDB written in EE %s", m.ee)
 		return
 	}
@@ -88,7 +93,13 @@ func (m *Modem) bhiDownload() {
 	m.regs.setBHI(mhi.BHIStatus, mhi.BHIStatusSuccess<<mhi.BHIStatusShift)
 	m.log.Info("BHI image received", "size", size)
 	m.raiseIntVec()
+	if m.ee == mhi.EEEDL {
+		// The image is the flash programmer (edl.go).
+		m.startFlashProgrammer()
+		return
+	}
 	// The image is the SBL: it starts and brings MHI up.
+	m.boot.bhieDone = false
 	m.setEE(mhi.EESBL)
 	m.enterReady()
 	m.raiseIntVec()
@@ -110,6 +121,9 @@ func (m *Modem) bhieDownload() {
 		m.violate(ruleBHI, "BHIE_TXVECDB written in EE %s", m.ee)
 		status = mhi.BHIEStatusError
 	case size == 0 || size%16 != 0 || size/16 > maxBHIeEntries:
+		status = mhi.BHIEStatusError
+	case m.boot.failNextBHIe:
+		m.boot.failNextBHIe = false
 		status = mhi.BHIEStatusError
 	default:
 		var e [16]byte
@@ -138,13 +152,24 @@ func (m *Modem) bhieDownload() {
 	}
 	m.regs.setBHIE(mhi.BHIETxVecStatus, status<<mhi.BHIEStatusShift|seq)
 	m.raiseIntVec()
+	if status == mhi.BHIEStatusXferDone && m.ee == mhi.EESBL && m.boot.fullBootChain && !m.boot.bhieDone {
+		// A full-boot-chain SBL held at sblDone now has its image:
+		// it finishes booting after SBLTime.
+		m.boot.bhieDone = true
+		m.sblUntil = m.now().Add(m.opts.SBLTime)
+	}
 }
 
-// sblDone moves the SBL on to mission mode: BHI_EXECENV = AMSS first (the
+// sblDone moves the SBL on to mission mode (with full-boot-chain only once
+// the BHIe image arrived): BHI_EXECENV = AMSS first (the
 // host reads it in its mission-mode transition), then EE_EVENT(AMSS).
 func (m *Modem) sblDone() {
 	m.sblUntil = zeroTime
 	if m.ee != mhi.EESBL {
+		return
+	}
+	if m.boot.fullBootChain && !m.boot.bhieDone {
+		// Waits for BHIE_TXVECDB; bhieDownload re-arms the timer.
 		return
 	}
 	m.setEE(mhi.EEAMSS)

@@ -491,7 +491,7 @@ func (m *Modem) step() bool {
 	now := m.now()
 	m.mu.Lock()
 	if p.soc {
-		m.powerOn()
+		m.socReset() // edl.go: honours a pending EDL cookie
 	}
 	// Channel doorbells before MHICTRL and commands: a doorbell and a
 	// state request or command queued in the same pass were written in
@@ -578,8 +578,8 @@ func (m *Modem) chDoorbell(n int) {
 	c := m.chans[n]
 	if c == nil {
 		if n == mhi.EDLDoorbellChannel {
-			// The EDL cookie; acted on by a SoC reset on modems
-			// that support it (not emulated yet).
+			// The EDL cookie; the SoC reset that follows acts on
+			// it (socReset, edl.go).
 			m.log.Info("EDL doorbell written", "value", m.regs.chLatch(n).val)
 			return
 		}
