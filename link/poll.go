@@ -10,9 +10,12 @@ import (
 // of work and the re-check after re-arming finds nothing.
 func (e *Endpoint) pollLoop() {
 	defer e.wg.Done()
-	if e.opts.LockOSThread {
+	if e.opts.LockOSThread || e.opts.ThreadHook != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+	}
+	if exit := runHook(e.opts.ThreadHook, RolePoller); exit != nil {
+		defer exit()
 	}
 	var retry *time.Timer // RefillInline back-off while the pool is empty
 	var backoff time.Duration

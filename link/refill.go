@@ -2,6 +2,7 @@ package link
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -45,6 +46,13 @@ func (e *Endpoint) kickRefill() {
 // the pool is short.
 func (e *Endpoint) refillLoop() {
 	defer e.wg.Done()
+	if e.opts.ThreadHook != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if exit := runHook(e.opts.ThreadHook, RoleRefiller); exit != nil {
+			defer exit()
+		}
+	}
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
@@ -130,8 +138,21 @@ type Worker struct {
 	starved map[*Endpoint]time.Duration // back-off per endpoint
 }
 
+// runHook calls hook (if set) for role and returns its exit function.
+func runHook(hook func(string) func(), role string) func() {
+	if hook == nil {
+		return nil
+	}
+	return hook(role)
+}
+
 // NewWorker starts a refill worker.
-func NewWorker() *Worker {
+func NewWorker() *Worker { return NewWorkerWithHook(nil) }
+
+// NewWorkerWithHook starts a refill worker whose goroutine, when hook is
+// set, is locked to an OS thread and calls hook(RoleWorker) as it starts
+// (and the returned function as it exits), like Options.ThreadHook.
+func NewWorkerWithHook(hook func(role string) (exit func())) *Worker {
 	w := &Worker{
 		jobs:    make(chan *Endpoint, 64),
 		stop:    make(chan struct{}),
@@ -139,7 +160,7 @@ func NewWorker() *Worker {
 		members: map[*Endpoint]bool{},
 		starved: map[*Endpoint]time.Duration{},
 	}
-	go w.run()
+	go w.run(hook)
 	return w
 }
 
@@ -184,8 +205,15 @@ func (w *Worker) submit(e *Endpoint) {
 	}
 }
 
-func (w *Worker) run() {
+func (w *Worker) run(hook func(string) func()) {
 	defer close(w.done)
+	if hook != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if exit := hook(RoleWorker); exit != nil {
+			defer exit()
+		}
+	}
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
