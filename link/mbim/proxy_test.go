@@ -204,6 +204,14 @@ func TestMbimcliThroughProxy(t *testing.T) {
 	expect(run("--query-subscriber-ready-status"), "initialized", "001019876543210")
 	expect(run("--query-registration-state"), "home", "00101")
 	expect(run("--connect=apn=internet"), "10.0.0.2/30", "10.0.0.1", "10.0.0.53", "1500")
+	// What else mbim-network and people type.
+	expect(run("--query-device-services"), "basic-connect")
+	expect(run("--query-pin-state"), "unlocked")
+	expect(run("--query-radio-state"), "Software radio state: 'on'")
+	expect(run("--query-packet-service-state"), "attached")
+	expect(run("--query-signal-state"), "RSSI")
+	expect(run("--query-connection-state"), "activated")
+	expect(run("--query-ip-configuration"), "2001:db8:64::2/64")
 	if !r.f.Active(0) || !r.f.Opened() {
 		t.Error("mbimcli's CLOSE reached the modem: the host session is gone")
 	}
