@@ -24,11 +24,12 @@ import (
 )
 
 // command is one subcommand: Name is its words ("sim serve"), Run gets
-// the arguments after them.
+// the arguments after them and where to write (logs and usage go to
+// stderr).
 type command struct {
 	Name    string
 	Summary string
-	Run     func(ctx context.Context, args []string) error
+	Run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 var commands = map[string]*command{}
@@ -51,8 +52,9 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // newFlagSet returns a flag set for c that reports errors instead of
 // exiting, and prints "usage: mhictl NAME ARGS" with the summary and the
 // flags for -h/--help.
-func newFlagSet(c *command, args string) *flag.FlagSet {
+func newFlagSet(c *command, args string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mhictl "+c.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "usage: mhictl %s %s\n\n%s\n\nFlags:\n", c.Name, args, c.Summary)
@@ -89,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, _ := lookup(args[1:]); c != nil {
-				return report(c.Run(ctx, []string{"--help"}), stderr)
+				return report(c.Run(ctx, []string{"--help"}, stdout, stdout), stderr)
 			}
 		}
 		listCommands(stdout, "")
@@ -106,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	return report(c.Run(ctx, rest), stderr)
+	return report(c.Run(ctx, rest, stdout, stderr), stderr)
 }
 
 // report turns a command's error into an exit status.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -61,9 +62,9 @@ func (f functionFlag) Set(v string) error {
 // into network interfaces (mhi_net, mhi_wwan_mbim).
 var dataChannels = []string{"IP_HW0", "IP_SW0", "IP_HW0_MBIM"}
 
-func simServe(ctx context.Context, args []string) error {
+func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	c := commands["sim serve"]
-	fs := newFlagSet(c, "-socket PATH [flags]")
+	fs := newFlagSet(c, "-socket PATH [flags]", stderr)
 	profile := fs.String("profile", "qcom-sdx55m", "modem `profile` to impersonate (mhi profile table name)")
 	socket := fs.String("socket", "", "UNIX socket `path` to listen on (required; a stale socket is replaced)")
 	boot := fs.String("boot", "amss", "execution environment at power-on: amss (mission mode firmware) or pbl (boot ROM waiting for a BHI download)")
@@ -103,7 +104,7 @@ func simServe(ctx context.Context, args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usagef("-log-level: %v", err)
 	}
-	log, err := newLogger(*logFormat, level)
+	log, err := newLogger(stderr, *logFormat, level)
 	if err != nil {
 		return err
 	}
@@ -297,13 +298,13 @@ func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders 
 	return ms.Violations
 }
 
-func newLogger(format string, level slog.Level) (*slog.Logger, error) {
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	o := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+		return slog.New(slog.NewTextHandler(w, o)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
 	return nil, usagef("-log-format %q: want text or json", format)
 }
