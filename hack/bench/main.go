@@ -1,0 +1,183 @@
+// Command bench reproduces the Linux netdev experiments mhistack's design
+// rests on (shared/docs/background) on the emulated modem and prints
+// markdown tables: the median and range of several runs per
+// configuration, with the CPU time of the endpoint's goroutine roles read
+// from per-thread CPU clocks.
+//
+//	go run ./hack/bench                                  # all tables, 5 runs
+//	go run ./hack/bench -only refill -runs 7             # one table
+//	go run ./hack/bench -o docs/BENCHMARKS.md -svg-dir docs/bench
+//	go run ./hack/bench -quick                           # CI smoke (~30 s)
+//
+// Runs of the configurations of a table are interleaved (run 1 of every
+// configuration, then run 2, …) so that a change of outside load affects
+// all of them alike rather than one.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+type config struct {
+	runs       int
+	dur, warm  time.Duration
+	quick      bool
+	progress   io.Writer
+	loadBefore string
+}
+
+// tableFunc measures one table.
+type tableFunc struct {
+	id, alias string
+	run       func(*config) (*table, error)
+}
+
+var tables = []tableFunc{
+	{"refill", "1", (*config).refillTable},
+	{"budget", "2", (*config).budgetTable},
+	{"mru", "3", (*config).mruTable},
+	{"threaded", "4", (*config).threadedTable},
+	{"latency", "6", (*config).latencyTable},
+}
+
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == hogArg {
+		hog()
+		return
+	}
+	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
+	dur := flag.Duration("duration", time.Second, "measurement window of one run")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,latency or 1,2,3,4,6)")
+	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
+	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
+	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
+	flag.Parse()
+
+	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr}
+	if *quick {
+		c.quick, c.runs, c.dur, c.warm = true, 1, 150*time.Millisecond, 50*time.Millisecond
+	}
+	c.loadBefore = loadavg()
+	want := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			want[s] = true
+		}
+	}
+	start := time.Now()
+	var done []*table
+	failed := false
+	for _, tf := range tables {
+		if len(want) > 0 && !want[tf.id] && !want[tf.alias] {
+			continue
+		}
+		t0 := time.Now()
+		fmt.Fprintf(c.progress, "bench: table %s…\n", tf.id)
+		t, err := tf.run(c)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: table %s: %v\n", tf.id, err)
+			failed = true
+			continue
+		}
+		t.id = tf.id
+		fmt.Fprintf(c.progress, "bench: table %s took %v\n", tf.id, time.Since(t0).Round(time.Second))
+		fmt.Println(t.markdown(""))
+		done = append(done, t)
+	}
+	if *svgDir != "" {
+		if err := os.MkdirAll(*svgDir, 0o755); err != nil {
+			fatal(err)
+		}
+		for _, t := range done {
+			for _, p := range t.plots {
+				if err := os.WriteFile(filepath.Join(*svgDir, p.file), p.svg, 0o644); err != nil {
+					fatal(err)
+				}
+			}
+		}
+	}
+	if *out != "" {
+		rel := ""
+		if *svgDir != "" {
+			var err error
+			if rel, err = filepath.Rel(filepath.Dir(*out), *svgDir); err != nil {
+				fatal(err)
+			}
+		}
+		if err := os.WriteFile(*out, []byte(c.report(done, rel, time.Since(start))), 0o644); err != nil {
+			fatal(err)
+		}
+	}
+	fmt.Fprintf(c.progress, "bench: done in %v\n", time.Since(start).Round(time.Second))
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+// runAll measures every configuration c.runs times, interleaved. A run
+// that fails is reported on stderr and left out (the table says how many
+// runs it has); a configuration with no successful run is an error.
+func (c *config) runAll(names []string, fn func(i int) (sample, error)) ([]series, error) {
+	out := make([]series, len(names))
+	for r := range c.runs {
+		for i, n := range names {
+			s, err := fn(i)
+			if err != nil {
+				fmt.Fprintf(c.progress, "bench:   %s run %d: %v\n", n, r+1, err)
+				continue
+			}
+			out[i] = append(out[i], s)
+		}
+		fmt.Fprintf(c.progress, "bench:   run %d/%d done\n", r+1, c.runs)
+	}
+	for i, s := range out {
+		if len(s) == 0 {
+			return nil, fmt.Errorf("%s: every run failed", names[i])
+		}
+	}
+	return out, nil
+}
+
+// loadavg is /proc/loadavg's 1, 5 and 15 minute averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// machine describes the host: CPU model, cores, kernel, Go.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	kernel := "unknown kernel"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s, %s %s/%s",
+		model, runtime.NumCPU(), runtime.GOMAXPROCS(0), kernel, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
