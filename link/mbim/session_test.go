@@ -245,3 +245,38 @@ func TestSessionReportsATransportFailure(t *testing.T) {
 		return st == mbim.StateFailed && err != nil
 	})
 }
+
+func TestSessionComesUpWithEveryRecoverableKnob(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  sim.MBIMConfig
+		pin  string
+	}{
+		{"radio off", sim.MBIMConfig{RadioOff: true}, ""},
+		{"pin locked, pin configured", sim.MBIMConfig{PIN: "1111"}, "1111"},
+		{"slow registration", sim.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, ""},
+		{"no auto attach", sim.MBIMConfig{NoAutoAttach: true}, ""},
+		{"slow answers", sim.MBIMConfig{Delay: 5 * time.Millisecond}, ""},
+		{"forced fragmentation", sim.MBIMConfig{Fragment: 64}, ""},
+		{"unsolicited indications", sim.MBIMConfig{SignalInterval: time.Millisecond}, ""},
+		{"stuck open from a previous host", sim.MBIMConfig{IgnoreOpenUntilClose: true}, ""},
+		{"late IPv6", sim.MBIMConfig{IPv6Delay: 20 * time.Millisecond}, ""},
+		{"IPv4-only carrier", sim.MBIMConfig{Carrier: sim.Carrier{IPv4: sim.DefaultCarrier().IPv4, MTU: 1420}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, f := pipeRig(t, tc.cfg, mbim.Options{OpenTimeout: 100 * time.Millisecond})
+			cfg := fastSession("internet", nil)
+			cfg.PIN = tc.pin
+			s := mbim.NewSession(c, cfg)
+			defer s.Close(context.Background())
+			ip, err := s.WaitUp(testCtx(t))
+			if err != nil {
+				t.Fatalf("WaitUp: %v", err)
+			}
+			if len(ip.IPv4) != 1 || !f.Active(0) {
+				t.Errorf("up with %v, modem session active %v", ip, f.Active(0))
+			}
+		})
+	}
+}
