@@ -27,7 +27,9 @@ The server listens on a UNIX socket for QEMU's vfio-user-pci device
 (-device vfio-user-pci,socket=PATH; guest RAM must be memory-backend-memfd
 with share=on); the guest kernel then drives the modem as a PCI function. SIGUSR1 makes the modem
 crash (SYS_ERR); SIGINT/SIGTERM stop the server. Data channel pairs (IP_HW0,
-IP_SW0, IP_HW0_MBIM) answer pings unless -function says otherwise.`,
+IP_SW0, IP_HW0_MBIM) answer pings and the MBIM pair runs the emulated MBIM
+function (link/mbim's peer: OPEN, BASIC_CONNECT, a data session) unless
+-function says otherwise.`,
 		Run: simServe,
 	})
 }
@@ -50,9 +52,9 @@ func (f functionFlag) Set(v string) error {
 		return fmt.Errorf("want NAME=KIND, got %q", v)
 	}
 	switch kind {
-	case "icmp", "loopback", "none":
+	case "icmp", "loopback", "mbim", "none":
 	default:
-		return fmt.Errorf("unknown function %q (icmp, loopback, none)", kind)
+		return fmt.Errorf("unknown function %q (icmp, loopback, mbim, none)", kind)
 	}
 	f[name] = kind
 	return nil
@@ -71,7 +73,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
 	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
 	functions := functionFlag{}
-	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, loopback or none (repeatable)")
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, loopback, mbim or none (repeatable)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
 	burstIdle := fs.Duration("burst-idle", 0, "idle time before a polling burst channel sends DB_MODE (0: modem default)")
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
@@ -139,6 +141,14 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			}
 		}
 	}
+	// The MBIM control pair answers like a modem's MBIM function, so
+	// that mbimcli on the guest's /dev/wwan0mbim0 can bring a session up
+	// (issue 7 item 6, kernel-crosscheck.md).
+	if _, _, ok := p.ChannelPair("MBIM"); ok {
+		if _, set := functions["MBIM"]; !set {
+			functions["MBIM"] = "mbim"
+		}
+	}
 	for name, kind := range functions {
 		if _, _, ok := p.ChannelPair(name); !ok {
 			return usagef("profile %s has no channel pair %q", p.Name, name)
@@ -150,6 +160,8 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			opts.Functions[name] = r
 		case "loopback":
 			opts.Functions[name] = &sim.Loopback{}
+		case "mbim":
+			opts.Functions[name] = sim.NewMBIMFunction(sim.MBIMConfig{Logger: log.With("part", "mbim")})
 		case "none":
 			opts.Functions[name] = nil
 		}
