@@ -72,8 +72,14 @@ type Options struct {
 	// Channel names the data channel pair (default "IP_HW0"; "IP_SW0",
 	// "IP_HW0_MBIM"). Its event rings must serve only this pair.
 	Channel string
-	// Framing of the channel (default RawIP).
+	// Framing of the channel (default RawIP). IP_HW0_MBIM needs
+	// mbim.NTB; IP_HW0 carries raw IP or, when QMI negotiated it,
+	// qmap.Framing; IP_SW0 is raw IP (docs/LINK.md, "Framings").
 	Framing Framing
+	// Session is the endpoint's own MBIM session ID or QMAP mux ID
+	// (default 0; ModemManager's first QMAP mux ID is 1). Other
+	// sessions on the same pair get endpoints from NewSession.
+	Session uint8
 	// MTU of the link (default 1500).
 	MTU uint32
 
@@ -196,6 +202,11 @@ type Endpoint struct {
 
 	tap atomic.Pointer[Tap]
 
+	// Sessions: session is the endpoint's own; sessions[id] serves
+	// another (NewSession), read by the poller without locks.
+	session  uint8
+	sessions [256]atomic.Pointer[Session]
+
 	stats counters
 	// atClose counts RX and TX buffers home (and in all) when Close freed
 	// the pools.
@@ -229,6 +240,14 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	}
 	if e.framing == nil {
 		e.framing = RawIP{}
+	}
+	e.session = opts.Session
+	if e.opts.Channel == "IP_HW0_MBIM" {
+		if _, raw := e.framing.(RawIP); raw {
+			// mhi_wwan_mbim frames everything in NTBs (§7.2): raw IP
+			// here would send garbage to the modem.
+			return nil, errors.New("link: IP_HW0_MBIM carries MBIM NTBs: set Options.Framing to mbim.NTB{}")
+		}
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)

@@ -148,7 +148,17 @@ func (r *rxState) deliver(e *Endpoint, limit int) int {
 		for r.cursor < len(r.spans) && n < limit {
 			s := r.spans[r.cursor]
 			r.cursor++
-			e.deliverPacket(r.data[s.Off : s.Off+s.Len])
+			p := r.data[s.Off : s.Off+s.Len]
+			switch {
+			case s.Ctrl:
+				e.control(p)
+			case s.ID == e.session:
+				// The endpoint's own session: the single-session fast
+				// path, through GRO.
+				e.deliverPacket(p, nil)
+			default:
+				e.deliverSession(s.ID, p)
+			}
 			n++
 		}
 		if r.cursor < len(r.spans) {
@@ -226,8 +236,9 @@ func (r *rxState) releaseAll(e *Endpoint) {
 func (e *Endpoint) rxRelease(b *pci.Buffer) { e.rxPool.put(b) }
 
 // deliverPacket copies one IP packet out of DMA memory into a gVisor
-// buffer (the only RX copy) and hands it to GRO.
-func (e *Endpoint) deliverPacket(p []byte) {
+// buffer (the only RX copy) and hands it to GRO, or, for another session
+// (sess non-nil), straight to that session's dispatcher.
+func (e *Endpoint) deliverPacket(p []byte, sess *Session) {
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(p) {
 	case header.IPv4Version:
@@ -260,6 +271,11 @@ func (e *Endpoint) deliverPacket(p []byte) {
 	})
 	pkt.NetworkProtocolNumber = proto
 	pkt.RXChecksumValidated = e.rxCsum
+	if sess != nil {
+		sess.deliver(proto, pkt)
+		pkt.DecRef()
+		return
+	}
 	e.pass.groIn++
 	e.gro.Enqueue(pkt)
 	pkt.DecRef()

@@ -44,6 +44,9 @@ type Stats struct {
 	Refills, RefillBuffers uint64
 	// GROMerges counts packets GRO merged into another one.
 	GROMerges uint64
+	// Control counts in-band control frames received (QMAP commands);
+	// ControlAnswers the answers (ACKs) queued on UL.
+	Control, ControlAnswers uint64
 }
 
 // RXDrops counts RX packets or frames dropped, by reason.
@@ -54,6 +57,7 @@ type RXDrops struct {
 	Checksum    uint64 // bad IPv4 header, TCP or UDP checksum (checksum offload on)
 	NotAttached uint64 // no dispatcher attached
 	Backlog     uint64 // poller backlog full (should stay 0)
+	Session     uint64 // packet of a session no endpoint serves (NewSession)
 }
 
 // TXDrops counts TX packets not sent, by reason.
@@ -69,7 +73,8 @@ type TXDrops struct {
 type counters struct {
 	rxPackets, rxBytes, rxFrames, rxErrors, rxAllocFail   atomic.Uint64
 	dropOversize, dropTruncated, dropProto, dropCsum      atomic.Uint64
-	dropNotAttached, dropBacklog                          atomic.Uint64
+	dropNotAttached, dropBacklog, dropSession             atomic.Uint64
+	control, controlAnswers                               atomic.Uint64
 	txPackets, txBytes, txFrames, txCompletions, txFull   atomic.Uint64
 	txDoorbells                                           atomic.Uint64
 	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
@@ -81,7 +86,7 @@ type counters struct {
 type passCounts struct {
 	rxPackets, rxBytes, rxFrames, rxErrors                      uint64
 	dropOversize, dropTruncated, dropProto, dropCsum, dropNoAtt uint64
-	dropBacklog, groIn, groOut                                  uint64
+	dropBacklog, groIn, groOut, dropSession, control            uint64
 }
 
 func (c *counters) publish(p *passCounts) {
@@ -100,6 +105,8 @@ func (c *counters) publish(p *passCounts) {
 	add(&c.dropCsum, p.dropCsum)
 	add(&c.dropNotAttached, p.dropNoAtt)
 	add(&c.dropBacklog, p.dropBacklog)
+	add(&c.dropSession, p.dropSession)
+	add(&c.control, p.control)
 	if p.groIn > p.groOut {
 		// Packets GRO holds at the end of a pass are flushed in it, so
 		// in − out is what it merged.
@@ -118,6 +125,7 @@ func (e *Endpoint) Stats() Stats {
 			Oversize: c.dropOversize.Load(), Truncated: c.dropTruncated.Load(),
 			Protocol: c.dropProto.Load(), Checksum: c.dropCsum.Load(),
 			NotAttached: c.dropNotAttached.Load(), Backlog: c.dropBacklog.Load(),
+			Session: c.dropSession.Load(),
 		},
 		TXPackets: c.txPackets.Load(), TXBytes: c.txBytes.Load(), TXFrames: c.txFrames.Load(),
 		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(),
@@ -129,5 +137,6 @@ func (e *Endpoint) Stats() Stats {
 		Rearms: c.rearms.Load(), RearmRaces: c.rearmRaces.Load(), MaxPassPackets: c.maxPass.Load(),
 		PollNanos: c.pollNanos.Load(), Refills: c.refills.Load(), RefillBuffers: c.refillBuffers.Load(),
 		GROMerges: c.groMerges.Load(),
+		Control:   c.control.Load(), ControlAnswers: c.controlAnswers.Load(),
 	}
 }

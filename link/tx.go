@@ -24,6 +24,7 @@ type txState struct {
 	size      int // TX buffer size
 	maxPacket int // largest IP packet a buffer can frame
 	enc       Encoder
+	senc      SessionEncoder // enc, when its frames carry a session
 	// unrung says frames were queued since the last doorbell (under mu).
 	unrung bool
 
@@ -58,6 +59,7 @@ func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
 		n = e.opts.TXBuffers
 	}
 	t.enc = e.framing.NewEncoder()
+	t.senc, _ = t.enc.(SessionEncoder)
 	t.room = make(chan struct{})
 	t.free = make([]*pci.Buffer, 0, n)
 	for range n {
@@ -141,6 +143,12 @@ func (e *Endpoint) reap() {
 // packets queued from the front of the list, and an error only when that
 // is zero — never (0, nil).
 func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	return e.writePackets(pkts, e.session)
+}
+
+// writePackets is WritePackets for session id (the Endpoint's own, or a
+// Session's): every frame it builds carries id.
+func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcpip.Error) {
 	list := pkts.AsSlice()
 	if len(list) == 0 {
 		return 0, nil
@@ -202,6 +210,9 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 				break
 			}
 			t.enc.Begin(buf.Mem[:t.size])
+			if t.senc != nil {
+				t.senc.SetSession(id)
+			}
 		}
 		dst := t.enc.Add(size)
 		if dst == nil {

@@ -3,6 +3,9 @@ package sim
 import (
 	"encoding/binary"
 	"sync/atomic"
+
+	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
 )
 
 // Framing is how IP packets travel on a data channel pair.
@@ -15,6 +18,11 @@ const (
 	// FramingMBIM: MBIM NTB16, as mhi_wwan_mbim sends on IP_HW0_MBIM
 	// (mhi-protocol.md §7.2, mbim-qmap-qmi.md §3).
 	FramingMBIM
+	// FramingQMAP: QMAP (MAPv1) on IP_HW0 with rmnet on top
+	// (mbim-qmap-qmi.md §4).
+	FramingQMAP
+	// FramingQMAPv5: QMAP with the MAPv5 checksum header (§4.1).
+	FramingQMAPv5
 )
 
 // FramingFor returns the framing Linux uses on the named data channel
@@ -43,6 +51,8 @@ type ICMPResponder struct {
 	seq  uint16 // NTB16 wSequence of the replies
 	pkt  []byte // reply being built, reused
 	ntb  []byte // framed reply, reused
+	// spans of the UL NTB being answered, reused.
+	spans []link.Span
 
 	// Replies counts echo replies sent; Ignored counts well-formed
 	// packets that are not echo requests (or not to a unicast address);
@@ -63,7 +73,12 @@ func (r *ICMPResponder) Receive(td []byte) {
 		r.answer(0, td)
 		return
 	}
-	if err := parseNTB16(td, r.answer); err != nil {
+	spans, err := mbim.DecodeNTB(td, r.spans[:0])
+	r.spans = spans
+	for _, s := range spans {
+		r.answer(s.ID, td[s.Off:s.Off+s.Len])
+	}
+	if err != nil {
 		r.Malformed.Add(1)
 	}
 }
@@ -82,7 +97,7 @@ func (r *ICMPResponder) answer(session uint8, pkt []byte) {
 	r.pkt = reply
 	out := reply
 	if r.Framing == FramingMBIM {
-		r.ntb = appendNTB16(r.ntb[:0], r.seq, session, reply)
+		r.ntb = mbim.AppendNTB(r.ntb[:0], r.seq, session, reply)
 		r.seq++
 		out = r.ntb
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -154,6 +155,26 @@ func TestEchoReplyIgnoresWhatIsNotAnEchoRequest(t *testing.T) {
 			t.Errorf("%s: verdict %d, want %d (reply %x)", name, v, tc.want, r)
 		}
 	}
+}
+
+// The emulated modem's minimal NTB16 codec was replaced by link/mbim's;
+// these shims keep the tests written against it (and their fuzz corpus)
+// checking the codec the responder now uses.
+const (
+	nth16Sig = mbim.NTH16Sig
+	ndp16IPS = mbim.NDP16IPS
+)
+
+func appendNTB16(dst []byte, seq uint16, session uint8, dgram []byte) []byte {
+	return mbim.AppendNTB(dst, seq, session, dgram)
+}
+
+func parseNTB16(b []byte, fn func(session uint8, dgram []byte)) error {
+	spans, err := mbim.DecodeNTB(b, nil)
+	for _, s := range spans {
+		fn(s.ID, b[s.Off:s.Off+s.Len])
+	}
+	return err
 }
 
 func TestNTB16RoundTripAndKernelLayout(t *testing.T) {

@@ -1,0 +1,201 @@
+package link
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// Sessions: an MBIM modem carries several IP sessions (one NDP per
+// session in an NTB, mbim-qmap-qmi.md §3.2) and a QMAP modem several mux
+// IDs (§4.1) over one channel pair. The Endpoint owns the pair and is the
+// demultiplexer: packets of its own session (Options.Session) take the
+// single-session path unchanged (GRO, no lookup beyond one compare);
+// packets of other sessions go to the Session endpoints made with
+// NewSession, and writes of a Session are framed with its ID on the
+// shared UL channel. Packets for a session nobody serves are dropped and
+// counted (RXDrops.Session), as the kernel drops an unknown session.
+
+// Session is a stack.LinkEndpoint for one more session (MBIM session ID
+// or QMAP mux ID) on an Endpoint's channel pair. It has no goroutines:
+// the Endpoint's poller delivers its packets (without GRO) and its writes
+// use the Endpoint's TX path. Create it with Endpoint.NewSession and give
+// it to a gVisor stack like any link endpoint.
+type Session struct {
+	e       *Endpoint
+	id      uint8
+	mtu     atomic.Uint32
+	disp    atomic.Pointer[stack.NetworkDispatcher]
+	closed  atomic.Bool
+	onClose atomic.Pointer[func()]
+
+	rxPackets, rxBytes, rxNotAttached atomic.Uint64
+}
+
+var _ stack.LinkEndpoint = (*Session)(nil)
+
+// NewSession returns the endpoint for session id on e's channel pair. It
+// fails for e's own session, for an ID already served, for a framing
+// without sessions (raw IP), and after Close.
+func (e *Endpoint) NewSession(id uint8) (*Session, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if id == e.session {
+		return nil, fmt.Errorf("link: session %d is the endpoint's own", id)
+	}
+	if _, ok := e.tx.enc.(SessionEncoder); !ok {
+		return nil, fmt.Errorf("link: framing %s has no sessions", e.framing.Name())
+	}
+	s := &Session{e: e, id: id}
+	s.mtu.Store(e.MTU())
+	if !e.sessions[id].CompareAndSwap(nil, s) {
+		return nil, fmt.Errorf("link: session %d already has an endpoint", id)
+	}
+	return s, nil
+}
+
+// deliverSession hands a packet of another session to its endpoint (on
+// the poller).
+func (e *Endpoint) deliverSession(id uint8, p []byte) {
+	s := e.sessions[id].Load()
+	if s == nil {
+		e.pass.dropSession++
+		return
+	}
+	e.deliverPacket(p, s)
+}
+
+// deliver runs on the poller with a packet it built for s.
+func (s *Session) deliver(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	d := s.disp.Load()
+	if d == nil {
+		s.rxNotAttached.Add(1)
+		s.e.pass.dropNoAtt++
+		return
+	}
+	s.rxPackets.Add(1)
+	s.rxBytes.Add(uint64(pkt.Size()))
+	(*d).DeliverNetworkPacket(proto, pkt)
+}
+
+// control handles an in-band control frame on the poller: it is counted
+// and, if the framing answers it (QMAP flow control, §4.2), the answer is
+// queued on UL at once.
+func (e *Endpoint) control(frame []byte) {
+	e.pass.control++
+	c, ok := e.framing.(Controller)
+	if !ok {
+		return
+	}
+	e.lifeMu.RLock()
+	defer e.lifeMu.RUnlock()
+	t := &e.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.closed.Load() {
+		return
+	}
+	var (
+		deadline time.Time
+		err      tcpip.Error
+	)
+	buf := e.getTXBuffer(&deadline, &err)
+	if buf == nil {
+		return
+	}
+	n := c.Answer(frame, buf.Mem[:t.size])
+	if n <= 0 || n > t.size || e.queueFrame(buf, n, &deadline) != nil {
+		t.put(buf)
+		return
+	}
+	e.stats.controlAnswers.Add(1)
+	e.ringUL()
+}
+
+// ID returns the session's ID (MBIM session, QMAP mux ID).
+func (s *Session) ID() uint8 { return s.id }
+
+// Endpoint returns the endpoint that owns the channel pair.
+func (s *Session) Endpoint() *Endpoint { return s.e }
+
+// Received returns the packets and bytes delivered to this session, and
+// those dropped because nothing was attached.
+func (s *Session) Received() (pkts, bytes, notAttached uint64) {
+	return s.rxPackets.Load(), s.rxBytes.Load(), s.rxNotAttached.Load()
+}
+
+// WritePackets implements stack.LinkWriter: the packets are framed with
+// the session's ID on the shared UL channel (Endpoint.WritePackets).
+func (s *Session) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if s.closed.Load() {
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	return s.e.writePackets(pkts, s.id)
+}
+
+// MTU implements stack.LinkEndpoint.
+func (s *Session) MTU() uint32 { return s.mtu.Load() }
+
+// SetMTU implements stack.LinkEndpoint, capped like the Endpoint's.
+func (s *Session) SetMTU(mtu uint32) { s.mtu.Store(min(mtu, uint32(s.e.tx.maxPacket))) }
+
+// MaxHeaderLength implements stack.LinkEndpoint.
+func (s *Session) MaxHeaderLength() uint16 { return 0 }
+
+// LinkAddress implements stack.LinkEndpoint: raw IP has none.
+func (s *Session) LinkAddress() tcpip.LinkAddress { return "" }
+
+// SetLinkAddress implements stack.LinkEndpoint (ignored).
+func (s *Session) SetLinkAddress(tcpip.LinkAddress) {}
+
+// Capabilities implements stack.LinkEndpoint: the Endpoint validates RX
+// checksums for every session.
+func (s *Session) Capabilities() stack.LinkEndpointCapabilities { return s.e.Capabilities() }
+
+// Attach implements stack.LinkEndpoint; nil detaches (packets are then
+// dropped and counted).
+func (s *Session) Attach(d stack.NetworkDispatcher) {
+	if d == nil {
+		s.disp.Store(nil)
+		return
+	}
+	s.disp.Store(&d)
+}
+
+// IsAttached implements stack.LinkEndpoint.
+func (s *Session) IsAttached() bool { return s.disp.Load() != nil }
+
+// Wait implements stack.LinkEndpoint: a Session has no goroutines.
+func (s *Session) Wait() {}
+
+// ARPHardwareType implements stack.LinkEndpoint.
+func (s *Session) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+
+// AddHeader implements stack.LinkEndpoint (framing is added on copy).
+func (s *Session) AddHeader(*stack.PacketBuffer) {}
+
+// ParseHeader implements stack.LinkEndpoint.
+func (s *Session) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// SetOnCloseAction implements stack.LinkEndpoint.
+func (s *Session) SetOnCloseAction(fn func()) { s.onClose.Store(&fn) }
+
+// Close implements stack.LinkEndpoint: the session stops receiving (its
+// packets are then dropped as an unknown session) and sending. The
+// Endpoint and its other sessions are unaffected; closing the Endpoint
+// does not close its Sessions' stacks, but their writes fail from then on.
+func (s *Session) Close() {
+	if !s.closed.CompareAndSwap(false, true) {
+		return
+	}
+	if fn := s.onClose.Load(); fn != nil && *fn != nil {
+		(*fn)()
+	}
+	s.disp.Store(nil)
+	s.e.sessions[s.id].CompareAndSwap(s, nil)
+}
