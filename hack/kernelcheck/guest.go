@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// modules are the guest's modules in load order (dependencies first):
+// the MHI core, the WWAN core, the PCI controller driver, then the clients
+// (mhi-protocol.md §7). dyndbg on the core makes its state-machine
+// messages (dev_dbg) reach dmesg, where the SYS_ERR check finds them.
+var modules = []struct{ name, args string }{
+	{"mhi", "dyndbg=+p"},
+	{"wwan", ""},
+	{"mhi_pci_generic", ""},
+	{"mhi_net", ""},
+	{"mhi_wwan_ctrl", ""},
+	{"mhi_wwan_mbim", ""},
+}
+
+// portTypes maps channel names to the WWAN port types mhi_wwan_ctrl gives
+// them (mhi-protocol.md §7.3; the Debian 6.1 and 6.12 modules' aliases:
+// DUN, DUN2, MBIM, QMI, DIAG, FIREHOSE; FIREHOSE runs only in EDL).
+var portTypes = map[string]string{"DUN": "at", "DUN2": "at", "MBIM": "mbim", "QMI": "qmi", "DIAG": "qcdm"}
+
+// netdevs maps data channel names to the interfaces their drivers create:
+// mhi_net names them mhi_hwip%d/mhi_swip%d, mhi_wwan_mbim wwan%d.
+var netdevs = map[string]string{"IP_HW0": "mhi_hwip0", "IP_SW0": "mhi_swip0", "IP_HW0_MBIM": "wwan0"}
+
+// expect is what the guest should find for a profile in mission mode.
+type expect struct {
+	channels []string // channel device names (mhi0_NAME)
+	// absent are the profile's channels this kernel's mhi_pci_generic
+	// does not know at all: the host, not the device, decides which
+	// channels exist, and the profile table follows a later mainline.
+	absent  []string
+	ports   []string // /dev/wwan0 + this ("mbim0", "at0", …)
+	netdevs []string
+	// pingDev is where the ping check runs: raw IP mhi_hwip0 if the
+	// profile has IP_HW0, else the MBIM interface.
+	pingDev string
+}
+
+// expectFor returns what a kernel whose mhi_pci_generic module is ko
+// should show for profile p.
+func expectFor(p *mhi.Profile, ko []byte) expect {
+	var e expect
+	seen := map[string]bool{}
+	count := map[string]int{}
+	var names []string
+	for _, c := range p.Channels {
+		if seen[c.Name] || !c.EE.Has(mhi.EEAMSS) {
+			continue
+		}
+		seen[c.Name] = true
+		names = append(names, c.Name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if !knowsChannel(ko, n) {
+			e.absent = append(e.absent, n)
+			delete(seen, n)
+			continue
+		}
+		e.channels = append(e.channels, "mhi0_"+n)
+		if t, ok := portTypes[n]; ok {
+			e.ports = append(e.ports, fmt.Sprintf("%s%d", t, count[t]))
+			count[t]++
+		}
+		if d, ok := netdevs[n]; ok {
+			e.netdevs = append(e.netdevs, d)
+		}
+	}
+	switch {
+	case seen["IP_HW0"]:
+		e.pingDev = "mhi_hwip0"
+	case seen["IP_HW0_MBIM"]:
+		e.pingDev = "wwan0"
+	}
+	return e
+}
+
+// knowsChannel reports whether the module's string table holds name as a
+// whole string: channel names are NUL-terminated literals in .rodata, so
+// a kernel whose channel tables never mention a name cannot create it.
+func knowsChannel(ko []byte, name string) bool {
+	return bytes.Contains(ko, []byte("\x00"+name+"\x00"))
+}
+
+// Guest checks, in the order the init script runs them. The harness
+// reports one that never printed a verdict as failed ("not reached").
+var guestChecks = []string{
+	"modules-load", "mission-mode", "channels", "wwan-ports", "netdevs", "ping",
+	"syserr-recovery", "channels-after-syserr", "ping-after-syserr",
+	"module-unload", "module-reload",
+}
+
+// initScript is the guest's /init (busybox sh). Verdicts go to the serial
+// console as "MHISTACK-CHECK name PASS|FAIL detail"; the SYS_ERR check
+// asks the harness to crash the modem with "MHISTACK-REQUEST syserr".
+// Kernel messages are dumped between MHISTACK-DMESG markers at the end.
+const initScript = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+echo "MHISTACK-INIT uptime=$(cut -d' ' -f1 /proc/uptime)"
+
+CHANNELS="@CHANNELS@"
+PORTS="@PORTS@"
+NETDEVS="@NETDEVS@"
+PINGDEV="@PINGDEV@"
+WAIT=@WAIT@
+
+check() { echo "MHISTACK-CHECK $1 $2 $3"; }
+up() { cut -d' ' -f1 /proc/uptime; }
+# Errors of the MHI stack in dmesg since line $1 (expected SYS_ERR
+# processing lines are not errors).
+errors_since() {
+	dmesg | tail -n +$1 | grep -iE 'mhi|wwan|0000:00:' |
+		grep -iE 'fail|timeout|timed out|unable|error|warn|BUG|call trace' |
+		grep -vE 'SYS ERROR|SYS_ERROR|System error detected|Triggering|error_detected' | head -n 5
+}
+# wait_for SECONDS COMMAND...: poll every 0.2 s.
+wait_for() {
+	local n=$(( $1 * 5 )); shift
+	while [ $n -gt 0 ]; do
+		"$@" && return 0
+		sleep 0.2; n=$((n-1))
+	done
+	"$@"
+}
+all_channels() { for c in $CHANNELS; do [ -e /sys/bus/mhi/devices/$c ] || return 1; done; }
+missing_channels() { for c in $CHANNELS; do [ -e /sys/bus/mhi/devices/$c ] || echo -n "$c "; done; }
+any_channel() { ls /sys/bus/mhi/devices/ 2>/dev/null | grep -q '^mhi0_'; }
+present() { ls /sys/bus/mhi/devices/ 2>/dev/null | grep '^mhi0_' | tr '\n' ' '; }
+# same_channels LIST: exactly the channel devices of LIST exist (the ones
+# present before a SYS_ERR or an unload came back).
+same_channels() { [ "$(present)" = "$1" ]; }
+ifindex() { cat /sys/class/net/$1/ifindex 2>/dev/null || echo none; }
+
+load_modules() {
+	local fail=""
+	for m in @MODULES@; do
+		insmod /lib/modules/${m%%:*}.ko $(echo ${m#*:} | tr ',' ' ') || fail="$fail ${m%%:*}"
+	done
+	echo "$fail"
+}
+
+# ping_check NAME: address the interface, ping the modem's side.
+ping_check() {
+	local name=$1
+	if [ -z "$PINGDEV" ]; then check $name PASS "no data channel in this profile"; return; fi
+	if [ ! -e /sys/class/net/$PINGDEV ]; then check $name FAIL "no $PINGDEV"; return; fi
+	ip link set $PINGDEV up
+	ip addr add 192.0.2.1/24 dev $PINGDEV 2>/dev/null
+	# One warm-up packet: the driver queues its RX buffers when the
+	# interface comes up.
+	ping -c 1 -W 5 192.0.2.2 >/dev/null 2>&1
+	out=$(ping -c 5 -W 5 -i 0.3 192.0.2.2 2>&1)
+	echo "$out" | sed 's/^/ping| /'
+	stats=$(echo "$out" | grep 'packets transmitted')
+	tx=$(echo "$stats" | sed -n 's/^\([0-9]*\) packets transmitted.*/\1/p')
+	rx=$(echo "$stats" | sed -n 's/.* \([0-9]*\) packets received.*/\1/p')
+	if [ -n "$rx" ] && [ "$rx" = "$tx" ] && [ "$rx" -gt 0 ]; then
+		check $name PASS "$rx/$tx echo replies through $PINGDEV"
+	else
+		check $name FAIL "${rx:-0}/${tx:-?} echo replies through $PINGDEV"
+	fi
+}
+
+n0=1
+fail=$(load_modules)
+t0=$(up)
+if [ -z "$fail" ]; then check modules-load PASS "@MODNAMES@"; else check modules-load FAIL "insmod failed:$fail"; fi
+echo "MHISTACK-INFO kernel-config $(dmesg | sed -n 's/.*MHI PCI device found: //p' | head -n 1)"
+
+# mhi_pci_generic's probe waits for mission mode (mhi_sync_power_up);
+# channel devices exist only in mission mode.
+if wait_for $WAIT any_channel; then
+	errs=$(errors_since $n0)
+	if [ -z "$errs" ]; then
+		check mission-mode PASS "channel devices after $(up)s uptime (modules loaded at ${t0}s)"
+	else
+		check mission-mode FAIL "reached, but dmesg: $(echo $errs | head -c 300)"
+	fi
+else
+	check mission-mode FAIL "no channel device after ${WAIT}s; dmesg: $(errors_since $n0 | tr '\n' ' ' | head -c 300)"
+fi
+
+if wait_for 10 all_channels; then check channels PASS "$CHANNELS"; else check channels FAIL "missing: $(missing_channels)"; fi
+
+missing=""
+for p in $PORTS; do wait_for 5 test -e /dev/wwan0$p || missing="$missing wwan0$p"; done
+if [ -z "$missing" ]; then check wwan-ports PASS "$(ls /dev | grep '^wwan' | tr '\n' ' ')"; else check wwan-ports FAIL "missing:$missing (have: $(ls /dev | grep '^wwan' | tr '\n' ' '))"; fi
+
+missing=""
+for d in $NETDEVS; do wait_for 5 test -e /sys/class/net/$d || missing="$missing $d"; done
+if [ -z "$missing" ]; then check netdevs PASS "$NETDEVS"; else check netdevs FAIL "missing:$missing (have: $(ls /sys/class/net | tr '\n' ' '))"; fi
+
+ping_check ping
+
+# SYS_ERR: the harness makes the modem crash; the kernel must reset it,
+# bring it back to mission mode and recreate the channel devices (so the
+# interface comes back with a new ifindex).
+dev=${PINGDEV:-}
+before=$(ifindex "$dev")
+chans=$(present)
+n1=$(( $(dmesg | wc -l) + 1 ))
+echo "MHISTACK-REQUEST syserr"
+recovered() {
+	dmesg | tail -n +$n1 | grep -q 'SYS ERROR' || return 1
+	dmesg | tail -n +$n1 | grep -q 'Processing Mission Mode transition' || return 1
+	same_channels "$chans" || return 1
+	[ -z "$dev" ] || [ "$before" = none ] || { [ -e /sys/class/net/$dev ] && [ "$(ifindex $dev)" != "$before" ]; }
+}
+ts=$(up)
+if wait_for $WAIT recovered; then
+	check syserr-recovery PASS "SYS_ERR handled, mission mode again by $(up)s (requested at ${ts}s; $dev ifindex $before -> $(ifindex $dev))"
+else
+	seen=$(dmesg | tail -n +$n1 | grep -E 'SYS ERROR|Mission Mode|READY' | head -n 4 | tr '\n' ' ')
+	check syserr-recovery FAIL "not recovered within ${WAIT}s: dmesg since the request: ${seen:-nothing about it}"
+fi
+if same_channels "$chans"; then check channels-after-syserr PASS "$chans"; else check channels-after-syserr FAIL "before: $chans; now: $(present)"; fi
+ping_check ping-after-syserr
+
+# Power-down: unload the clients and the controller driver (mhi_power_down).
+n2=$(( $(dmesg | wc -l) + 1 ))
+chans=$(present)
+fail=""
+ts=$(up)
+for m in mhi_net mhi_wwan_mbim mhi_wwan_ctrl mhi_pci_generic; do
+	timeout 60 rmmod $m || fail="$fail $m"
+done
+te=$(up)
+errs=$(errors_since $n2)
+if [ -z "$fail" ] && [ -z "$errs" ] && ! any_channel; then
+	check module-unload PASS "power-down from ${ts}s to ${te}s"
+else
+	check module-unload FAIL "rmmod failed:${fail:- none}; channels left: $(ls /sys/bus/mhi/devices 2>/dev/null | tr '\n' ' '); dmesg: $(echo $errs | head -c 300)"
+fi
+
+# Power-up again from the state power-down left the modem in.
+n3=$(( $(dmesg | wc -l) + 1 ))
+fail=""
+for m in mhi_pci_generic mhi_net mhi_wwan_ctrl mhi_wwan_mbim; do
+	insmod /lib/modules/$m.ko || fail="$fail $m"
+done
+if [ -z "$fail" ] && wait_for $WAIT same_channels "$chans" && [ -z "$(errors_since $n3)" ]; then
+	check module-reload PASS "mission mode again, the same channels back"
+else
+	check module-reload FAIL "insmod failed:${fail:- none}; channels before: $chans; now: $(present); dmesg: $(errors_since $n3 | tr '\n' ' ' | head -c 300)"
+fi
+
+echo "MHISTACK-DMESG-BEGIN"
+dmesg
+echo "MHISTACK-DMESG-END"
+echo "MHISTACK-DONE uptime=$(up)"
+poweroff -f
+`
+
+// alias is one "pci:" alias of mhi_pci_generic: sub IDs of -1 match any.
+type alias struct {
+	vendor, device       uint16
+	subVendor, subDevice int
+}
+
+var aliasRE = regexp.MustCompile(`alias=pci:v0000([0-9A-F]{4})d0000([0-9A-F]{4})sv(\*|0000[0-9A-F]{4})sd(\*|0000[0-9A-F]{4})`)
+
+// pciAliases reads the module's PCI ID table from its .modinfo strings.
+func pciAliases(ko []byte) []alias {
+	var out []alias
+	hex := func(s string) int {
+		if s == "*" {
+			return -1
+		}
+		v, _ := strconv.ParseUint(s[len(s)-4:], 16, 16)
+		return int(v)
+	}
+	for _, m := range aliasRE.FindAllSubmatch(ko, -1) {
+		out = append(out, alias{uint16(hex(string(m[1]))), uint16(hex(string(m[2]))), hex(string(m[3])), hex(string(m[4]))})
+	}
+	return out
+}
+
+// drives reports whether the kernel binds mhi_pci_generic to the function
+// the emulated modem presents for p.
+func drives(aliases []alias, p *mhi.Profile) bool {
+	id := p.IDs[0]
+	sv, sd := id.Vendor, id.Device
+	if id.MatchSub {
+		sv, sd = id.SubVendor, id.SubDevice
+	}
+	for _, a := range aliases {
+		if a.vendor == id.Vendor && a.device == id.Device &&
+			(a.subVendor < 0 || a.subVendor == int(sv)) && (a.subDevice < 0 || a.subDevice == int(sd)) {
+			return true
+		}
+	}
+	return false
+}
+
+// script fills in the init script for a profile.
+func script(e expect, wait int) string {
+	var mods, names []string
+	for _, m := range modules {
+		mods = append(mods, m.name+":"+strings.ReplaceAll(m.args, " ", ","))
+		names = append(names, m.name)
+	}
+	r := strings.NewReplacer(
+		"@CHANNELS@", strings.Join(e.channels, " "),
+		"@PORTS@", strings.Join(e.ports, " "),
+		"@NETDEVS@", strings.Join(e.netdevs, " "),
+		"@PINGDEV@", e.pingDev,
+		"@WAIT@", fmt.Sprint(wait),
+		"@MODULES@", strings.Join(mods, " "),
+		"@MODNAMES@", strings.Join(names, " "),
+	)
+	return r.Replace(initScript)
+}

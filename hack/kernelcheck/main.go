@@ -1,0 +1,594 @@
+// Command kernelcheck is the kernel cross-check harness
+// (shared/docs/kernel-crosscheck.md): for each Debian kernel and modem
+// profile it starts the emulated modem as a vfio-user server (mhictl sim
+// serve), boots the kernel in QEMU with a vfio-user-pci device on it and a
+// busybox initramfs holding the MHI/WWAN modules, and collects the checks
+// the guest's /init runs (see guest.go) plus the modem's own verdict (no
+// host protocol violation, no refused DMA, SYS_ERR seen through). It is
+// called by hack/kernel-crosscheck.sh, which obtains QEMU and the kernels.
+//
+// Exit status: 0 every check passed, 1 a check failed, 2 a prerequisite is
+// missing.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mhistack/mhistack/hack/internal/initramfs"
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// prereqError is a missing tool or file: exit status 2.
+type prereqError struct{ msg string }
+
+func (e prereqError) Error() string { return e.msg }
+
+// kernelFlag collects -kernel LABEL=DIR (an unpacked linux-image package).
+type kernelFlag []kernelDir
+
+type kernelDir struct{ label, dir string }
+
+func (k *kernelFlag) String() string { return fmt.Sprint(*k) }
+func (k *kernelFlag) Set(v string) error {
+	label, dir, ok := strings.Cut(v, "=")
+	if !ok || label == "" || dir == "" {
+		return fmt.Errorf("want LABEL=DIR, got %q", v)
+	}
+	*k = append(*k, kernelDir{label, dir})
+	return nil
+}
+
+type config struct {
+	qemu, mhictl, busybox string
+	kernels               kernelFlag
+	profiles              []string
+	timeout               time.Duration
+	wait                  int
+	mem                   string
+	smp                   int
+	jobs                  int
+	keep, verbose         bool
+	work                  string
+}
+
+func main() {
+	var c config
+	var profiles string
+	flag.StringVar(&c.qemu, "qemu", "", "QEMU ≥ 10.1 with the vfio-user-pci device (required)")
+	flag.StringVar(&c.mhictl, "mhictl", "", "mhictl binary (required)")
+	flag.StringVar(&c.busybox, "busybox", "/bin/busybox", "a statically linked busybox (Debian: busybox-static)")
+	flag.Var(&c.kernels, "kernel", "`LABEL=DIR` of an unpacked Debian linux-image package (repeatable)")
+	flag.StringVar(&profiles, "profiles", "qcom-sdx55m,quectel-em1xx,foxconn-t99w175", "comma-separated modem profiles to emulate, or \"all\": every profile the kernel's mhi_pci_generic binds to")
+	flag.DurationVar(&c.timeout, "timeout", 6*time.Minute, "limit for one guest run")
+	flag.IntVar(&c.wait, "wait", 60, "seconds the guest waits for mission mode and for SYS_ERR recovery")
+	flag.StringVar(&c.mem, "mem", "512M", "guest RAM (below 4 GiB: the MHI DMA mask is 32-bit)")
+	flag.IntVar(&c.smp, "smp", 2, "guest CPUs")
+	flag.IntVar(&c.jobs, "jobs", 1, "guests run at once")
+	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (initramfs, serial and modem logs)")
+	flag.BoolVar(&c.verbose, "v", false, "echo the guest's serial console and the modem's log")
+	flag.String("repo", ".", "mhistack checkout (unused; accepted for the script)")
+	flag.String("cache", "", "cache directory (unused; accepted for the script)")
+	flag.Parse()
+	for _, p := range strings.Split(profiles, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.profiles = append(c.profiles, p)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, c)
+	stop()
+	var pe prereqError
+	switch {
+	case errors.As(err, &pe):
+		fmt.Fprintf(os.Stderr, "kernel-crosscheck: cannot run: %v\n", err)
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "kernel-crosscheck: FAIL: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("kernel-crosscheck: PASS")
+}
+
+// result is one guest run: a kernel and a profile.
+type result struct {
+	kernel, profile string
+	checks          map[string]check
+	order           []string
+	boot            time.Duration // QEMU start to /init
+	wall            time.Duration // whole run
+	logDir          string
+}
+
+type check struct {
+	pass   bool
+	detail string
+}
+
+func (r *result) add(name string, pass bool, detail string) {
+	if r.checks == nil {
+		r.checks = map[string]check{}
+	}
+	if _, dup := r.checks[name]; !dup {
+		r.order = append(r.order, name)
+	}
+	r.checks[name] = check{pass, detail}
+}
+
+func (r *result) failed() bool {
+	for _, c := range r.checks {
+		if !c.pass {
+			return true
+		}
+	}
+	return false
+}
+
+func run(ctx context.Context, c config) error {
+	start := time.Now()
+	if c.qemu == "" || c.mhictl == "" || len(c.kernels) == 0 {
+		return prereqError{"need -qemu, -mhictl and at least one -kernel LABEL=DIR (hack/kernel-crosscheck.sh passes them)"}
+	}
+	if err := initramfs.CheckStatic(c.busybox); err != nil {
+		return prereqError{err.Error()}
+	}
+	for _, p := range c.profiles {
+		if _, ok := mhi.Lookup(p); !ok && p != "all" {
+			return prereqError{fmt.Sprintf("unknown profile %q", p)}
+		}
+	}
+	work, err := os.MkdirTemp("", "kernel-crosscheck-")
+	if err != nil {
+		return err
+	}
+	c.work = work
+	if c.keep {
+		fmt.Printf("kernel-crosscheck: work directory %s\n", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+
+	type job struct {
+		k kernelDir
+		p string
+	}
+	var jobs []job
+	for _, k := range c.kernels {
+		profiles := c.profiles
+		if len(profiles) == 1 && profiles[0] == "all" {
+			if profiles, err = kernelProfiles(k); err != nil {
+				return err
+			}
+		}
+		for _, p := range profiles {
+			jobs = append(jobs, job{k, p})
+		}
+	}
+	results := make([]*result, len(jobs))
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, max(c.jobs, 1))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				return
+			}
+			results[i], errs[i] = runOne(ctx, c, j.k, j.p)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		var pe prereqError
+		if errors.As(err, &pe) {
+			return err
+		}
+	}
+
+	fmt.Printf("\nkernel-crosscheck: results\n")
+	failed := 0
+	for i, r := range results {
+		if errs[i] != nil {
+			fmt.Printf("FAIL  %s/%s  run: %v\n", jobs[i].k.label, jobs[i].p, errs[i])
+			failed++
+			continue
+		}
+		for _, name := range r.order {
+			ch := r.checks[name]
+			v := "PASS"
+			if !ch.pass {
+				v = "FAIL"
+				failed++
+			}
+			fmt.Printf("%s  %s/%s  %-24s %s\n", v, r.kernel, r.profile, name, ch.detail)
+		}
+		fmt.Printf("      %s/%s  boot to /init %v, run %v\n", r.kernel, r.profile, r.boot.Round(100*time.Millisecond), r.wall.Round(100*time.Millisecond))
+	}
+	fmt.Printf("kernel-crosscheck: %d runs in %v\n", len(jobs), time.Since(start).Round(time.Second))
+	if failed > 0 {
+		return fmt.Errorf("%d checks failed", failed)
+	}
+	return nil
+}
+
+// kernelProfiles returns the profiles whose first PCI ID the kernel's
+// mhi_pci_generic binds to.
+func kernelProfiles(k kernelDir) ([]string, error) {
+	_, modDir, err := findKernel(k.dir)
+	if err != nil {
+		return nil, err
+	}
+	ko, err := initramfs.Module(modDir, "mhi_pci_generic")
+	if err != nil {
+		return nil, prereqError{err.Error()}
+	}
+	aliases := pciAliases(ko)
+	var names, skipped []string
+	for _, p := range mhi.Profiles() {
+		if drives(aliases, p) {
+			names = append(names, p.Name)
+		} else {
+			skipped = append(skipped, p.Name)
+		}
+	}
+	fmt.Printf("kernel-crosscheck: kernel %s drives %d profiles; not in its table: %s\n", k.label, len(names), strings.Join(skipped, " "))
+	return names, nil
+}
+
+// findKernel returns the vmlinuz and module tree of an unpacked package.
+func findKernel(dir string) (kernel, modDir string, err error) {
+	kernels, _ := filepath.Glob(filepath.Join(dir, "boot/vmlinuz-*"))
+	mods, _ := filepath.Glob(filepath.Join(dir, "lib/modules/*"))
+	if len(kernels) != 1 || len(mods) != 1 {
+		return "", "", prereqError{fmt.Sprintf("%s: want one boot/vmlinuz-* and one lib/modules/*, found %v and %v", dir, kernels, mods)}
+	}
+	return kernels[0], mods[0], nil
+}
+
+// buildInitramfs packs busybox, the modules and init (made from the
+// mhi_pci_generic module by makeInit) into path.
+func buildInitramfs(path, busybox, modDir string, makeInit func(pciGeneric []byte) string) error {
+	files := map[string]initramfs.Entry{}
+	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "lib", "lib/modules"} {
+		files[d] = initramfs.Entry{Mode: initramfs.Dir}
+	}
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return prereqError{err.Error()}
+	}
+	files["bin/busybox"] = initramfs.Entry{Mode: initramfs.Exec, Data: bb}
+	for _, m := range modules {
+		data, err := initramfs.Module(modDir, m.name)
+		if err != nil {
+			return prereqError{fmt.Sprintf("module %s: %v", m.name, err)}
+		}
+		files["lib/modules/"+m.name+".ko"] = initramfs.Entry{Mode: initramfs.File, Data: data}
+	}
+	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(makeInit(files["lib/modules/mhi_pci_generic.ko"].Data))}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := initramfs.Write(f, files); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+var (
+	checkRE   = regexp.MustCompile(`MHISTACK-CHECK (\S+) (PASS|FAIL) ?(.*)`)
+	initRE    = regexp.MustCompile(`MHISTACK-INIT uptime=([\d.]+)`)
+	summaryRE = regexp.MustCompile(`msg=summary violations=(\d+) dma_faults=(\d+)`)
+	stateRE   = regexp.MustCompile(`msg="modem state" state=(\S+) ee=(\S+)`)
+)
+
+// runOne boots one kernel against one emulated profile.
+func runOne(ctx context.Context, c config, k kernelDir, profile string) (*result, error) {
+	t0 := time.Now()
+	r := &result{kernel: k.label, profile: profile}
+	p, _ := mhi.Lookup(profile)
+	kernel, modDir, err := findKernel(k.dir)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(c.work, k.label+"-"+profile)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r.logDir = dir
+	initrd := filepath.Join(dir, "initramfs.cpio.gz")
+	var exp expect
+	if err := buildInitramfs(initrd, c.busybox, modDir, func(ko []byte) string {
+		exp = expectFor(p, ko)
+		return script(exp, c.wait)
+	}); err != nil {
+		return nil, err
+	}
+	tag := fmt.Sprintf("[%s/%s] ", k.label, profile)
+	say := func(format string, args ...any) { fmt.Printf(tag+format+"\n", args...) }
+
+	// The modem first: QEMU connects while it realizes the device and
+	// never retries (kernel-crosscheck.md §5.4).
+	sock := filepath.Join(dir, "modem.sock")
+	modemLog, err := os.Create(filepath.Join(dir, "modem.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer modemLog.Close()
+	var modemOut bytes.Buffer
+	var modemMu sync.Mutex
+	// Killed with the run (the harness interrupted), like QEMU.
+	modem := exec.CommandContext(ctx, c.mhictl, "sim", "serve", "-profile", profile, "-socket", sock, "-once", "-strict")
+	pr, pw := io.Pipe()
+	modem.Stdout, modem.Stderr = pw, pw
+	if err := modem.Start(); err != nil {
+		return nil, prereqError{fmt.Sprintf("start %s: %v", c.mhictl, err)}
+	}
+	modemDone := make(chan error, 1)
+	go func() { modemDone <- modem.Wait(); pw.Close() }()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			modemMu.Lock()
+			modemOut.WriteString(line + "\n")
+			modemMu.Unlock()
+			fmt.Fprintln(modemLog, line)
+			if c.verbose {
+				fmt.Printf("%smodem| %s\n", tag, line)
+			}
+		}
+	}()
+	stopModem := func() {
+		select {
+		case <-modemDone:
+		case <-time.After(15 * time.Second):
+			modem.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-modemDone:
+			case <-time.After(10 * time.Second):
+				modem.Process.Kill()
+				<-modemDone
+			}
+		}
+		<-copied
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			modem.Process.Kill()
+			stopModem()
+			return nil, fmt.Errorf("the modem never listened on %s:\n%s", sock, modemOut.String())
+		}
+	}
+
+	args := []string{
+		"-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
+		"-machine", "q35,memory-backend=mem", "-accel", "tcg", "-cpu", "max", "-smp", fmt.Sprint(c.smp), "-m", c.mem,
+		// Guest RAM as a shared memfd: the vfio-user client then passes
+		// it with DMA_MAP and the modem DMAs into it directly.
+		"-object", "memory-backend-memfd,id=mem,size=" + c.mem + ",share=on",
+		"-kernel", kernel, "-initrd", initrd,
+		"-append", "console=ttyS0 loglevel=4 log_buf_len=8M panic=-1",
+		"-display", "none", "-no-reboot", "-nodefaults", "-serial", "stdio", "-nic", "none",
+		"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","socket":{"path":%q,"type":"unix"},"rombar":0}`, sock),
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	qemu := exec.CommandContext(qctx, c.qemu, args...)
+	qemu.Stderr = os.Stderr
+	out, err := qemu.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	serial, err := os.Create(filepath.Join(dir, "serial.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer serial.Close()
+	say("booting %s with %s emulated (logs in %s)", filepath.Base(kernel), profile, dir)
+	qStart := time.Now()
+	if err := qemu.Start(); err != nil {
+		modem.Process.Kill()
+		stopModem()
+		return nil, prereqError{fmt.Sprintf("start %s: %v", c.qemu, err)}
+	}
+	var dmesg []string
+	var kernelConfig string
+	inDmesg, done := false, false
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		fmt.Fprintln(serial, line)
+		switch {
+		case line == "MHISTACK-DMESG-BEGIN":
+			inDmesg = true
+			continue
+		case line == "MHISTACK-DMESG-END":
+			inDmesg = false
+			continue
+		case inDmesg:
+			dmesg = append(dmesg, line)
+			continue
+		}
+		if c.verbose {
+			fmt.Printf("%sguest| %s\n", tag, line)
+		}
+		if m := initRE.FindStringSubmatch(line); m != nil && r.boot == 0 {
+			r.boot = time.Since(qStart)
+		}
+		if v, ok := strings.CutPrefix(line, "MHISTACK-INFO kernel-config "); ok {
+			kernelConfig = v
+		}
+		if m := checkRE.FindStringSubmatch(line); m != nil {
+			r.add(m[1], m[2] == "PASS", m[3])
+			say("%s %s %s", m[2], m[1], m[3])
+		}
+		if strings.Contains(line, "MHISTACK-REQUEST syserr") {
+			say("crashing the modem (SIGUSR1: SYS_ERR)")
+			modem.Process.Signal(syscall.SIGUSR1)
+		}
+		if strings.HasPrefix(line, "MHISTACK-DONE") {
+			done = true
+		}
+		if strings.Contains(line, "Kernel panic") {
+			r.add("kernel", false, line)
+		}
+	}
+	_, _ = io.Copy(io.Discard, out)
+	qerr := qemu.Wait()
+	if ctx.Err() != nil {
+		r.add("guest-finished", false, "interrupted")
+	} else if qctx.Err() != nil {
+		r.add("guest-finished", false, fmt.Sprintf("timeout after %v", c.timeout))
+	} else if !done {
+		r.add("guest-finished", false, fmt.Sprintf("the guest stopped before the end of its checks (qemu: %v)", qerr))
+	}
+	stopModem()
+	if ch, ok := r.checks["mission-mode"]; ok && kernelConfig != "" {
+		ch.detail += fmt.Sprintf(" [kernel config %s]", kernelConfig)
+		r.checks["mission-mode"] = ch
+	}
+	if ch, ok := r.checks["channels"]; ok && len(exp.absent) > 0 {
+		ch.detail += fmt.Sprintf("(profile channels this kernel's mhi_pci_generic does not know: %s)", strings.Join(exp.absent, " "))
+		r.checks["channels"] = ch
+	}
+	for _, name := range guestChecks {
+		if _, ok := r.checks[name]; !ok {
+			r.add(name, false, "not reached")
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "dmesg.log"), []byte(strings.Join(dmesg, "\n")+"\n"), 0o644)
+
+	// The modem's side.
+	modemMu.Lock()
+	mlog := modemOut.String()
+	modemMu.Unlock()
+	if m := summaryRE.FindStringSubmatch(mlog); m == nil {
+		r.add("modem-verdict", false, "the modem printed no summary (crashed?); see "+modemLog.Name())
+	} else {
+		ok := m[1] == "0" && m[2] == "0"
+		detail := fmt.Sprintf("%s host protocol violations, %s refused DMAs", m[1], m[2])
+		if !ok {
+			detail += ": " + firstLines(mlog, `msg=violation|msg="dma fault"|msg="host protocol violation"`, 3)
+		}
+		r.add("modem-verdict", ok, detail)
+	}
+	r.add("modem-syserr-cycle", sysErrCycle(mlog), stateTrail(mlog))
+	complaints, tolerated := dmesgErrors(dmesg)
+	detail := strings.Join(limit(complaints, 5), " | ")
+	if len(tolerated) > 0 {
+		detail = strings.TrimSpace(detail + " tolerated: " + strings.Join(limit(tolerated, 3), " | "))
+	}
+	r.add("dmesg-clean", len(complaints) == 0, detail)
+	r.wall = time.Since(t0)
+	return r, nil
+}
+
+// sysErrCycle reports whether the modem went SYS_ERR → … → M0 in AMSS,
+// i.e. the host reset it and brought it back to mission mode.
+func sysErrCycle(log string) bool {
+	crashed := false
+	for _, m := range stateRE.FindAllStringSubmatch(log, -1) {
+		switch {
+		case m[1] == "SYS_ERR":
+			crashed = true
+		case crashed && m[1] == "M0" && m[2] == "AMSS":
+			return true
+		}
+	}
+	return false
+}
+
+// stateTrail is the modem's state sequence, compressed.
+func stateTrail(log string) string {
+	var s []string
+	for _, m := range stateRE.FindAllStringSubmatch(log, -1) {
+		st := m[1] + "/" + m[2]
+		if len(s) == 0 || s[len(s)-1] != st {
+			s = append(s, st)
+		}
+	}
+	return strings.Join(limit(s, 16), " → ")
+}
+
+var dmesgErrRE = regexp.MustCompile(`(?i)fail|timeout|timed out|unable|error|warn|BUG|call trace|oops`)
+var dmesgOK = regexp.MustCompile(`SYS ERROR|SYS_ERROR|System error detected|Triggering SYS_ERR|error_detected|Transitioning from PM state`)
+var dmesgMHI = regexp.MustCompile(`(?i)mhi|wwan|0000:00:0`)
+
+// knownKernelMessages are complaints of the reference kernels that no
+// device behaviour avoids; they are reported, not failed.
+var knownKernelMessages = []struct {
+	re  *regexp.Regexp
+	why string
+}{
+	// One shared MSI runs both the INTVEC handler (MHISTATUS says
+	// SYS_ERR) and the control event ring's (STATE_CHANGE(SYS_ERR)), so
+	// both kernels queue two SYS_ERR transitions: two MHI resets, two
+	// READY transitions. On 6.1 the second READY transition may find the
+	// first already in M0 and log this; recovery completes regardless.
+	{regexp.MustCompile(`Error moving to state POWER ON RESET from M0`), "second READY transition of a doubly detected SYS_ERR"},
+}
+
+// dmesgErrors returns the kernel's complaints about the MHI stack, and
+// the known ones separately.
+func dmesgErrors(lines []string) (complaints, tolerated []string) {
+next:
+	for _, l := range lines {
+		if !dmesgMHI.MatchString(l) || !dmesgErrRE.MatchString(l) || dmesgOK.MatchString(l) {
+			continue
+		}
+		l = strings.TrimSpace(l)
+		for _, k := range knownKernelMessages {
+			if k.re.MatchString(l) {
+				tolerated = append(tolerated, l+" ("+k.why+")")
+				continue next
+			}
+		}
+		complaints = append(complaints, l)
+	}
+	return complaints, tolerated
+}
+
+func firstLines(s, pattern string, n int) string {
+	re := regexp.MustCompile(pattern)
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if re.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(limit(out, n), " | ")
+}
+
+func limit(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("(%d more)", len(s)-n))
+	}
+	return s
+}
