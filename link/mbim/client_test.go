@@ -202,18 +202,18 @@ func TestClientMapsFunctionErrorToItsTransaction(t *testing.T) {
 
 func TestClientRequestTimesOutOnSlowFunction(t *testing.T) {
 	c, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{Timeout: 50 * time.Millisecond})
-	f.Configure(func(cfg *sim.MBIMConfig) { cfg.Delay = 300 * time.Millisecond })
+	f.Configure(func(cfg *sim.MBIMConfig) { cfg.Delay = time.Second })
 	start := time.Now()
 	_, err := c.DeviceCaps(testCtx(t))
 	if !errors.Is(err, mbim.ErrTimeout) {
 		t.Fatalf("DeviceCaps on a slow function: %v, want ErrTimeout", err)
 	}
-	if d := time.Since(start); d > 250*time.Millisecond {
+	if d := time.Since(start); d > 800*time.Millisecond {
 		t.Errorf("timed out after %v, want about 50ms", d)
 	}
 	// The late answer is dropped; the next request gets its own.
 	f.Configure(func(cfg *sim.MBIMConfig) { cfg.Delay = 0 })
-	time.Sleep(350 * time.Millisecond) // the function is still busy with the first
+	time.Sleep(time.Until(start.Add(1100 * time.Millisecond))) // the function is still busy with the first
 	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
 	defer cancel()
 	if _, err := c.Call(ctx, &mbim.Message{Type: mbim.TypeCommand, Service: mbim.ServiceBasicConnect, CID: mbim.CIDRadioState}); err != nil {
