@@ -305,11 +305,18 @@ func (c *Controller) State() (State, EE, bool) {
 	return c.devState, c.ee, c.mission
 }
 
-// SerialNumber returns BHI_SERIALNU as read at power-up.
+// SerialNumber returns BHI_SERIALNU as read at power-up in PBL, or, for a
+// device that started in mission mode, as it reads now.
 func (c *Controller) SerialNumber() uint32 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.serial
+	s := c.serial
+	c.mu.Unlock()
+	if s == 0 {
+		if v := c.read(c.bhiOff + BHISerialNum); v != 0xFFFFFFFF {
+			return v
+		}
+	}
+	return s
 }
 
 // EventRing returns event ring i.
