@@ -1,0 +1,242 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmap"
+)
+
+// Defaults of DL aggregation: what ModemManager asks a QMAP modem for and
+// what MBIM modems put in one 32 KiB NTB (mbim-qmap-qmi.md §0, §7).
+const (
+	DefaultAggDatagrams = 32
+	DefaultAggBytes     = 32768
+)
+
+// ruleULFraming names the rule a host breaks with a malformed UL frame.
+const ruleULFraming = "mbim-qmap-qmi.md §3.1/§4.1: UL frames on a framed data channel parse (NTB or QMAP)"
+
+// Violation reports a host protocol violation found by a function (bad
+// UL framing, say): it is counted in Stats().Violations, kept in
+// Violations and, in strict mode, passed to Options.OnViolation, so the
+// test that caused it fails.
+func (p *Port) Violation(rule, format string, args ...any) {
+	p.m.violate(rule, "%s: %s", p.pr.name, fmt.Sprintf(format, args...))
+}
+
+// Framer frames DL IP packets like a modem: raw IP sends each packet as
+// it is; MBIM puts up to MaxDatagrams / MaxBytes in one NTB16 (one NDP
+// per session); QMAP aggregates MAP frames (MAPv5 with a checksum header
+// saying "valid"). A frame larger than the host's DL buffers is split by
+// Port.Send into OVERFLOW pieces, as a modem whose MTU exceeds the host's
+// MRU does (mhi-protocol.md §5.8). It is not safe for concurrent use.
+type Framer struct {
+	framing Framing
+	enc     link.SessionEncoder
+	buf     []byte
+	open    bool
+	n       int
+}
+
+// NewFramer returns a framer for f aggregating up to maxDatagrams packets
+// and maxBytes bytes per frame (0: the defaults, 32 / 32 KiB).
+func NewFramer(f Framing, maxDatagrams, maxBytes int) *Framer {
+	if maxDatagrams <= 0 {
+		maxDatagrams = DefaultAggDatagrams
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultAggBytes
+	}
+	fr := &Framer{framing: f, buf: make([]byte, min(maxBytes, 0xFFFF))}
+	switch f {
+	case FramingMBIM:
+		fr.enc = mbim.NewNTBBuilder(mbim.NTB{MaxDatagrams: maxDatagrams})
+	case FramingQMAP, FramingQMAPv5:
+		v := 1
+		if f == FramingQMAPv5 {
+			v = 5
+		}
+		fr.enc = qmap.NewAggregator(qmap.Framing{Version: v, MaxDatagrams: maxDatagrams, MaxBytes: maxBytes})
+	}
+	return fr
+}
+
+// errTooBig: a packet that does not fit an empty frame.
+var errTooBig = errors.New("sim: packet larger than a DL frame")
+
+// Add adds one packet of session (MBIM session ID, QMAP mux ID) to the
+// frame being built, sending the frame first if the packet does not fit.
+func (f *Framer) Add(p *Port, session uint8, pkt []byte) error {
+	if f.enc == nil {
+		return p.Send(pkt)
+	}
+	for try := 0; try < 2; try++ {
+		if !f.open {
+			f.enc.Begin(f.buf)
+			f.open = true
+		}
+		f.enc.SetSession(session)
+		if dst := f.enc.Add(len(pkt)); dst != nil {
+			copy(dst, pkt)
+			f.n++
+			return nil
+		}
+		if f.n == 0 {
+			break
+		}
+		if err := f.Flush(p); err != nil {
+			return err
+		}
+	}
+	return errTooBig
+}
+
+// Flush sends the frame being built, if it holds anything.
+func (f *Framer) Flush(p *Port) error {
+	if !f.open {
+		return nil
+	}
+	n := f.enc.End()
+	f.open, f.n = false, 0
+	if n == 0 {
+		return nil
+	}
+	return p.Send(f.buf[:n])
+}
+
+// ParseUL finds the IP packets (and QMAP commands, Span.Ctrl) of one UL
+// transfer in framing f, strictly: any framing error is returned.
+func ParseUL(f Framing, td []byte, spans []link.Span) ([]link.Span, error) {
+	switch f {
+	case FramingMBIM:
+		return mbim.DecodeNTB(td, spans)
+	case FramingQMAP:
+		return qmap.Decode(td, 1, spans)
+	case FramingQMAPv5:
+		return qmap.Decode(td, 5, spans)
+	}
+	if len(td) == 0 {
+		return spans, link.ErrRunt
+	}
+	return append(spans, link.Span{Len: len(td)}), nil
+}
+
+// PacketNet is a carrier network for framing tests: it parses UL
+// transfers strictly in its Framing (a malformed one is a host
+// violation), hands each IP packet to OnPacket, optionally echoes it, and
+// sends DL packets given to Send framed and aggregated like a modem. QMAP
+// commands from the host are counted (ACKs) and it can send flow-control
+// commands (SendCommand).
+type PacketNet struct {
+	// Framing of the pair; MaxDatagrams and MaxBytes bound DL
+	// aggregation (defaults 32 / 32 KiB).
+	Framing                Framing
+	MaxDatagrams, MaxBytes int
+	// Echo sends every UL packet back on DL, on its session, aggregated
+	// per UL transfer.
+	Echo bool
+	// OnPacket, if set, sees every UL IP packet on the device goroutine;
+	// pkt is only valid during the call.
+	OnPacket func(session uint8, pkt []byte)
+
+	port  atomic.Pointer[Port]
+	mu    sync.Mutex // guards fr (Send from tests, Echo from Receive)
+	fr    *Framer
+	spans []link.Span
+
+	// ULFrames, ULPackets: UL transfers and the IP packets in them;
+	// Malformed: UL transfers that did not parse; ACKs: QMAP command
+	// answers received; DLPackets: packets given to the framer.
+	ULFrames, ULPackets, Malformed, ACKs, DLPackets atomic.Uint64
+}
+
+func (n *PacketNet) framer() *Framer {
+	if n.fr == nil {
+		n.fr = NewFramer(n.Framing, n.MaxDatagrams, n.MaxBytes)
+	}
+	return n.fr
+}
+
+// Start implements Function.
+func (n *PacketNet) Start(p *Port) { n.port.Store(p) }
+
+// Stop implements Function.
+func (n *PacketNet) Stop() { n.port.Store(nil) }
+
+// Running reports whether the pair runs (Start happens on the modem's
+// goroutine shortly after the host starts both channels).
+func (n *PacketNet) Running() bool { return n.port.Load() != nil }
+
+// Receive implements Function: one UL transfer, parsed strictly.
+func (n *PacketNet) Receive(td []byte) {
+	p := n.port.Load()
+	n.ULFrames.Add(1)
+	spans, err := ParseUL(n.Framing, td, n.spans[:0])
+	n.spans = spans
+	if err != nil {
+		n.Malformed.Add(1)
+		if p != nil {
+			p.Violation(ruleULFraming, "UL transfer of %d bytes: %v", len(td), err)
+		}
+	}
+	if n.Echo {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+	}
+	for _, s := range spans {
+		pkt := td[s.Off : s.Off+s.Len]
+		if s.Ctrl {
+			if c, err := qmap.ParseCommand(pkt); err == nil && c.Type == qmap.TypeACK {
+				n.ACKs.Add(1)
+			}
+			continue
+		}
+		n.ULPackets.Add(1)
+		if n.OnPacket != nil {
+			n.OnPacket(s.ID, pkt)
+		}
+		if n.Echo && p != nil {
+			_ = n.framer().Add(p, s.ID, pkt)
+		}
+	}
+	if n.Echo && p != nil {
+		_ = n.framer().Flush(p)
+	}
+}
+
+// Send frames pkts for session and sends them, aggregating up to the
+// limits, and flushes the last frame.
+func (n *PacketNet) Send(session uint8, pkts ...[]byte) error {
+	p := n.port.Load()
+	if p == nil {
+		return ErrStopped
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	fr := n.framer()
+	for _, pkt := range pkts {
+		if err := fr.Add(p, session, pkt); err != nil {
+			return err
+		}
+		n.DLPackets.Add(1)
+	}
+	return fr.Flush(p)
+}
+
+// SendCommand sends one QMAP command frame on DL (QMAP framings only),
+// e.g. qmap.FlowControl: the host must answer it with an ACK.
+func (n *PacketNet) SendCommand(c qmap.Command) error {
+	if n.Framing != FramingQMAP && n.Framing != FramingQMAPv5 {
+		return errors.New("sim: commands need QMAP framing")
+	}
+	p := n.port.Load()
+	if p == nil {
+		return ErrStopped
+	}
+	return p.Send(qmap.AppendCommand(nil, c))
+}
