@@ -92,7 +92,10 @@ type Client struct {
 	resetDec bool  // the reader must drop its partial input
 	subID    int
 	subs     map[int]func(*Message)
-	resets   map[int]func()
+	// dispatchMu keeps subscriber callbacks one at a time: indications
+	// from the reader and those a Proxy announces (announce).
+	dispatchMu sync.Mutex
+	resets     map[int]func()
 }
 
 type call struct {
@@ -206,8 +209,10 @@ func (c *Client) Close() error {
 }
 
 // Subscribe registers fn for every INDICATE_STATUS (service, CID and
-// buffer in the message). fn runs on the reader goroutine and must not
-// block or keep m.Buffer. The returned func unsubscribes.
+// buffer in the message), including the state changes a Proxy's clients
+// cause. Callbacks run one at a time, on the reader goroutine (or the
+// proxy's), and must not block or keep m.Buffer. The returned func
+// unsubscribes.
 func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -465,18 +470,35 @@ func (c *Client) dispatch(m *Message) {
 			c.log.Warn("mbim: function error", "tid", m.TID, "code", m.Error)
 		}
 	case TypeIndicateStatus:
-		c.mu.Lock()
-		fns := make([]func(*Message), 0, len(c.subs))
-		for _, fn := range c.subs {
-			fns = append(fns, fn)
-		}
-		c.mu.Unlock()
-		for _, fn := range fns {
-			fn(m)
-		}
+		c.indicate(m)
 	default:
 		c.log.Debug("mbim: ignored message from function", "msg", m.String())
 	}
+}
+
+// indicate hands m to every subscriber, one callback at a time.
+func (c *Client) indicate(m *Message) {
+	c.mu.Lock()
+	fns := make([]func(*Message), 0, len(c.subs))
+	for _, fn := range c.subs {
+		fns = append(fns, fn)
+	}
+	c.mu.Unlock()
+	c.dispatchMu.Lock()
+	defer c.dispatchMu.Unlock()
+	for _, fn := range fns {
+		fn(m)
+	}
+}
+
+// announce delivers an indication the function will not send: a state
+// change another user of the client (a proxy client) asked for. Functions
+// indicate only changes the host did not request, and behind a proxy the
+// modem sees a single host.
+func (c *Client) announce(m *Message) {
+	ind := *m
+	ind.Type, ind.TID = TypeIndicateStatus, 0
+	c.indicate(&ind)
 }
 
 // notOpened handles a NOT_OPENED function error: the function forgot the

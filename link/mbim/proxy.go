@@ -41,7 +41,10 @@ type ProxyOptions struct {
 // CONFIGURATION), then OPEN and CLOSE are answered locally — never
 // forwarded, so a client's CLOSE cannot tear down mhistack's data
 // session — and its commands are forwarded with the Client's own
-// transaction IDs and answered with the client's. Indications are fanned
+// transaction IDs and answered with the client's; a successful RADIO_STATE,
+// REGISTER_STATE, PACKET_SERVICE or CONNECT set is announced to the
+// Client's other users as the indication the modem would not send (the
+// Session re-connects after a client's disconnect). Indications are fanned
 // out to the clients that subscribed to them; DEVICE_SERVICE_SUBSCRIBE_LIST
 // from clients is merged (with every BASIC_CONNECT indication, which the
 // host's Session needs) before it reaches the modem.
@@ -259,6 +262,11 @@ func (p *Proxy) mergedSubscriptions() []EventSubscription {
 	}
 	return merged
 }
+
+// announced are the BASIC_CONNECT sets whose effect the proxy announces
+// to everyone as the matching indication (their answers share the
+// indication's layout).
+var announced = map[uint32]bool{CIDRadioState: true, CIDRegisterState: true, CIDPacketService: true, CIDConnect: true}
 
 // proxyClient is one connected libmbim client.
 type proxyClient struct {
@@ -496,6 +504,13 @@ func (pc *proxyClient) forward(m *Message) {
 		ans := *r
 		ans.TID = tid
 		pc.queue(&ans)
+		if r.Status == StatusNone && m.CommandType == Set && m.Service == ServiceBasicConnect && announced[m.CID] {
+			// The modem will not indicate a change its (only) host
+			// asked for; tell mhistack's session and the other
+			// clients, e.g. that mbimcli --disconnect took the
+			// data session down.
+			pc.p.c.announce(r)
+		}
 	}()
 }
 

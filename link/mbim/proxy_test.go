@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,4 +219,24 @@ func TestMbimcliThroughProxy(t *testing.T) {
 	if st, _ := s.State(); st != mbim.StateConnected {
 		t.Errorf("host session %v after mbimcli", st)
 	}
+}
+
+func TestProxyClientDisconnectIsAnnouncedAndTheSessionReconnects(t *testing.T) {
+	host, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	log := newProgressLog()
+	s := mbim.NewSession(host, fastSession("internet", log))
+	defer s.Close(context.Background())
+	if _, err := s.WaitUp(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p := testProxy(t, host, mbim.ProxyOptions{})
+	c := dialProxy(t, p)
+	if _, err := c.Disconnect(testCtx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the session to re-connect", func() bool {
+		st := log.states()
+		i := slices.Index(st, mbim.StateDisconnected)
+		return i >= 0 && slices.Contains(st[i:], mbim.StateConnected) && f.Active(0)
+	})
 }
