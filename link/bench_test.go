@@ -9,6 +9,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -38,6 +40,17 @@ func BenchmarkRX(b *testing.B) {
 		{"raw-1400B", 1400, 1, link.Options{}},
 		{"agg-32x64B", 64, 32, link.Options{Framing: lenFraming{}}},
 		{"agg-16x1400B", 1400, 16, link.Options{Framing: lenFraming{}}},
+		// The real framings: one packet per buffer (what a modem without
+		// aggregation sends) vs aggregated as modems do (32 datagrams /
+		// 32 KiB; 1400-byte packets fill 32 KiB at 23).
+		{"mbim-1x64B", 64, 1, link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}},
+		{"mbim-32x64B", 64, 32, link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}},
+		{"mbim-1x1400B", 1400, 1, link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}},
+		{"mbim-23x1400B", 1400, 23, link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}},
+		{"qmap5-1x64B", 64, 1, link.Options{Framing: qmap.Framing{Version: 5}}},
+		{"qmap5-32x64B", 64, 32, link.Options{Framing: qmap.Framing{Version: 5}}},
+		{"qmap5-1x1400B", 1400, 1, link.Options{Framing: qmap.Framing{Version: 5}}},
+		{"qmap5-23x1400B", 1400, 23, link.Options{Framing: qmap.Framing{Version: 5}}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -86,13 +99,23 @@ func benchRX(b *testing.B, size, perFrame int, o link.Options) {
 		for i := range perFrame {
 			pkts = append(pkts, udp4(b, f*perFrame+i, size))
 		}
-		if perFrame == 1 && o.Framing == nil {
+		switch fr := o.Framing.(type) {
+		case nil:
 			g.Frames = append(g.Frames, pkts[0])
-		} else {
+		case mbim.NTB:
+			g.Frames = append(g.Frames, encodeFrame(mbim.NewNTBBuilder(mbim.NTB{MaxDatagrams: perFrame}), pkts))
+		case qmap.Framing:
+			fr.MaxDatagrams = perFrame
+			g.Frames = append(g.Frames, encodeFrame(qmap.NewAggregator(fr), pkts))
+		default:
 			g.Frames = append(g.Frames, aggregate(pkts...))
 		}
 	}
-	r := newRig(b, rigOptions{fn: g, link: o, noAttach: true})
+	profile := ""
+	if o.Channel == "IP_HW0_MBIM" {
+		profile = "quectel-rm5xx"
+	}
+	r := newRig(b, rigOptions{profile: profile, fn: g, link: o, noAttach: true})
 	cnt := &counter{}
 	r.ep.Attach(cnt)
 	run := func(pkts int) {
@@ -161,4 +184,19 @@ func BenchmarkLoopbackTXRX(b *testing.B) {
 	start := time.Now()
 	run(b.N)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pkts/s")
+}
+
+// encodeFrame builds one DL frame holding all of pkts with enc (a modem's
+// aggregator), failing if they do not fit 32 KiB.
+func encodeFrame(enc link.Encoder, pkts [][]byte) []byte {
+	buf := make([]byte, 32768)
+	enc.Begin(buf)
+	for _, p := range pkts {
+		dst := enc.Add(len(p))
+		if dst == nil {
+			panic("bench: packets do not fit one 32 KiB frame")
+		}
+		copy(dst, p)
+	}
+	return buf[:enc.End()]
 }
