@@ -235,8 +235,8 @@ func appendAddr(b []byte, a Addr) []byte {
 	case a.Name != "":
 		b = append(b, atypDomain, byte(len(a.Name)))
 		b = append(b, a.Name...)
-	case a.IP.Is4() || a.IP.Is4In6():
-		ip := a.IP.Unmap().As4()
+	case a.IP.Is4(): // a mapped address stays ATYP 4: callers unmap first
+		ip := a.IP.As4()
 		b = append(b, atypIPv4)
 		b = append(b, ip[:]...)
 	case a.IP.Is6():

@@ -46,11 +46,14 @@ func (e *httpError) Unwrap() error { return e.err }
 func readProxyRequest(br *bufio.Reader) (*proxyRequest, error) {
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		var ne net.Error
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) || errors.Is(err, errHeaderTooLong) {
-			if errors.Is(err, errHeaderTooLong) {
-				return nil, &httpError{http.StatusRequestHeaderFieldsTooLarge, err}
-			}
+		// The connection's own failures go back as they are; anything
+		// else is a request that was read and is wrong.
+		var oe *net.OpError
+		switch {
+		case errors.Is(err, errHeaderTooLong):
+			return nil, &httpError{http.StatusRequestHeaderFieldsTooLarge, err}
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+			errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed), errors.As(err, &oe):
 			return nil, err
 		}
 		return nil, &httpError{http.StatusBadRequest, err}
