@@ -1,8 +1,14 @@
 // Package mbim speaks the Mobile Broadband Interface Model to a modem:
 // today the control plane (messages, fragments, transactions, the
 // BASIC_CONNECT service, a data-session state machine and a libmbim
-// compatible mbim-proxy endpoint); the NTB16/NTB32 data framing of the
-// same specification is meant to live here too, in ntb*.go files.
+// compatible mbim-proxy endpoint) and the NTB16/NTB32 data framing of
+// the same specification (ntb.go).
+//
+// Data framing: NTB is the link.Framing of the IP_HW0_MBIM channel
+// (link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}). DecodeNTB
+// reads NTB16 and NTB32 with any number of NDPs, reporting each
+// datagram's IP session; NTBBuilder writes mhi_wwan_mbim's one datagram
+// per NTB16 or, with NTB.MaxDatagrams, aggregates (mbim-qmap-qmi.md §3).
 //
 // A host brings a session up in three calls:
 //
