@@ -339,6 +339,11 @@ func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w (BHI_EXECENV %s)", err, EE(c.read(c.bhiOff+BHIExecEnv)))
 	}
+	// A SoC reset may have reset the function's command register too;
+	// the boot ROM needs bus mastering to fetch the programmer.
+	if err := c.dev.SetBusMaster(true); err != nil {
+		return fmt.Errorf("mhi: %s: re-enable bus master after SoC reset: %w", c.name, err)
+	}
 	c.mu.Lock()
 	c.boot.edlImage = edlImage
 	c.mu.Unlock()
