@@ -1,0 +1,259 @@
+// Command mhiproxy lets any program use the modem: it brings up the data
+// session and serves SOCKS5 (CONNECT, UDP ASSOCIATE) and HTTP proxying
+// (CONNECT and absolute URIs) on one port, reaching the targets over the
+// modem and resolving names only with the modem's DNS.
+//
+//	mhiproxy                          # the emulated modem, on 127.0.0.1:1080
+//	mhiproxy -device 0000:01:00.0 -apn internet
+//	curl --socks5-hostname 127.0.0.1:1080 http://example.com/
+//
+// See docs/PROXY.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mhistack/mhistack/stack/proxy"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, openModem)
+	stop()
+	os.Exit(code)
+}
+
+// config is the parsed command line.
+type config struct {
+	open      openOptions
+	listen    string
+	auth      string
+	metrics   string
+	pcap      string
+	mbimProxy string
+	logLevel  slog.Level
+}
+
+const usageText = `Usage: mhiproxy [flags]
+
+mhiproxy brings up the modem's data session and serves SOCKS5 (RFC 1928:
+CONNECT and UDP ASSOCIATE, RFC 1929 username/password) and HTTP proxying
+(CONNECT and absolute http:// URIs) on one port. Targets are reached over
+the modem; domain names are resolved only by the modem's DNS servers.
+With no flags it runs on the emulated modem on 127.0.0.1:1080.
+
+Flags:
+`
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("mhiproxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.open.Device, "device", "sim", "the modem: `sim` for the emulated modem, or a PCI address (0000:01:00.0) bound to vfio-pci")
+	fs.StringVar(&c.open.APN, "apn", "", "access point name for the data session (empty: the modem's default bearer)")
+	fs.StringVar(&c.open.APNUser, "apn-user", "", "APN username, for carriers that require PAP/CHAP")
+	fs.StringVar(&c.open.APNPassword, "apn-password", "", "APN password")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:1080", "`address` for SOCKS5 and HTTP proxy clients (one port serves both); a non-loopback address requires -auth")
+	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108")
+	fs.StringVar(&c.pcap, "pcap", "", "write every packet on the modem link to this pcap `file`")
+	fs.StringVar(&c.mbimProxy, "mbim-proxy", "", "serve libmbim's proxy protocol on this Unix socket `path` so mbimcli -p can share the modem")
+	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error (logs go to stderr)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (all options are flags; see -help)", fs.Arg(0))
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", *level)
+	}
+	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) {
+		return nil, fmt.Errorf("-device %q: want sim or a PCI address like 0000:01:00.0", c.open.Device)
+	}
+	if c.auth != "" && c.auth != "random" {
+		user, _, ok := strings.Cut(c.auth, ":")
+		if !ok || user == "" {
+			return nil, fmt.Errorf("-auth: want user:pass or random")
+		}
+	}
+	host, _, err := net.SplitHostPort(c.listen)
+	if err != nil {
+		return nil, fmt.Errorf("-listen %q: %v", c.listen, err)
+	}
+	if !isLoopback(host) && c.auth == "" {
+		return nil, fmt.Errorf("-listen %s is not a loopback address: refusing to run an open proxy; add -auth user:pass or -auth random", c.listen)
+	}
+	return c, nil
+}
+
+// isLoopback reports whether host (from -listen) is loopback only. An
+// empty host or a name other than localhost binds more widely, or may.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// isPCIAddress accepts domain:bus:device.function as sysfs spells it.
+func isPCIAddress(s string) bool {
+	var dom, bus, dev, fn uint
+	n, err := fmt.Sscanf(s, "%4x:%2x:%2x.%1x", &dom, &bus, &dev, &fn)
+	return err == nil && n == 4 && len(s) == len("0000:01:00.0") && dev < 32 && fn < 8
+}
+
+// run is mhiproxy without the process around it: it returns the exit
+// status (0 after a signal-initiated shutdown, 1 for a failed bring-up or
+// serve, 2 for bad flags).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, open opener) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mhiproxy:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if err := serve(ctx, cfg, stdout, log, open); err != nil {
+		fmt.Fprintln(stderr, "mhiproxy:", err)
+		return 1
+	}
+	return 0
+}
+
+// serve brings the modem up, serves until ctx ends, then shuts down.
+func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger, open opener) error {
+	srv := &proxy.Server{Logger: log}
+	switch cfg.auth {
+	case "":
+	case "random":
+		pass, err := randomPassword()
+		if err != nil {
+			return err
+		}
+		srv.Credentials = proxy.CheckPassword("mhiproxy", pass)
+		fmt.Fprintf(stdout, "auth: user mhiproxy password %s\n", pass)
+	default:
+		user, pass, _ := strings.Cut(cfg.auth, ":")
+		srv.Credentials = proxy.CheckPassword(user, pass)
+	}
+	// Listen before bringing the modem up: a port in use is reported at
+	// once, not after a minute of modem boot.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var mln net.Listener
+	if cfg.metrics != "" {
+		if mln, err = net.Listen("tcp", cfg.metrics); err != nil {
+			return fmt.Errorf("-metrics: %w", err)
+		}
+		defer mln.Close()
+	}
+
+	cfg.open.Logger = log
+	nw, err := open(ctx, cfg.open)
+	if err != nil {
+		return fmt.Errorf("bringing up %s: %w", cfg.open.Device, err)
+	}
+	defer nw.Close()
+	srv.Dialer = nw
+	srv.Resolver = nw
+	srv.PacketListener = proxy.PacketListenerFunc(func(_ context.Context, network, address string) (net.PacketConn, error) {
+		return nw.ListenPacket(network, address)
+	})
+
+	if cfg.pcap != "" {
+		f, err := os.Create(cfg.pcap)
+		if err != nil {
+			return fmt.Errorf("-pcap: %w", err)
+		}
+		defer f.Close()
+		stop, err := nw.CapturePcap(f)
+		if err != nil {
+			return fmt.Errorf("-pcap: %w", err)
+		}
+		defer stop()
+	}
+	if cfg.mbimProxy != "" {
+		stop, err := nw.ServeMBIMProxy(cfg.mbimProxy)
+		if err != nil {
+			return fmt.Errorf("-mbim-proxy: %w", err)
+		}
+		defer stop()
+	}
+
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	var msrv *http.Server
+	if mln != nil {
+		sources := append(nw.Metrics(), metricSource{name: "proxy", stats: func() any { return srv.Stats() }, kind: proxyKind})
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metricsHandler(sources))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
+
+	var ips []string
+	for _, p := range nw.Addresses() {
+		ips = append(ips, p.Addr().String())
+	}
+	ready := fmt.Sprintf("listening on %s via %s, ip %s", ln.Addr(), nw.Describe(), strings.Join(ips, " "))
+	if mln != nil {
+		ready += fmt.Sprintf(", metrics http://%s/metrics", mln.Addr())
+	}
+	fmt.Fprintln(stdout, ready)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case serveErr = <-errc:
+	}
+	if msrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		msrv.Shutdown(sctx)
+		cancel()
+	}
+	srv.Close()
+	if errors.Is(serveErr, proxy.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// randomPassword is 128 bits, URL-safe so it pastes into proxy URLs.
+func randomPassword() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
