@@ -305,8 +305,10 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) 
 // serveConn serves one client connection: it sniffs the protocol and hands
 // over. It owns c and closes it.
 func (s *Server) serveConn(c net.Conn) {
-	defer s.stats.ConnsActive.Add(^uint64(0))
+	// Deferred in this order so that the gauge is down before Close,
+	// waiting on untrack, can return.
 	defer s.untrack(c)
+	defer s.stats.ConnsActive.Add(^uint64(0))
 	defer func() {
 		// A bug in a handler must cost one connection, not the process.
 		if p := recover(); p != nil {

@@ -29,12 +29,14 @@ func (s *Server) serveSOCKS(c net.Conn, br *bufio.Reader, lr *headerLimit, relea
 		return
 	}
 	method := s.chooseMethod(methods)
+	if method == methodNoAcceptable {
+		s.stats.AuthFailures.Add(1) // counted before the client can see the answer
+	}
 	if _, err := c.Write([]byte{socks5Version, method}); err != nil {
 		return
 	}
 	switch method {
 	case methodNoAcceptable:
-		s.stats.AuthFailures.Add(1)
 		s.logger().Info("proxy: socks5 client offers no acceptable method", "client", c.RemoteAddr(), "methods", methods, "auth_required", s.Credentials != nil)
 		return
 	case methodUserPass:
@@ -49,8 +51,8 @@ func (s *Server) serveSOCKS(c net.Conn, br *bufio.Reader, lr *headerLimit, relea
 			return
 		}
 		if s.Credentials != nil && !s.Credentials(user, pass) {
-			c.Write([]byte{userPassVersion, userPassFailed})
 			s.stats.AuthFailures.Add(1)
+			c.Write([]byte{userPassVersion, userPassFailed})
 			s.logger().Info("proxy: socks5 authentication failed", "client", c.RemoteAddr(), "user", user)
 			return
 		}

@@ -191,8 +191,8 @@ func (a *association) clientLoop() {
 		}
 		dst, payload, err := ParseUDPHeader(buf[:n])
 		if err != nil {
-			s.stats.UDPDropped.Add(1)
 			s.stats.BadRequests.Add(1)
+			s.stats.UDPDropped.Add(1)
 			s.logger().Info("proxy: bad request", "client", from, "what", "socks5 UDP header", "err", err)
 			continue
 		}
