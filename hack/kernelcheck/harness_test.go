@@ -1,0 +1,125 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// fakeKO is the part of a mhi_pci_generic.ko the harness reads: the
+// .modinfo aliases (in reverse table order, as modinfo stores them) and
+// channel-name literals.
+func fakeKO(aliases []string, names ...string) []byte {
+	var b strings.Builder
+	b.WriteString("\x00")
+	for _, a := range aliases {
+		b.WriteString("alias=" + a + "\x00")
+	}
+	for _, n := range names {
+		b.WriteString(n + "\x00")
+	}
+	return []byte(b.String())
+}
+
+func profile(t *testing.T, name string) *mhi.Profile {
+	t.Helper()
+	p, ok := mhi.Lookup(name)
+	if !ok {
+		t.Fatalf("no profile %s", name)
+	}
+	return p
+}
+
+func TestExpectationsFollowTheProfileMinusChannelsTheKernelNeverNames(t *testing.T) {
+	ko := fakeKO(nil, "DIAG", "MBIM", "QMI", "IPCR", "IP_HW0", "FIREHOSE") // no IP_SW0, like 6.1
+	e := expectFor(profile(t, "qcom-sdx55m"), ko)
+	if got := strings.Join(e.channels, " "); got != "mhi0_DIAG mhi0_IPCR mhi0_IP_HW0 mhi0_MBIM mhi0_QMI" {
+		t.Errorf("channels %q (FIREHOSE is EDL-only, IP_SW0 unknown to the kernel)", got)
+	}
+	if strings.Join(e.absent, " ") != "IP_SW0" || strings.Join(e.netdevs, " ") != "mhi_hwip0" || e.pingDev != "mhi_hwip0" {
+		t.Errorf("absent %v netdevs %v ping %q", e.absent, e.netdevs, e.pingDev)
+	}
+	if got := strings.Join(e.ports, " "); got != "qcdm0 mbim0 qmi0" {
+		t.Errorf("ports %q", got)
+	}
+	e = expectFor(profile(t, "quectel-em1xx"), fakeKO(nil, "NMEA", "SAHARA", "DIAG", "MBIM", "DUN", "FIREHOSE", "IP_HW0_MBIM"))
+	if e.pingDev != "wwan0" || strings.Join(e.netdevs, " ") != "wwan0" || strings.Join(e.ports, " ") != "qcdm0 at0 mbim0" {
+		t.Errorf("quectel: %+v", e)
+	}
+}
+
+func TestDrivesTakesTheFirstMatchOfTheKernelTable(t *testing.T) {
+	// Reverse table order, as in 6.1: the Sierra and Telit subsystem
+	// entries come before the 17cb:0306 wildcard in the table.
+	ko := fakeKO([]string{
+		"pci:v00001EACd00001001sv*sd*bc*sc*i*",
+		"pci:v000017CBd00000306sv*sd*bc*sc*i*",
+		"pci:v000017CBd00000306sv00001C5Dsd00002000bc*sc*i*",
+		"pci:v000017CBd00000306sv000018D7sd00000200bc*sc*i*",
+	})
+	aliases := pciAliases(ko)
+	if len(aliases) != 4 || aliases[2].subVendor != 0x1c5d || aliases[1].subVendor != -1 {
+		t.Fatalf("aliases %+v", aliases)
+	}
+	for name, want := range map[string]bool{
+		"qcom-sdx55m":      true,  // wildcard entry
+		"quectel-em1xx":    true,  // 1eac:1001
+		"sierra-em919x":    true,  // its own subsystem entry
+		"telit-fn980-hwv1": true,  // its own subsystem entry
+		"foxconn-sdx55":    false, // 17cb:0306 sub 17cb:010c: only the wildcard (qcom-sdx55m's config)
+		"cinterion-mv31":   false, // not in the table
+	} {
+		if got := drives(aliases, profile(t, name)); got != want {
+			t.Errorf("%s: drives %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestDmesgComplaintsKnownMessagesAndTheSysErrCycle(t *testing.T) {
+	lines := []string{
+		"[    1.0] mhi-pci-generic 0000:00:01.0: MHI PCI device found: qcom-sdx55m",
+		"[    3.1] mhi mhi0: System error detected",
+		"[    3.2] mhi mhi0: Transitioning from PM state: SYS ERROR Detect to: SYS ERROR Process",
+		"[    3.3] mhi mhi0: Error moving to state POWER ON RESET from M0",
+		"[    9.0] mhi mhi0: Device failed to enter MHI Ready",
+		"[    9.1] usb 1-1: device descriptor read error", // not the MHI stack
+	}
+	complaints, tolerated := dmesgErrors(lines)
+	if len(complaints) != 1 || !strings.Contains(complaints[0], "failed to enter MHI Ready") {
+		t.Errorf("complaints %q", complaints)
+	}
+	if len(tolerated) != 1 || !strings.Contains(tolerated[0], "POWER ON RESET") {
+		t.Errorf("tolerated %q", tolerated)
+	}
+	log := `msg="modem state" state=READY ee=AMSS
+msg="modem state" state=M0 ee=AMSS
+msg="modem state" state=SYS_ERR ee=AMSS
+msg="modem state" state=READY ee=AMSS
+msg="modem state" state=M0 ee=AMSS
+`
+	if !sysErrCycle(log) || stateTrail(log) != "READY/AMSS → M0/AMSS → SYS_ERR/AMSS → READY/AMSS → M0/AMSS" {
+		t.Errorf("cycle %v trail %q", sysErrCycle(log), stateTrail(log))
+	}
+	if sysErrCycle(strings.Join(strings.Split(log, "\n")[:4], "\n")) {
+		t.Error("a SYS_ERR never followed by M0 counted as a cycle")
+	}
+}
+
+func TestInitScriptIsFilledIn(t *testing.T) {
+	s := script(expectFor(profile(t, "qcom-sdx55m"), fakeKO(nil, "DIAG", "IP_HW0")), 42)
+	if m := regexp.MustCompile(`@[A-Z]+@`).FindString(s); m != "" {
+		t.Errorf("placeholder %s left in the init script", m)
+	}
+	for _, want := range []string{"WAIT=42", `PINGDEV="mhi_hwip0"`, "mhi:dyndbg=+p", "MHISTACK-REQUEST syserr"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("init script lacks %q", want)
+		}
+	}
+	for _, c := range guestChecks {
+		if !strings.Contains(s, "check "+c+" ") && !strings.Contains(s, "ping_check "+c) {
+			t.Errorf("init script never reports %s", c)
+		}
+	}
+}
