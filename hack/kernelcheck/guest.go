@@ -385,5 +385,5 @@ func script(e expect, wait int) string {
 		"@MODULES@", strings.Join(mods, " "),
 		"@MODNAMES@", strings.Join(names, " "),
 	)
-	return r.Replace(initScript)
+	return withMBIM(r.Replace(initScript)) // the MBIM section: mbim.go
 }

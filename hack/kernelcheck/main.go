@@ -282,6 +282,10 @@ func buildInitramfs(path, busybox, modDir string, makeInit func(pciGeneric []byt
 		}
 		files["lib/modules/"+m.name+".ko"] = initramfs.Entry{Mode: initramfs.File, Data: data}
 	}
+	// mbimcli and its libraries for the MBIM section (mbim.go).
+	if err := addMbimcli(files); err != nil {
+		return err
+	}
 	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(makeInit(files["lib/modules/mhi_pci_generic.ko"].Data))}
 	f, err := os.Create(path)
 	if err != nil {
