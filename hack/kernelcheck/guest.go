@@ -221,6 +221,8 @@ ping_burst() {
 		ping -A -q -c 250 -W 5 -s $((i * 300)) 192.0.2.2 > /tmp/burst$i 2>&1 &
 	done
 	wait
+	# busybox ping -A may send a few more than -c while waiting for the
+	# last replies, and exits once -c replies are in: count replies.
 	rx=0; tx=0
 	for i in 1 2 3 4; do
 		l=$(grep 'packets transmitted' /tmp/burst$i)
@@ -228,7 +230,7 @@ ping_burst() {
 		r=$(echo "$l" | sed -n 's/.* \([0-9]*\) packets received.*/\1/p')
 		rx=$((rx + ${r:-0}))
 	done
-	if [ $tx -eq 1000 ] && [ $rx -eq $tx ]; then check ping-burst PASS "$rx/$tx replies, 4 streams back to back"; else check ping-burst FAIL "$rx/$tx replies: $(cat /tmp/burst* | grep -E 'transmitted|round' | tr '\n' ' ')"; fi
+	if [ $rx -eq 1000 ]; then check ping-burst PASS "$rx replies to $tx requests, 4 streams back to back"; else check ping-burst FAIL "$rx/1000 replies ($tx requests): $(cat /tmp/burst* | grep -E 'transmitted|round' | tr '\n' ' ')"; fi
 }
 
 n0=1
