@@ -256,6 +256,7 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 	crashed := syserrAfter <= 0
 	lastS, lastEE := m.State()
 	log.Info("modem state", "state", lastS, "ee", lastEE)
+	var lastImg [2]uint32
 	crash := func(why string) {
 		log.Info("injecting SYS_ERR", "why", why)
 		if err := m.TriggerSysErr(); err != nil {
@@ -274,6 +275,15 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 		if s != lastS || ee != lastEE {
 			log.Info("modem state", "state", s, "ee", ee)
 			lastS, lastEE = s, ee
+		}
+		// A download shows as a new session id (the host picks a
+		// random non-zero one per transfer, mhi-protocol.md §1.2/§1.3).
+		for i, img := range [2]sim.BootImage{m.BHIImage(), m.BHIeImage()} {
+			if img.Session != 0 && img.Session != lastImg[i] {
+				lastImg[i] = img.Session
+				log.Info("boot image received", "via", [2]string{"BHI", "BHIe"}[i], "size", img.Size,
+					"sha256", fmt.Sprintf("%x", img.SHA256), "session", fmt.Sprintf("%#x", img.Session))
+			}
 		}
 		if !crashed && crashAt.IsZero() && s == mhi.StateM0 && ee == mhi.EEAMSS {
 			crashAt = time.Now().Add(syserrAfter)

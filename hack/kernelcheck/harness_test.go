@@ -1,10 +1,13 @@
 package main
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/mhistack/mhistack/hack/internal/initramfs"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -121,5 +124,34 @@ func TestInitScriptIsFilledIn(t *testing.T) {
 		if !strings.Contains(s, "check "+c+" ") && !strings.Contains(s, "ping_check "+c) {
 			t.Errorf("init script never reports %s", c)
 		}
+	}
+}
+
+func TestFirmwareDownloadsWantTwoIntactBHIImages(t *testing.T) {
+	fw := firmware("qcom/sdx55m/sbl1.mbn")
+	if string(fw) != string(firmware("qcom/sdx55m/sbl1.mbn")) || string(fw[:64]) == string(firmware("other")[:64]) {
+		t.Fatal("firmware is not a deterministic function of its name")
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(fw))
+	line := func(size int, sha string) string {
+		return fmt.Sprintf(`level=INFO msg="boot image received" via=BHI size=%d sha256=%s session=0x1234`+"\n", size, sha)
+	}
+	if ok, d := firmwareDownloads(line(len(fw), sum)+line(len(fw), sum), fw); !ok {
+		t.Errorf("two intact downloads rejected: %s", d)
+	}
+	if ok, _ := firmwareDownloads(line(len(fw), sum), fw); ok {
+		t.Error("one download accepted (the SYS_ERR recovery must download again)")
+	}
+	if ok, d := firmwareDownloads(line(len(fw), sum)+line(len(fw)-1, sum), fw); ok {
+		t.Errorf("a truncated download accepted: %s", d)
+	}
+	files := firmwareFiles("qcom/sdx55m/sbl1.mbn", fw)
+	for _, d := range []string{"lib/firmware", "lib/firmware/qcom", "lib/firmware/qcom/sdx55m"} {
+		if files[d].Mode != initramfs.Dir {
+			t.Errorf("%s missing", d)
+		}
+	}
+	if len(files["lib/firmware/qcom/sdx55m/sbl1.mbn"].Data) != len(fw) {
+		t.Error("firmware file missing")
 	}
 }

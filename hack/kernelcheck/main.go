@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +58,7 @@ type config struct {
 	qemu, mhictl, busybox string
 	kernels               kernelFlag
 	profiles              []string
+	pbl                   []string
 	timeout               time.Duration
 	wait                  int
 	mem                   string
@@ -74,6 +76,8 @@ func main() {
 	flag.StringVar(&c.busybox, "busybox", "/bin/busybox", "a statically linked busybox (Debian: busybox-static)")
 	flag.Var(&c.kernels, "kernel", "`LABEL=DIR` of an unpacked Debian linux-image package (repeatable)")
 	flag.StringVar(&profiles, "profiles", "qcom-sdx55m,quectel-em1xx,foxconn-t99w175", "comma-separated modem profiles to emulate, or \"all\": every profile the kernel's mhi_pci_generic binds to")
+	var pbl string
+	flag.StringVar(&pbl, "pbl", "qcom-sdx55m", "comma-separated profiles (with a firmware image) also booted from PBL: the kernel downloads a firmware file over BHI at power-up and again after SYS_ERR")
 	flag.DurationVar(&c.timeout, "timeout", 6*time.Minute, "limit for one guest run")
 	flag.IntVar(&c.wait, "wait", 60, "seconds the guest waits for mission mode and for SYS_ERR recovery")
 	flag.StringVar(&c.mem, "mem", "512M", "guest RAM (below 4 GiB: the MHI DMA mask is 32-bit)")
@@ -84,11 +88,7 @@ func main() {
 	flag.String("repo", ".", "mhistack checkout (unused; accepted for the script)")
 	flag.String("cache", "", "cache directory (unused; accepted for the script)")
 	flag.Parse()
-	for _, p := range strings.Split(profiles, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			c.profiles = append(c.profiles, p)
-		}
-	}
+	c.profiles, c.pbl = splitList(profiles), splitList(pbl)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c)
 	stop()
@@ -102,6 +102,16 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("kernel-crosscheck: PASS")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // result is one guest run: a kernel and a profile.
@@ -151,6 +161,11 @@ func run(ctx context.Context, c config) error {
 			return prereqError{fmt.Sprintf("unknown profile %q", p)}
 		}
 	}
+	for _, p := range c.pbl {
+		if pr, ok := mhi.Lookup(p); !ok || pr.FirmwareImage == "" {
+			return prereqError{fmt.Sprintf("-pbl %q: not a profile with a firmware image", p)}
+		}
+	}
 	work, err := os.MkdirTemp("", "kernel-crosscheck-")
 	if err != nil {
 		return err
@@ -163,8 +178,9 @@ func run(ctx context.Context, c config) error {
 	}
 
 	type job struct {
-		k kernelDir
-		p string
+		k   kernelDir
+		p   string
+		pbl bool
 	}
 	var jobs []job
 	for _, k := range c.kernels {
@@ -175,7 +191,10 @@ func run(ctx context.Context, c config) error {
 			}
 		}
 		for _, p := range profiles {
-			jobs = append(jobs, job{k, p})
+			jobs = append(jobs, job{k, p, false})
+		}
+		for _, p := range c.pbl {
+			jobs = append(jobs, job{k, p, true})
 		}
 	}
 	results := make([]*result, len(jobs))
@@ -192,7 +211,7 @@ func run(ctx context.Context, c config) error {
 				errs[i] = ctx.Err()
 				return
 			}
-			results[i], errs[i] = runOne(ctx, c, j.k, j.p)
+			results[i], errs[i] = runOne(ctx, c, j.k, j.p, j.pbl)
 		}()
 	}
 	wg.Wait()
@@ -265,7 +284,7 @@ func findKernel(dir string) (kernel, modDir string, err error) {
 
 // buildInitramfs packs busybox, the modules and init (made from the
 // mhi_pci_generic module by makeInit) into path.
-func buildInitramfs(path, busybox, modDir string, makeInit func(pciGeneric []byte) string) error {
+func buildInitramfs(path, busybox, modDir string, extra map[string]initramfs.Entry, makeInit func(pciGeneric []byte) string) error {
 	files := map[string]initramfs.Entry{}
 	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "lib", "lib/modules"} {
 		files[d] = initramfs.Entry{Mode: initramfs.Dir}
@@ -285,6 +304,9 @@ func buildInitramfs(path, busybox, modDir string, makeInit func(pciGeneric []byt
 	// mbimcli and its libraries for the MBIM section (mbim.go).
 	if err := addMbimcli(files); err != nil {
 		return err
+	}
+	for name, e := range extra {
+		files[name] = e
 	}
 	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(makeInit(files["lib/modules/mhi_pci_generic.ko"].Data))}
 	f, err := os.Create(path)
@@ -306,28 +328,40 @@ var (
 )
 
 // runOne boots one kernel against one emulated profile.
-func runOne(ctx context.Context, c config, k kernelDir, profile string) (*result, error) {
+// runOne boots one kernel against one emulated profile; with pbl the
+// modem powers up in its boot ROM and loses its firmware on SYS_ERR, so
+// the kernel downloads a firmware file over BHI twice.
+func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool) (*result, error) {
 	t0 := time.Now()
 	r := &result{kernel: k.label, profile: profile}
 	p, _ := mhi.Lookup(profile)
+	modemArgs := []string{"sim", "serve", "-profile", profile, "-once", "-strict"}
+	extra := map[string]initramfs.Entry{}
+	var fw []byte
+	if pbl {
+		r.profile += "+pbl"
+		modemArgs = append(modemArgs, "-boot", "pbl", "-lose-firmware-on-syserr")
+		fw = firmware(p.FirmwareImage)
+		extra = firmwareFiles(p.FirmwareImage, fw)
+	}
 	kernel, modDir, err := findKernel(k.dir)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(c.work, k.label+"-"+profile)
+	dir := filepath.Join(c.work, k.label+"-"+r.profile)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	r.logDir = dir
 	initrd := filepath.Join(dir, "initramfs.cpio.gz")
 	var exp expect
-	if err := buildInitramfs(initrd, c.busybox, modDir, func(ko []byte) string {
+	if err := buildInitramfs(initrd, c.busybox, modDir, extra, func(ko []byte) string {
 		exp = expectFor(p, ko)
 		return script(exp, c.wait)
 	}); err != nil {
 		return nil, err
 	}
-	tag := fmt.Sprintf("[%s/%s] ", k.label, profile)
+	tag := fmt.Sprintf("[%s/%s] ", k.label, r.profile)
 	say := func(format string, args ...any) { fmt.Printf(tag+format+"\n", args...) }
 
 	// The modem first: QEMU connects while it realizes the device and
@@ -341,7 +375,7 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string) (*result
 	var modemOut bytes.Buffer
 	var modemMu sync.Mutex
 	// Killed with the run (the harness interrupted), like QEMU.
-	modem := exec.CommandContext(ctx, c.mhictl, "sim", "serve", "-profile", profile, "-socket", sock, "-once", "-strict")
+	modem := exec.CommandContext(ctx, c.mhictl, append(modemArgs, "-socket", sock)...)
 	pr, pw := io.Pipe()
 	modem.Stdout, modem.Stderr = pw, pw
 	if err := modem.Start(); err != nil {
@@ -504,6 +538,10 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string) (*result
 		r.add("modem-verdict", ok, detail)
 	}
 	r.add("modem-syserr-cycle", sysErrCycle(mlog), stateTrail(mlog))
+	if pbl {
+		ok, detail := firmwareDownloads(mlog, fw)
+		r.add("firmware-download", ok, detail)
+	}
 	complaints, tolerated := dmesgErrors(dmesg)
 	detail := strings.Join(limit(complaints, 5), " | ")
 	if len(tolerated) > 0 {
@@ -512,6 +550,58 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string) (*result
 	r.add("dmesg-clean", len(complaints) == 0, detail)
 	r.wall = time.Since(t0)
 	return r, nil
+}
+
+// firmware returns the made-up image the guest offers as name: not a
+// real boot loader, just bytes the emulated boot ROM checks arrive intact.
+func firmware(name string) []byte {
+	b := make([]byte, 192<<10+123) // not a multiple of any page or segment size
+	x := uint32(2166136261)
+	for _, c := range []byte(name) {
+		x = (x ^ uint32(c)) * 16777619
+	}
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// firmwareFiles places fw at lib/firmware/name, where the kernel's
+// firmware loader finds it without user space.
+func firmwareFiles(name string, fw []byte) map[string]initramfs.Entry {
+	files := map[string]initramfs.Entry{}
+	dir := "lib/firmware"
+	files[dir] = initramfs.Entry{Mode: initramfs.Dir}
+	parts := strings.Split(name, "/")
+	for _, d := range parts[:len(parts)-1] {
+		dir += "/" + d
+		files[dir] = initramfs.Entry{Mode: initramfs.Dir}
+	}
+	files["lib/firmware/"+name] = initramfs.Entry{Mode: initramfs.File, Data: fw}
+	return files
+}
+
+var imageRE = regexp.MustCompile(`msg="boot image received" via=(\S+) size=(\d+) sha256=([0-9a-f]+)`)
+
+// firmwareDownloads checks the modem received fw over BHI at power-up and
+// again in the SYS_ERR recovery, intact each time.
+func firmwareDownloads(log string, fw []byte) (bool, string) {
+	want := fmt.Sprintf("%x", sha256.Sum256(fw))
+	var got []string
+	good := 0
+	for _, m := range imageRE.FindAllStringSubmatch(log, -1) {
+		if m[1] == "BHI" && m[2] == fmt.Sprint(len(fw)) && m[3] == want {
+			good++
+			got = append(got, "intact")
+		} else {
+			got = append(got, fmt.Sprintf("%s %s bytes sha256 %.12s", m[1], m[2], m[3]))
+		}
+	}
+	detail := fmt.Sprintf("%d BHI downloads of the %d-byte image (%s)", len(got), len(fw), strings.Join(got, ", "))
+	return good == 2 && len(got) == 2, detail
 }
 
 // sysErrCycle reports whether the modem went SYS_ERR → … → M0 in AMSS,
