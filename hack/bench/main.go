@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -58,7 +59,21 @@ func main() {
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.Parse()
+	if *memprofile != "" {
+		runtime.MemProfileRate = 4096
+		defer func() {
+			f, err := os.Create(*memprofile)
+			if err != nil {
+				fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fatal(err)
+			}
+		}()
+	}
 
 	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr}
 	if *quick {
@@ -90,34 +105,42 @@ func main() {
 		fmt.Fprintf(c.progress, "bench: table %s took %v\n", tf.id, time.Since(t0).Round(time.Second))
 		fmt.Println(t.markdown(""))
 		done = append(done, t)
+		// Write what is done so far: a long run that is interrupted
+		// still leaves its finished tables behind.
+		writeOut(c, *out, *svgDir, done, time.Since(start))
 	}
-	if *svgDir != "" {
-		if err := os.MkdirAll(*svgDir, 0o755); err != nil {
+	fmt.Fprintf(c.progress, "bench: done in %v\n", time.Since(start).Round(time.Second))
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// writeOut writes the plots of done to svgDir and the report to out (each
+// when set).
+func writeOut(c *config, out, svgDir string, done []*table, took time.Duration) {
+	if svgDir != "" {
+		if err := os.MkdirAll(svgDir, 0o755); err != nil {
 			fatal(err)
 		}
 		for _, t := range done {
 			for _, p := range t.plots {
-				if err := os.WriteFile(filepath.Join(*svgDir, p.file), p.svg, 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(svgDir, p.file), p.svg, 0o644); err != nil {
 					fatal(err)
 				}
 			}
 		}
 	}
-	if *out != "" {
+	if out != "" {
 		rel := ""
-		if *svgDir != "" {
+		if svgDir != "" {
 			var err error
-			if rel, err = filepath.Rel(filepath.Dir(*out), *svgDir); err != nil {
+			if rel, err = filepath.Rel(filepath.Dir(out), svgDir); err != nil {
 				fatal(err)
 			}
 		}
-		if err := os.WriteFile(*out, []byte(c.report(done, rel, time.Since(start))), 0o644); err != nil {
+		if err := os.WriteFile(out, []byte(c.report(done, rel, took)), 0o644); err != nil {
 			fatal(err)
 		}
-	}
-	fmt.Fprintf(c.progress, "bench: done in %v\n", time.Since(start).Round(time.Second))
-	if failed {
-		os.Exit(1)
 	}
 }
 

@@ -53,6 +53,15 @@ func meanSD(v []float64) (mean, sd float64) {
 	return mean, math.Sqrt(sd / float64(len(v)-1))
 }
 
+// scaled returns the runs of k alone, multiplied by f.
+func (s series) scaled(k string, f float64) series {
+	out := make(series, 0, len(s))
+	for _, v := range s.values(k) {
+		out = append(out, sample{k: v * f})
+	}
+	return out
+}
+
 func (s series) med(k string) float64 { return median(s.values(k)) }
 
 // medRange formats the median and the range of the runs: "74.1 (70.2–75.0)".

@@ -126,8 +126,7 @@ func lineChart(title, xlabel, ylabel string, xs []float64, seriesNames []string,
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%g</text>`+"\n", sx(x), y0+16, x)
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", (x0+float64(plotW-marginR))/2, y0+40, html.EscapeString(xlabel))
-	for s, name := range seriesNames {
-		_ = name
+	for s := range seriesNames {
 		col := palette[s%len(palette)]
 		var pts bytes.Buffer
 		for i, x := range xs {
