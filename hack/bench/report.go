@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -17,6 +18,10 @@ func (c *config) report(done []*table, svgRel string, took time.Duration) string
 	fmt.Fprintf(&b, "* Machine: %s\n", machine())
 	fmt.Fprintf(&b, "* Date: %s; the whole run took %v\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
 	fmt.Fprintf(&b, "* Load average when the run started: %s (1, 5, 15 min); at the end: %s\n", c.loadBefore, loadavg())
+	if loaded(c.loadBefore) || loaded(loadavg()) {
+		b.WriteString("* **Taken on a loaded machine**: the cores were shared with other builds and tests during this run " +
+			"(load average above half the core count), so absolute numbers are low and noisy; the ratios inside a table are the result.\n")
+	}
 	fmt.Fprintf(&b, "* Runs: %d per configuration, a %v window each after a %v warm-up\n\n", c.runs, c.dur, c.warm)
 	b.WriteString(method)
 	if c.quick {
@@ -76,3 +81,13 @@ const pending = `## Pending
   link/qmap and the modem's own DL aggregation (issue 6), which had not landed; re-run it on those
   when they do.
 `
+
+// loaded reports whether a /proc/loadavg triple shows a 1- or 5-minute
+// load above half the cores.
+func loaded(avg string) bool {
+	var one, five float64
+	if _, err := fmt.Sscan(avg, &one, &five); err != nil {
+		return false
+	}
+	return max(one, five) > float64(runtime.NumCPU())/2
+}
