@@ -170,11 +170,17 @@ func TestMbimcliThroughProxy(t *testing.T) {
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	// mbimcli knows only the default name; a libmbim mbim-proxy already
-	// running would own it.
-	p, err := mbim.ListenProxy(host, mbim.ProxyOptions{})
-	if err != nil {
-		t.Fatalf("cannot listen on @%s (is a libmbim mbim-proxy or ModemManager running?): %v", mbim.ProxySocket, err)
+	// mbimcli knows only the default name, which is one per network
+	// namespace: another run of this test on the machine may hold it for
+	// a moment, a libmbim mbim-proxy (or ModemManager) for good.
+	var p *mbim.Proxy
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if p, err = mbim.ListenProxy(host, mbim.ProxyOptions{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cannot listen on @%s (is a libmbim mbim-proxy or ModemManager running?): %v", mbim.ProxySocket, err)
+		}
 	}
 	defer p.Close()
 	// libmbim wants the -d path to be a special file; a FIFO will do.
