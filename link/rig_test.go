@@ -193,11 +193,21 @@ func (s *sink) waitFor(t testing.TB, n int, d time.Duration) [][]byte {
 
 // write sends packets in one WritePackets call and checks they were all
 // taken.
+// write sends every packet, retrying what the endpoint refused with its
+// backpressure error (a full UL ring that did not drain within the TX
+// timeout, which a loaded CI machine can cause), as a stack's queue would.
 func write(t testing.TB, ep *link.Endpoint, pkts ...[]byte) {
 	t.Helper()
-	n, err := writeN(ep, pkts...)
-	if err != nil || n != len(pkts) {
-		t.Fatalf("WritePackets(%d packets) = %d, %v", len(pkts), n, err)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(pkts) > 0 {
+		n, err := writeN(ep, pkts...)
+		pkts = pkts[n:]
+		if len(pkts) == 0 {
+			return
+		}
+		if _, busy := err.(*tcpip.ErrNoBufferSpace); !busy || time.Now().After(deadline) {
+			t.Fatalf("WritePackets(%d packets) = %d, %v", len(pkts)+n, n, err)
+		}
 	}
 }
 
