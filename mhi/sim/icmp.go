@@ -102,11 +102,17 @@ func (r *ICMPResponder) answer(session uint8, pkt []byte) {
 		out = r.ntb
 	}
 	p := r.port.Load()
-	if p == nil || p.Send(out) != nil {
+	if p == nil {
 		r.Dropped.Add(1)
 		return
 	}
+	// Counted before Send: once the reply is in host memory the host may
+	// look at the counters, and a reply it holds must already be counted.
 	r.Replies.Add(1)
+	if p.Send(out) != nil {
+		r.Replies.Add(^uint64(0))
+		r.Dropped.Add(1)
+	}
 }
 
 type echoVerdict uint8
