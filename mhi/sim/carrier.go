@@ -1,0 +1,662 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// Test addresses of the carrier network. A connection or datagram to
+// TestAddr4 (198.18.0.1, RFC 2544 benchmarking space) or TestAddr6
+// (2001:2::1, RFC 5180 benchmarking space) reaches the host's 127.0.0.1
+// or ::1 on the same port, so a server on the host's loopback is
+// reachable through the whole emulated path. The carrier's DNS answers
+// TestName with both.
+var (
+	TestAddr4 = netip.MustParseAddr("198.18.0.1")
+	TestAddr6 = netip.MustParseAddr("2001:2::1")
+)
+
+// TestName is the name the carrier's DNS resolves to TestAddr4 and
+// TestAddr6.
+const TestName = "test.mhistack"
+
+// CarrierOptions configure a CarrierNetwork.
+type CarrierOptions struct {
+	// Carrier is the session configuration the network serves: the
+	// host's addresses, the gateway, the DNS servers (answered by the
+	// network itself) and the MTU. Zero: DefaultCarrier, the same the
+	// emulated MBIM function reports by default.
+	Carrier Carrier
+	// Framing of the channel pair (raw IP only for now: MBIM NTB framing
+	// comes with link/mbim's NTB codec).
+	Framing Framing
+	// Hosts adds names to the DNS (TestName is always there). Names the
+	// carrier does not know are resolved with the host's resolver, like
+	// a carrier's DNS resolving the Internet.
+	Hosts map[string][]netip.Addr
+	// DialHost dials the host's network for a forwarded flow (default a
+	// net.Dialer with a 5 s timeout). addr has the test addresses already
+	// mapped to loopback.
+	DialHost func(ctx context.Context, network, addr string) (net.Conn, error)
+	// UDPIdle closes a forwarded UDP flow after this long without
+	// traffic (default 30 s).
+	UDPIdle time.Duration
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+// CarrierNetwork is the network behind the emulated modem's data channel:
+// a gVisor stack that terminates the host's TCP and UDP flows and forwards
+// them to the host's own sockets (TestAddr4/TestAddr6 to loopback, any
+// other destination to the host's network), answers DNS on the carrier's
+// DNS addresses and echo requests to any address, and can open
+// connections towards the host's stack (Dial) so that a listener on the
+// modem is reachable.
+//
+// It is a Function: attach it to the data channel pair
+// (Options.Functions{"IP_HW0": cn}). It outlives channel restarts (a
+// SYS_ERR recovery keeps forwarded flows, as a real network would) and is
+// released by Close, which stops every goroutine it started.
+//
+// Receive runs on the modem's device goroutine: it copies the transfer
+// and hands it to gVisor inline, which only queues TCP segments for the
+// stack's processor goroutines, so the device goroutine is not held up.
+type CarrierNetwork struct {
+	opts CarrierOptions
+	s    *stack.Stack
+	ep   *carrierLink
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	flows  map[io.Closer]struct{}
+	wg     sync.WaitGroup
+
+	rx       chan *stack.PacketBuffer // Receive → rxLoop
+	quit     chan struct{}            // closed by Close
+	dnsConns []*gonet.UDPConn
+	echo     []byte // echo reply being built; only Receive (the device goroutine) uses it
+
+	stats carrierCounters
+}
+
+// CarrierStats are the network's counters.
+type CarrierStats struct {
+	// TCPFlows and UDPFlows count forwarded flows; Refused counts TCP
+	// flows the host refused (answered with RST); DNSQueries counts
+	// queries answered; Dropped counts packets the port refused.
+	TCPFlows, UDPFlows, Refused, DNSQueries, Dropped uint64
+	// ULPackets and DLPackets count IP packets from and to the host.
+	ULPackets, DLPackets uint64
+}
+
+type carrierCounters struct {
+	tcp, udp, refused, dns, dropped, ul, dl atomic.Uint64
+}
+
+// NewCarrierNetwork starts the carrier network's stack.
+func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
+	if !opts.Carrier.IPv4.IsValid() && !opts.Carrier.IPv6.IsValid() {
+		opts.Carrier = DefaultCarrier()
+	}
+	if opts.Carrier.MTU == 0 {
+		opts.Carrier.MTU = 1500
+	}
+	if opts.Framing != FramingRawIP {
+		return nil, errors.New("sim: carrier network: only raw IP framing is implemented")
+	}
+	if opts.DialHost == nil {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		opts.DialHost = d.DialContext
+	}
+	if opts.UDPIdle <= 0 {
+		opts.UDPIdle = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	cn := &CarrierNetwork{opts: opts, log: opts.Logger, flows: map[io.Closer]struct{}{},
+		rx: make(chan *stack.PacketBuffer, 512), quit: make(chan struct{})}
+	cn.ep = &carrierLink{cn: cn, mtu: opts.Carrier.MTU}
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+	})
+	cn.s = s
+	sack := tcpip.TCPSACKEnabled(true)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 6 << 20}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
+	if err := s.CreateNIC(1, cn.ep); err != nil {
+		s.Destroy()
+		return nil, errors.New("sim: carrier network: " + err.String())
+	}
+	// Promiscuous + spoofing: the network owns every address but the
+	// host's, so it accepts flows to any destination and answers from it.
+	s.SetPromiscuousMode(1, true)
+	s.SetSpoofing(1, true)
+	c := opts.Carrier
+	for _, a := range append([]netip.Addr{c.IPv4Gateway, c.IPv6Gateway}, append(c.IPv4DNS, c.IPv6DNS...)...) {
+		if !a.IsValid() {
+			continue
+		}
+		pa := tcpip.ProtocolAddress{Protocol: protoOf(a), AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix()}
+		if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
+			s.Destroy()
+			return nil, errors.New("sim: carrier network: address " + a.String() + ": " + err.String())
+		}
+	}
+	s.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: 1},
+		{Destination: header.IPv6EmptySubnet, NIC: 1},
+	})
+	tf := tcp.NewForwarder(s, 0, 1024, cn.forwardTCP)
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
+	uf := udp.NewForwarder(s, cn.forwardUDP)
+	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
+	cn.wg.Add(1)
+	go cn.rxLoop()
+	for _, a := range append(append([]netip.Addr(nil), c.IPv4DNS...), c.IPv6DNS...) {
+		fa := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(a.AsSlice()), Port: 53}
+		uc, err := gonet.DialUDP(s, &fa, nil, protoOf(a))
+		if err != nil {
+			cn.Close()
+			return nil, errors.New("sim: carrier network: DNS on " + a.String() + ": " + err.Error())
+		}
+		cn.dnsConns = append(cn.dnsConns, uc)
+		cn.wg.Add(1)
+		go cn.serveDNS(uc)
+	}
+	return cn, nil
+}
+
+func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}
+
+// Stats returns the network's counters.
+func (cn *CarrierNetwork) Stats() CarrierStats {
+	c := &cn.stats
+	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
+		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load()}
+}
+
+// Start implements Function.
+func (cn *CarrierNetwork) Start(p *Port) { cn.ep.port.Store(p) }
+
+// Stop implements Function.
+func (cn *CarrierNetwork) Stop() { cn.ep.port.Store(nil) }
+
+// Receive implements Function: one raw IP packet from the host.
+func (cn *CarrierNetwork) Receive(td []byte) {
+	d := cn.ep.disp.Load()
+	if d == nil || len(td) == 0 {
+		return
+	}
+	var proto tcpip.NetworkProtocolNumber
+	switch header.IPVersion(td) {
+	case header.IPv4Version:
+		proto = header.IPv4ProtocolNumber
+	case header.IPv6Version:
+		proto = header.IPv6ProtocolNumber
+	default:
+		return
+	}
+	cn.stats.ul.Add(1)
+	// Echo requests are answered here, from whatever address was pinged:
+	// gVisor's promiscuous mode accepts flows to any address but answers
+	// echo requests only for its own.
+	if reply, v := echoReply(cn.echo[:0], td); v == echoReplied {
+		cn.echo = reply
+		if p := cn.ep.port.Load(); p != nil && p.Send(reply) == nil {
+			cn.stats.dl.Add(1)
+		} else {
+			cn.stats.dropped.Add(1)
+		}
+		return
+	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(td)})
+	pkt.NetworkProtocolNumber = proto
+	// Blocking here when the carrier falls behind stops the modem from
+	// consuming UL transfers: the host's ring fills and its writers wait,
+	// which is backpressure rather than loss.
+	select {
+	case cn.rx <- pkt:
+	case <-cn.quit:
+		pkt.DecRef()
+	}
+}
+
+// rxLoop hands the host's packets to gVisor on the carrier's own
+// goroutine, so that whatever gVisor writes inline (RSTs, ICMP errors)
+// may wait for DL room without stalling the device goroutine. (No GRO
+// here: with gVisor's GRO at the pinned version the carrier lost
+// segments under bidirectional load and TCP stalled in timeouts.)
+func (cn *CarrierNetwork) rxLoop() {
+	defer cn.wg.Done()
+	for {
+		select {
+		case pkt := <-cn.rx:
+			if d := cn.ep.disp.Load(); d != nil {
+				(*d).DeliverNetworkPacket(pkt.NetworkProtocolNumber, pkt)
+			}
+			pkt.DecRef()
+		case <-cn.quit:
+			return
+		}
+	}
+}
+
+// Dial opens a connection from the carrier network to the host's stack:
+// network is "tcp" or "udp", addr one of the host's addresses and a
+// port. The source is the carrier's gateway. It is how a test reaches a
+// listener on the modem, like a peer on the Internet would.
+func (cn *CarrierNetwork) Dial(ctx context.Context, network string, addr netip.AddrPort) (net.Conn, error) {
+	fa := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(addr.Addr().AsSlice()), Port: addr.Port()}
+	src := cn.opts.Carrier.IPv4Gateway
+	if addr.Addr().Is6() {
+		src = cn.opts.Carrier.IPv6Gateway
+	}
+	la := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(src.AsSlice())}
+	switch network {
+	case "tcp":
+		return gonet.DialTCPWithBind(ctx, cn.s, la, fa, protoOf(addr.Addr()))
+	case "udp":
+		return gonet.DialUDP(cn.s, &la, &fa, protoOf(addr.Addr()))
+	}
+	return nil, errors.New("sim: carrier network: cannot dial " + network)
+}
+
+// Close stops the network: forwarded flows are closed, the stack is
+// destroyed and every goroutine the network started has returned.
+func (cn *CarrierNetwork) Close() error {
+	cn.mu.Lock()
+	if cn.closed {
+		cn.mu.Unlock()
+		return nil
+	}
+	cn.closed = true
+	flows := cn.flows
+	cn.flows = nil
+	cn.mu.Unlock()
+	close(cn.quit)
+	// Abort every endpoint first: a gracefully closed flow would sit in
+	// FIN-WAIT or TIME-WAIT and keep the stack's Wait for minutes.
+	cn.s.Close()
+	for c := range flows {
+		c.Close()
+	}
+	for _, c := range cn.dnsConns {
+		c.Close()
+	}
+	cn.wg.Wait()
+	for {
+		select {
+		case p := <-cn.rx:
+			p.DecRef()
+			continue
+		default:
+		}
+		break
+	}
+	cn.s.Close() // endpoints made by flows that were still starting
+	cn.s.Wait()
+	return nil
+}
+
+// track registers closers of a flow and a goroutine count for it; false
+// once the network is closed.
+func (cn *CarrierNetwork) track(goroutines int, cs ...io.Closer) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.closed {
+		return false
+	}
+	for _, c := range cs {
+		cn.flows[c] = struct{}{}
+	}
+	cn.wg.Add(goroutines)
+	return true
+}
+
+func (cn *CarrierNetwork) untrack(cs ...io.Closer) {
+	cn.mu.Lock()
+	for _, c := range cs {
+		delete(cn.flows, c)
+	}
+	cn.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// hostAddr maps a destination of the carrier network to the host's.
+func hostAddr(a tcpip.Address, port uint16) string {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	switch ip {
+	case TestAddr4:
+		ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	case TestAddr6:
+		ip = netip.IPv6Loopback()
+	}
+	return netip.AddrPortFrom(ip.Unmap(), port).String()
+}
+
+// forwardTCP runs on a goroutine of gVisor's forwarder for every SYN to
+// an address the network has no listener for: it dials the host first,
+// so that a refused or unreachable destination is answered with RST as a
+// real path would (the host's stack then sees ECONNREFUSED).
+func (cn *CarrierNetwork) forwardTCP(r *tcp.ForwarderRequest) {
+	if !cn.track(1) {
+		r.Complete(true)
+		return
+	}
+	defer cn.wg.Done()
+	id := r.ID()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	hc, err := cn.opts.DialHost(ctx, "tcp", hostAddr(id.LocalAddress, id.LocalPort))
+	cancel()
+	if err != nil {
+		cn.stats.refused.Add(1)
+		cn.log.Debug("carrier: TCP forward refused", "dst", hostAddr(id.LocalAddress, id.LocalPort), "err", err)
+		r.Complete(true)
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		hc.Close()
+		r.Complete(true)
+		return
+	}
+	r.Complete(false)
+	ep.SocketOptions().SetDelayOption(false)
+	gc := gonet.NewTCPConn(&wq, ep)
+	cn.stats.tcp.Add(1)
+	if !cn.track(1, gc, hc) {
+		gc.Close()
+		hc.Close()
+		return
+	}
+	up := make(chan struct{})
+	go func() {
+		defer cn.wg.Done()
+		defer close(up)
+		relay(hc, gc)
+	}()
+	relay(gc, hc)
+	// A half-closed flow keeps running in the other direction: the flow
+	// ends when both copies have.
+	<-up
+	cn.untrack(gc, hc)
+}
+
+// halfCloser is a connection that can end its write side.
+type halfCloser interface{ CloseWrite() error }
+
+// relay copies src to dst and then ends dst's write side, so half-close
+// travels through the network.
+func relay(dst, src net.Conn) {
+	buf := make([]byte, 256<<10)
+	_, err := io.CopyBuffer(dst, src, buf)
+	if hc, ok := dst.(halfCloser); ok && err == nil {
+		hc.CloseWrite()
+		return
+	}
+	dst.Close()
+	src.Close()
+}
+
+// forwardUDP runs inline for the first datagram of a flow gVisor has no
+// endpoint for.
+func (cn *CarrierNetwork) forwardUDP(r *udp.ForwarderRequest) bool {
+	id := r.ID()
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		return false
+	}
+	gc := gonet.NewUDPConn(&wq, ep)
+	if !cn.track(1, gc) {
+		gc.Close()
+		return true
+	}
+	cn.stats.udp.Add(1)
+	// Dialing is done on the flow's goroutine: a UDP "dial" is cheap, but
+	// this handler runs on the device goroutine.
+	go func() {
+		defer cn.wg.Done()
+		defer cn.untrack(gc)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		hc, err := cn.opts.DialHost(ctx, "udp", hostAddr(id.LocalAddress, id.LocalPort))
+		cancel()
+		if err != nil {
+			return
+		}
+		if !cn.track(1, hc) {
+			hc.Close()
+			return
+		}
+		go func() {
+			defer cn.wg.Done()
+			cn.copyUDP(gc, hc)
+			gc.Close()
+		}()
+		cn.copyUDP(hc, gc)
+		cn.untrack(hc)
+	}()
+	return true
+}
+
+// copyUDP copies datagrams until src has been idle for UDPIdle or fails.
+func (cn *CarrierNetwork) copyUDP(dst, src net.Conn) {
+	buf := make([]byte, 65535)
+	for {
+		src.SetReadDeadline(time.Now().Add(cn.opts.UDPIdle))
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// serveDNS answers queries on one of the carrier's DNS addresses.
+func (cn *CarrierNetwork) serveDNS(c *gonet.UDPConn) {
+	defer cn.wg.Done()
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		resp := cn.answerDNS(buf[:n])
+		if resp != nil {
+			cn.stats.dns.Add(1)
+			c.WriteTo(resp, from)
+		}
+	}
+}
+
+// answerDNS builds the response to one query: A and AAAA from Hosts
+// (and TestName), otherwise from the host's resolver.
+func (cn *CarrierNetwork) answerDNS(q []byte) []byte {
+	var p dnsmessage.Parser
+	h, err := p.Start(q)
+	if err != nil || h.Response {
+		return nil
+	}
+	qs, err := p.AllQuestions()
+	if err != nil || len(qs) != 1 {
+		return nil
+	}
+	question := qs[0]
+	rh := dnsmessage.Header{ID: h.ID, Response: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true, Authoritative: true}
+	name := question.Name.String()
+	if len(name) > 0 && name[len(name)-1] == '.' {
+		name = name[:len(name)-1]
+	}
+	var addrs []netip.Addr
+	known := false
+	if name == TestName {
+		addrs, known = []netip.Addr{TestAddr4, TestAddr6}, true
+	} else if a, ok := cn.opts.Hosts[name]; ok {
+		addrs, known = a, true
+	}
+	if !known && (question.Type == dnsmessage.TypeA || question.Type == dnsmessage.TypeAAAA) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := net.DefaultResolver.LookupNetIP(ctx, "ip", name)
+		cancel()
+		if err == nil {
+			addrs, known = res, true
+		}
+	}
+	if !known {
+		rh.RCode = dnsmessage.RCodeNameError
+	}
+	b := dnsmessage.NewBuilder(make([]byte, 0, 512), rh)
+	b.EnableCompression()
+	b.StartQuestions()
+	b.Question(question)
+	b.StartAnswers()
+	rrh := dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: 60}
+	for _, a := range addrs {
+		a = a.Unmap()
+		switch {
+		case question.Type == dnsmessage.TypeA && a.Is4():
+			rrh.Type = dnsmessage.TypeA
+			b.AResource(rrh, dnsmessage.AResource{A: a.As4()})
+		case question.Type == dnsmessage.TypeAAAA && a.Is6():
+			rrh.Type = dnsmessage.TypeAAAA
+			b.AAAAResource(rrh, dnsmessage.AAAAResource{AAAA: a.As16()})
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// carrierLink is the carrier stack's NIC: packets it writes go to the
+// host on the DL channel; packets from the host come in through Receive.
+type carrierLink struct {
+	cn   *CarrierNetwork
+	mtu  uint32
+	port atomic.Pointer[Port]
+	disp atomic.Pointer[stack.NetworkDispatcher]
+	pool sync.Pool // *[]byte of 64 KiB: Port.Send copies, so one per writer at a time
+}
+
+func (l *carrierLink) MTU() uint32                                  { return l.mtu }
+func (l *carrierLink) SetMTU(mtu uint32)                            { l.mtu = mtu }
+func (l *carrierLink) MaxHeaderLength() uint16                      { return 0 }
+func (l *carrierLink) LinkAddress() tcpip.LinkAddress               { return "" }
+func (l *carrierLink) SetLinkAddress(tcpip.LinkAddress)             {}
+func (l *carrierLink) Capabilities() stack.LinkEndpointCapabilities { return stack.CapabilityNone }
+func (l *carrierLink) IsAttached() bool                             { return l.disp.Load() != nil }
+func (l *carrierLink) Wait()                                        {}
+func (l *carrierLink) ARPHardwareType() header.ARPHardwareType      { return header.ARPHardwareNone }
+func (l *carrierLink) AddHeader(*stack.PacketBuffer)                {}
+func (l *carrierLink) ParseHeader(*stack.PacketBuffer) bool         { return true }
+func (l *carrierLink) Close()                                       {}
+func (l *carrierLink) SetOnCloseAction(func())                      {}
+
+// GSOMaxSize and SupportedGSO: gVisor GSO, so the carrier's TCP builds
+// 64 KiB batches and splits them itself (fewer stack passes per byte).
+func (l *carrierLink) GSOMaxSize() uint32               { return 1 << 16 }
+func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.GVisorGSOSupported }
+
+func (l *carrierLink) Attach(d stack.NetworkDispatcher) {
+	if d == nil {
+		l.disp.Store(nil)
+		return
+	}
+	l.disp.Store(&d)
+}
+
+func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	p := l.port.Load()
+	if p == nil {
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	bp, _ := l.pool.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, 0, 1<<16)
+		bp = &b
+	}
+	defer l.pool.Put(bp)
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		b := (*bp)[:0]
+		for _, s := range pkt.AsSlices() {
+			b = append(b, s...)
+		}
+		*bp = b
+		if err := l.send(p, b); err != nil {
+			l.cn.stats.dropped.Add(1)
+			if n == 0 {
+				return 0, &tcpip.ErrNoBufferSpace{}
+			}
+			return n, nil
+		}
+		l.cn.stats.dl.Add(1)
+		n++
+	}
+	return n, nil
+}
+
+// sendPatience bounds how long a writer of the carrier waits for DL room.
+const sendPatience = time.Second
+
+// send is Port.Send with backpressure: Send gives up at once while the
+// device goroutine is inside Receive (for any caller), which under
+// bidirectional load would drop most DL packets and leave the carrier's
+// TCP to retransmission timeouts. A real network queues instead; so the
+// writer (a gVisor goroutine, never the device goroutine: Receive only
+// queues) retries with a short back-off.
+func (l *carrierLink) send(p *Port, b []byte) error {
+	var deadline time.Time
+	backoff := 20 * time.Microsecond
+	for {
+		err := p.Send(b)
+		if !errors.Is(err, ErrNoBuffer) {
+			return err
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(sendPatience)
+		} else if now.After(deadline) {
+			return err
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Millisecond)
+	}
+}

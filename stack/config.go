@@ -1,0 +1,131 @@
+package stack
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Config is the stack's configuration. The zero value is usable: no
+// addresses yet (set them with SetAddresses, as Open does when the data
+// session comes up), default routes over the link, the tuning of
+// TCPOptions' zero value and the limits of Limits' zero value.
+type Config struct {
+	// Addresses of the interface: IPv4 (usually a /32 or the carrier's
+	// prefix) and IPv6. For IPv6 the link-local address is derived from
+	// the interface identifier of the first global address (3GPP bearers
+	// assign one, RFC 6459 §5.2), since gVisor's own generation needs a
+	// link address a raw-IP link does not have.
+	Addresses []netip.Prefix
+	// Routes default to 0.0.0.0/0 and ::/0 over the link (a cellular
+	// bearer is point to point: no gateway is needed to reach it).
+	Routes []netip.Prefix
+	// DNSServers are used by Resolver, LookupHost, LookupNetIP and the
+	// Dial functions for names. Names are never resolved by the host.
+	DNSServers []netip.Addr
+	// MTU overrides the link's MTU (0: the link's). It applies to
+	// connections made after it is set.
+	MTU uint32
+
+	TCP    TCPOptions
+	Limits Limits
+
+	// NoGSO turns off gVisor GSO even when the link supports it.
+	NoGSO bool
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+// TCPOptions tune gVisor's TCP (netstack.md §3.3). Zero fields take the
+// defaults given.
+type TCPOptions struct {
+	// SendBuffer and ReceiveBuffer are the buffer ranges (defaults
+	// 4 KiB / 1 MiB / 6 MiB and 4 KiB / 1 MiB / 8 MiB, tailscale's maxima:
+	// the maximum must cover the bearer's bandwidth-delay product).
+	SendBuffer, ReceiveBuffer BufferRange
+	// NoSACK turns selective acknowledgements off (on by default).
+	NoSACK bool
+	// NoModerateReceiveBuffer turns receive-buffer auto-tuning off (on
+	// by default: it grows the window towards ReceiveBuffer.Max).
+	NoModerateReceiveBuffer bool
+	// CongestionControl is "cubic" (default) or "reno".
+	CongestionControl string
+	// NoRACK turns RACK loss detection off (gVisor's default is on;
+	// tailscale turns it off because of spurious retransmits on coarse
+	// clocks).
+	NoRACK bool
+	// Delay enables Nagle's algorithm on new connections (off by
+	// default, like Go's net package).
+	Delay bool
+	// KeepAlive is applied to every new connection (net.KeepAliveConfig
+	// semantics; the zero value enables keepalive with 15 s idle and
+	// interval and 9 probes, Go's defaults; Enable false with Idle -1
+	// disables it).
+	KeepAlive net.KeepAliveConfig
+	// TimeWait shortens TIME-WAIT (default gVisor's 60 s).
+	TimeWait time.Duration
+}
+
+// BufferRange is a TCP buffer size range in bytes.
+type BufferRange struct{ Min, Default, Max int }
+
+// Limits bound what the stack holds. Zero fields take the defaults.
+type Limits struct {
+	// MaxTCPConns bounds open TCP connections, dialed and accepted
+	// (default 8192). A dial beyond it fails with ErrTooManyConns; an
+	// accepted connection beyond it is reset.
+	MaxTCPConns int
+	// MaxInFlightDials bounds TCP handshakes in progress (default 256).
+	// A dial beyond it fails at once with ErrTooManyDials.
+	MaxInFlightDials int
+	// MaxPendingAccept is a listener's backlog (default 1024).
+	MaxPendingAccept int
+}
+
+func (c *Config) setDefaults() {
+	def := func(r *BufferRange, d BufferRange) {
+		if r.Min <= 0 {
+			r.Min = d.Min
+		}
+		if r.Default <= 0 {
+			r.Default = d.Default
+		}
+		if r.Max <= 0 {
+			r.Max = d.Max
+		}
+	}
+	def(&c.TCP.SendBuffer, BufferRange{4 << 10, 1 << 20, 6 << 20})
+	def(&c.TCP.ReceiveBuffer, BufferRange{4 << 10, 1 << 20, 8 << 20})
+	if c.TCP.CongestionControl == "" {
+		c.TCP.CongestionControl = "cubic"
+	}
+	ka := &c.TCP.KeepAlive
+	if !ka.Enable && ka.Idle == 0 && ka.Interval == 0 && ka.Count == 0 {
+		ka.Enable = true
+	}
+	if ka.Idle == 0 {
+		ka.Idle = 15 * time.Second
+	}
+	if ka.Interval == 0 {
+		ka.Interval = 15 * time.Second
+	}
+	if ka.Count == 0 {
+		ka.Count = 9
+	}
+	if c.Limits.MaxTCPConns <= 0 {
+		c.Limits.MaxTCPConns = 8192
+	}
+	if c.Limits.MaxInFlightDials <= 0 {
+		c.Limits.MaxInFlightDials = 256
+	}
+	if c.Limits.MaxPendingAccept <= 0 {
+		c.Limits.MaxPendingAccept = 1024
+	}
+	if len(c.Routes) == 0 {
+		c.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}

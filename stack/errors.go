@@ -1,0 +1,96 @@
+package stack
+
+import (
+	"errors"
+	"net"
+	"syscall"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+)
+
+// Limit errors. They wrap syscall errnos too (EMFILE, EAGAIN), so code
+// that handles the kernel's resource errors handles them the same way.
+var (
+	// ErrTooManyConns: Limits.MaxTCPConns connections are open.
+	ErrTooManyConns = &limitError{"too many TCP connections (Limits.MaxTCPConns)", syscall.EMFILE}
+	// ErrTooManyDials: Limits.MaxInFlightDials handshakes are in progress.
+	ErrTooManyDials = &limitError{"too many dials in flight (Limits.MaxInFlightDials)", syscall.EAGAIN}
+)
+
+type limitError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *limitError) Error() string        { return "stack: " + e.msg }
+func (e *limitError) Unwrap() error        { return e.errno }
+func (e *limitError) Temporary() bool      { return true }
+func (e *limitError) Timeout() bool        { return false }
+func (e *limitError) Is(target error) bool { return target == e }
+
+// errnoOf maps gVisor's errors to the errno the kernel would return, so
+// that errors.Is(err, syscall.ECONNREFUSED) works as with package net.
+func errnoOf(e tcpip.Error) error {
+	switch e.(type) {
+	case *tcpip.ErrConnectionRefused:
+		return syscall.ECONNREFUSED
+	case *tcpip.ErrTimeout:
+		return syscall.ETIMEDOUT
+	case *tcpip.ErrNetworkUnreachable:
+		return syscall.ENETUNREACH
+	case *tcpip.ErrHostUnreachable:
+		return syscall.EHOSTUNREACH
+	case *tcpip.ErrConnectionReset:
+		return syscall.ECONNRESET
+	case *tcpip.ErrConnectionAborted:
+		return syscall.ECONNABORTED
+	case *tcpip.ErrPortInUse:
+		return syscall.EADDRINUSE
+	case *tcpip.ErrBadLocalAddress:
+		return syscall.EADDRNOTAVAIL
+	case *tcpip.ErrNoBufferSpace:
+		return syscall.ENOBUFS
+	case *tcpip.ErrClosedForSend:
+		return syscall.EPIPE
+	case *tcpip.ErrMessageTooLong:
+		return syscall.EMSGSIZE
+	case *tcpip.ErrInvalidEndpointState, *tcpip.ErrNotConnected:
+		return syscall.ENOTCONN
+	case *tcpip.ErrAddressFamilyNotSupported:
+		return syscall.EAFNOSUPPORT
+	case *tcpip.ErrAborted:
+		return syscall.ECONNABORTED
+	}
+	return errors.New(e.String())
+}
+
+// byMessage maps the messages of gonet's string errors back to errnos
+// (gonet turns a tcpip.Error into errors.New(err.String()) on Read and
+// Write).
+var byMessage = func() map[string]error {
+	m := map[string]error{}
+	for _, e := range []tcpip.Error{&tcpip.ErrConnectionRefused{}, &tcpip.ErrTimeout{}, &tcpip.ErrNetworkUnreachable{},
+		&tcpip.ErrHostUnreachable{}, &tcpip.ErrConnectionReset{}, &tcpip.ErrConnectionAborted{},
+		&tcpip.ErrClosedForSend{}, &tcpip.ErrNoBufferSpace{}, &tcpip.ErrMessageTooLong{}, &tcpip.ErrNotConnected{}} {
+		m[e.String()] = errnoOf(e)
+	}
+	return m
+}()
+
+// fixOpError replaces the string cause of a gonet *net.OpError by the
+// errno it stands for.
+func fixOpError(err error) error {
+	var op *net.OpError
+	if err == nil || !errors.As(err, &op) || op.Err == nil {
+		return err
+	}
+	if _, ok := op.Err.(syscall.Errno); ok {
+		return err
+	}
+	if e, ok := byMessage[op.Err.Error()]; ok {
+		c := *op
+		c.Err = e
+		return &c
+	}
+	return err
+}

@@ -1,0 +1,14 @@
+package stack
+
+import gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+// NewWithClosers is New plus teardown functions run by Close after the
+// stack is gone, last first (what Open does with its pipeline).
+func NewWithClosers(ep gstack.LinkEndpoint, cfg Config, closers ...func() error) (*Stack, error) {
+	s, err := New(ep, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = closers
+	return s, nil
+}

@@ -1,0 +1,344 @@
+package stack
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+)
+
+// nicID is the stack's only NIC: the modem.
+const nicID tcpip.NICID = 1
+
+// ErrClosed is returned by every call on a closed Stack.
+var ErrClosed = errors.New("stack: closed")
+
+// Stack is a gVisor TCP/IP stack over one link endpoint, with an API
+// shaped like package net. All methods may be called from any goroutine.
+type Stack struct {
+	cfg Config
+	gs  *gstack.Stack
+	tap *tap
+	log *slog.Logger
+
+	// closers run at Close after the gVisor stack is gone (Open's
+	// pipeline: session, controller, device).
+	closers []func() error
+
+	mu     sync.Mutex
+	addrs  []netip.Prefix
+	dns    []netip.Addr
+	linkUp bool
+	closed bool
+	http   *http.Transport
+
+	events eventQueue
+
+	conns    atomic.Int64 // open TCP connections
+	dials    chan struct{}
+	counters counters
+}
+
+// New builds a stack over ep (the modem's link.Endpoint, or any gVisor
+// link endpoint) and configures it from cfg. The stack owns ep from now
+// on: Close removes it, which closes it.
+func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
+	cfg.setDefaults()
+	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials)}
+	s.events.init()
+	s.gs = gstack.New(gstack.Options{
+		NetworkProtocols: []gstack.NetworkProtocolFactory{
+			ipv4.NewProtocol,
+			ipv6.NewProtocolWithOptions(ipv6.Options{
+				// Addresses come from the bearer; there is no one on a
+				// point-to-point cellular link to collide with, and DAD
+				// would delay the first connection by a second.
+				DADConfigs: gstack.DADConfigurations{DupAddrDetectTransmits: 0},
+			}),
+		},
+		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+		// Dialing one's own address must work (wireguard-go does the
+		// same); otherwise a listener on the modem is unreachable from
+		// the same program.
+		HandleLocal: true,
+	})
+	if err := s.tune(); err != nil {
+		s.gs.Destroy()
+		return nil, err
+	}
+	s.tap = newTap(ep, cfg.NoGSO)
+	if cfg.MTU != 0 {
+		ep.SetMTU(cfg.MTU)
+	}
+	if err := s.gs.CreateNIC(nicID, s.tap); err != nil {
+		s.gs.Destroy()
+		return nil, fmt.Errorf("stack: create NIC: %s", err)
+	}
+	s.linkUp = true
+	if err := s.SetAddresses(cfg.Addresses); err != nil {
+		s.gs.Destroy()
+		return nil, err
+	}
+	s.setRoutes(cfg.Routes)
+	s.dns = slices.Clone(cfg.DNSServers)
+	return s, nil
+}
+
+// tune applies TCPOptions (netstack.md §3.3).
+func (s *Stack) tune() error {
+	t := &s.cfg.TCP
+	set := func(what string, opt tcpip.SettableTransportProtocolOption) error {
+		if err := s.gs.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
+			return fmt.Errorf("stack: TCP option %s: %s", what, err)
+		}
+		return nil
+	}
+	sack := tcpip.TCPSACKEnabled(!t.NoSACK)
+	mod := tcpip.TCPModerateReceiveBufferOption(!t.NoModerateReceiveBuffer)
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: t.ReceiveBuffer.Min, Default: t.ReceiveBuffer.Default, Max: t.ReceiveBuffer.Max}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: t.SendBuffer.Min, Default: t.SendBuffer.Default, Max: t.SendBuffer.Max}
+	cc := tcpip.CongestionControlOption(t.CongestionControl)
+	rec := tcpip.TCPRecovery(tcpip.TCPRACKLossDetection)
+	if t.NoRACK {
+		rec = 0
+	}
+	delay := tcpip.TCPDelayEnabled(t.Delay)
+	for _, o := range []struct {
+		n string
+		o tcpip.SettableTransportProtocolOption
+	}{{"SACK", &sack}, {"moderate receive buffer", &mod}, {"receive buffer", &rcv}, {"send buffer", &snd},
+		{"congestion control " + t.CongestionControl, &cc}, {"RACK", &rec}, {"delay", &delay}} {
+		if err := set(o.n, o.o); err != nil {
+			return err
+		}
+	}
+	if t.TimeWait > 0 {
+		tw := tcpip.TCPTimeWaitTimeoutOption(t.TimeWait)
+		if err := set("TIME-WAIT", &tw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GVisor returns the underlying gVisor stack.
+//
+// Unstable: this is an escape hatch for options the package does not
+// offer (socket options, iptables, extra NICs). Its type follows the
+// pinned gVisor version and may change with any release of this module;
+// changing the stack's NIC, addresses or routes behind the Stack's back
+// confuses Addresses and Events.
+func (s *Stack) GVisor() *gstack.Stack { return s.gs }
+
+// Close closes every endpoint, removes the link endpoint (which stops
+// and closes it), then releases what Open set up below the stack. It
+// returns when all of the stack's goroutines are gone.
+func (s *Stack) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	tr := s.http
+	s.mu.Unlock()
+	if tr != nil {
+		tr.CloseIdleConnections()
+	}
+	s.gs.Close()
+	// Wait removes the NIC: Attach(nil) stops the link's workers, then
+	// the endpoint is closed.
+	s.gs.Wait()
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.events.close()
+	return errors.Join(errs...)
+}
+
+func (s *Stack) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Addresses returns the interface's addresses, including the IPv6
+// link-local one.
+func (s *Stack) Addresses() []netip.Prefix {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.addrs)
+}
+
+// DNSServers returns the servers names are resolved with.
+func (s *Stack) DNSServers() []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.dns)
+}
+
+// SetDNSServers replaces the DNS servers.
+func (s *Stack) SetDNSServers(servers []netip.Addr) {
+	s.mu.Lock()
+	changed := !slices.Equal(s.dns, servers)
+	s.dns = slices.Clone(servers)
+	s.mu.Unlock()
+	if changed {
+		s.events.push(Event{Kind: EventDNSChanged, DNS: slices.Clone(servers)})
+	}
+}
+
+// SetAddresses replaces the interface's addresses: the ones no longer
+// listed are removed (connections bound to them fail on their next
+// segment, as on a real interface), new ones are added. For each IPv6
+// address with a non-zero interface identifier the link-local address
+// fe80::IID is added too.
+func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
+	want := withLinkLocal(prefixes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	for _, old := range s.addrs {
+		if slices.Contains(want, old) {
+			continue
+		}
+		if err := s.gs.RemoveAddress(nicID, tcpip.AddrFromSlice(old.Addr().AsSlice())); err != nil {
+			return fmt.Errorf("stack: remove %v: %s", old, err)
+		}
+		s.events.push(Event{Kind: EventAddressRemoved, Prefix: old})
+	}
+	for _, p := range want {
+		if slices.Contains(s.addrs, p) {
+			continue
+		}
+		pa := tcpip.ProtocolAddress{Protocol: protoOf(p.Addr()), AddressWithPrefix: tcpip.AddressWithPrefix{
+			Address: tcpip.AddrFromSlice(p.Addr().AsSlice()), PrefixLen: p.Bits()}}
+		if err := s.gs.AddProtocolAddress(nicID, pa, gstack.AddressProperties{}); err != nil {
+			return fmt.Errorf("stack: add %v: %s", p, err)
+		}
+		s.events.push(Event{Kind: EventAddressAdded, Prefix: p})
+	}
+	s.addrs = want
+	return nil
+}
+
+// withLinkLocal returns prefixes, deduplicated, plus fe80::IID/64 for the
+// interface identifier of the first IPv6 address that has one.
+func withLinkLocal(prefixes []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	ll := false
+	for _, p := range prefixes {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
+		if p.Addr().Is4In6() || !p.IsValid() || slices.Contains(out, p) {
+			continue
+		}
+		if p.Addr().IsLinkLocalUnicast() {
+			ll = true
+		}
+		out = append(out, p)
+	}
+	if ll {
+		return out
+	}
+	for _, p := range out {
+		a := p.Addr()
+		if !a.Is6() {
+			continue
+		}
+		b := a.As16()
+		if [8]byte(b[8:]) == ([8]byte{}) {
+			continue
+		}
+		copy(b[:8], []byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0})
+		return append(out, netip.PrefixFrom(netip.AddrFrom16(b), 64))
+	}
+	return out
+}
+
+func (s *Stack) setRoutes(routes []netip.Prefix) {
+	var rt []tcpip.Route
+	for _, r := range routes {
+		r = r.Masked()
+		sub, err := tcpip.NewSubnet(tcpip.AddrFromSlice(r.Addr().AsSlice()), tcpip.MaskFromBytes(netMask(r)))
+		if err != nil {
+			continue
+		}
+		rt = append(rt, tcpip.Route{Destination: sub, NIC: nicID})
+	}
+	s.gs.SetRouteTable(rt)
+}
+
+func netMask(p netip.Prefix) []byte {
+	n := p.Addr().BitLen() / 8
+	m := make([]byte, n)
+	for i := 0; i < p.Bits(); i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}
+
+// SetLinkUp enables or disables the interface (bearer up or down): while
+// down, nothing is sent or received and dials fail with ENETUNREACH.
+func (s *Stack) SetLinkUp(up bool) {
+	s.mu.Lock()
+	if s.closed || s.linkUp == up {
+		s.mu.Unlock()
+		return
+	}
+	s.linkUp = up
+	if up {
+		s.gs.EnableNIC(nicID)
+	} else {
+		s.gs.DisableNIC(nicID)
+	}
+	s.mu.Unlock()
+	k := EventLinkDown
+	if up {
+		k = EventLinkUp
+	}
+	s.events.push(Event{Kind: k})
+}
+
+// LinkUp reports whether the interface is up.
+func (s *Stack) LinkUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.linkUp
+}
+
+// SetMTU sets the link MTU; it applies to connections made afterwards
+// (TCP fixes its MSS at connect time).
+func (s *Stack) SetMTU(mtu uint32) {
+	if mtu == 0 || s.tap.MTU() == mtu {
+		return
+	}
+	s.gs.SetNICMTU(nicID, mtu)
+	s.events.push(Event{Kind: EventMTUChanged, MTU: mtu})
+}
+
+// MTU returns the link MTU.
+func (s *Stack) MTU() uint32 { return s.tap.MTU() }
+
+func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() || a.Is4In6() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}

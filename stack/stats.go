@@ -1,0 +1,65 @@
+package stack
+
+import (
+	"sync/atomic"
+
+	"github.com/mhistack/mhistack/link"
+)
+
+type counters struct {
+	dialed, dialFailed, accepted, connLimit, dialLimit atomic.Uint64
+}
+
+// Stats are the stack's counters, its TCP/IP counters and, when the link
+// is a *link.Endpoint, the link's.
+type Stats struct {
+	// ActiveTCPConns is the number of open TCP connections (dialed and
+	// accepted, not yet closed); InFlightDials the handshakes under way.
+	ActiveTCPConns, InFlightDials int
+	// Dialed and Accepted count TCP connections made; DialFailed dials
+	// that failed; ConnLimitHits and DialLimitHits the dials and accepts
+	// refused by Limits.
+	Dialed, DialFailed, Accepted, ConnLimitHits, DialLimitHits uint64
+
+	// Packets and bytes through the NIC, and packets the link refused.
+	RXPackets, RXBytes, TXPackets, TXBytes, TXDroppedNoBufferSpace uint64
+	// TCP counters: segments, retransmits, timeouts, resets.
+	TCPSegmentsSent, TCPSegmentsReceived, TCPRetransmits, TCPTimeouts, TCPResetsSent, TCPResetsReceived uint64
+	TCPFailedConnectionAttempts                                                                         uint64
+	// UDP datagrams dropped for a full receive buffer.
+	UDPReceiveBufferErrors uint64
+
+	// Link is the link endpoint's statistics (nil for other endpoints).
+	Link *link.Stats
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Stack) Stats() Stats {
+	st := Stats{
+		ActiveTCPConns: int(s.conns.Load()),
+		InFlightDials:  len(s.dials),
+		Dialed:         s.counters.dialed.Load(),
+		DialFailed:     s.counters.dialFailed.Load(),
+		Accepted:       s.counters.accepted.Load(),
+		ConnLimitHits:  s.counters.connLimit.Load(),
+		DialLimitHits:  s.counters.dialLimit.Load(),
+	}
+	gs := s.gs.Stats()
+	if info, ok := s.gs.NICInfo()[nicID]; ok {
+		ns := info.Stats
+		st.RXPackets, st.RXBytes = ns.Rx.Packets.Value(), ns.Rx.Bytes.Value()
+		st.TXPackets, st.TXBytes = ns.Tx.Packets.Value(), ns.Tx.Bytes.Value()
+		st.TXDroppedNoBufferSpace = ns.TxPacketsDroppedNoBufferSpace.Value()
+	}
+	t := gs.TCP
+	st.TCPSegmentsSent, st.TCPSegmentsReceived = t.SegmentsSent.Value(), t.ValidSegmentsReceived.Value()
+	st.TCPRetransmits, st.TCPTimeouts = t.Retransmits.Value(), t.Timeouts.Value()
+	st.TCPResetsSent, st.TCPResetsReceived = t.ResetsSent.Value(), t.ResetsReceived.Value()
+	st.TCPFailedConnectionAttempts = t.FailedConnectionAttempts.Value()
+	st.UDPReceiveBufferErrors = gs.UDP.ReceiveBufferErrors.Value()
+	if ep, ok := s.tap.Child().(*link.Endpoint); ok {
+		ls := ep.Stats()
+		st.Link = &ls
+	}
+	return st
+}
