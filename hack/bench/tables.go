@@ -252,9 +252,8 @@ func (c *config) mruTable() (*table, error) {
 			}
 		}
 	}
-	t.notes = append(t.notes, fmt.Sprintf("The spread is wide: %d of %d runs saw the RX pool run dry (rx_alloc_fail > 0; the "+
-		"refiller then backs off 0.2–20 ms), and a ring cycle that misses its refill waits for the next moderated interrupt. "+
-		"Read the medians, and the plot, for the shape.", starved, total))
+	t.notes = append(t.notes, fmt.Sprintf("%d of %d runs saw the RX pool run dry (rx_alloc_fail > 0). The ranges are wide "+
+		"because the modem, the host and outside load share two cores; read the medians, and the plot, for the shape.", starved, total))
 	small := res[idx(sizes[0], ref)].med("poll_cpu_ns")
 	t.notes = append(t.notes, fmt.Sprintf("Target: link+mhi host cost ≤ 150 ns per RX packet with 32-datagram aggregation "+
 		"(MTU 1500) — %d-byte packets at MRU %d: %.0f ns of poller CPU per packet: %s. At %d bytes the same path costs %.0f ns, "+
