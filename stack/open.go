@@ -1,0 +1,273 @@
+package stack
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/vfio"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+// Options configure Open.
+type Options struct {
+	// Device is "sim" (the default: the emulated modem, with the MBIM
+	// function and the carrier network behind it) or the PCI address of
+	// a modem bound to vfio-pci ("0000:01:00.0").
+	Device string
+	// Profile names the modem profile (mhi.Lookup). For "sim" it is the
+	// modem to emulate (default "qcom-sdx55m"); for a PCI device the
+	// default is the profile matching its PCI IDs.
+	Profile string
+	// Channel is the data channel pair (default "IP_HW0", raw IP).
+	Channel string
+
+	// APN, credentials, authentication, IP type and SIM PIN of the
+	// data session (mbim.SessionConfig).
+	APN, User, Password string
+	Auth                mbim.AuthProtocol
+	IPType              mbim.IPType
+	PIN                 string
+
+	// Config configures the stack; Open fills in the addresses, DNS
+	// servers and MTU the session reports.
+	Config Config
+	// Link tunes the link endpoint (Channel above wins over
+	// Link.Channel).
+	Link link.Options
+	// Sim tunes the emulated modem (Device "sim" only).
+	Sim SimOptions
+	// Logger receives diagnostics (nil: Config.Logger).
+	Logger *slog.Logger
+}
+
+// SimOptions configure the emulated modem Open builds.
+type SimOptions struct {
+	// Modem options (functions on the MBIM and data pairs are set by
+	// Open).
+	Modem sim.Options
+	// MBIM is the emulated MBIM function's configuration (its Carrier
+	// is also the carrier network's).
+	MBIM sim.MBIMConfig
+	// Carrier configures the carrier network (its Carrier field is
+	// taken from MBIM).
+	Carrier sim.CarrierOptions
+}
+
+// Open brings the whole pipeline up and returns a stack on it: the
+// device, the MHI controller powered up to mission mode, the MBIM data
+// session (SIM → radio → registration → attach → CONNECT →
+// IP_CONFIGURATION), the link endpoint on the data channel, and a stack
+// configured with the session's addresses, DNS servers and MTU. ctx
+// bounds the bring-up only.
+//
+// The stack then follows the session: a lost connection takes the link
+// down (EventLinkDown), a re-connection brings it up again with the
+// addresses the network gives this time, and address changes are
+// applied as they are reported. Close tears everything down.
+func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
+	if opts.Logger == nil {
+		opts.Logger = opts.Config.Logger
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Channel == "" {
+		opts.Channel = opts.Link.Channel
+	}
+	if opts.Channel == "" {
+		opts.Channel = link.DefaultChannel
+	}
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	dev, p, cls, err := openDevice(opts)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, cls...)
+	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+	}
+	closers = append(closers, c.Close)
+	if err := c.PowerUp(ctx); err != nil {
+		return nil, fmt.Errorf("stack: open %s: power up: %w", opts.Device, err)
+	}
+	cl, err := mbim.DialMHI(ctx, c, mbim.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("stack: open %s: MBIM: %w", opts.Device, err)
+	}
+	closers = append(closers, cl.Close)
+
+	f := &follower{}
+	sess := mbim.NewSession(cl, mbim.SessionConfig{
+		APN: opts.APN, User: opts.User, Password: opts.Password, Auth: opts.Auth, IPType: opts.IPType, PIN: opts.PIN,
+		OnProgress: f.progress, OnAddress: f.address, Logger: opts.Logger,
+	})
+	closers = append(closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return sess.Close(ctx)
+	})
+	ip, err := sess.WaitUp(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
+	}
+
+	lo := opts.Link
+	lo.Channel = opts.Channel
+	if lo.Logger == nil {
+		lo.Logger = opts.Logger
+	}
+	if m := mtuOf(ip); m != 0 && lo.MTU == 0 {
+		lo.MTU = m
+	}
+	ep, err := link.New(ctx, c, lo)
+	if err != nil {
+		return nil, fmt.Errorf("stack: open %s: link: %w", opts.Device, err)
+	}
+	cfg := opts.Config
+	cfg.Addresses = append(append([]netip.Prefix(nil), ip.IPv4...), ip.IPv6...)
+	cfg.DNSServers = append(append([]netip.Addr(nil), ip.IPv4DNS...), ip.IPv6DNS...)
+	if cfg.Logger == nil {
+		cfg.Logger = opts.Logger
+	}
+	s, err := New(ep, cfg)
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	s.closers = closers
+	f.attach(s)
+	return s, nil
+}
+
+// openDevice returns the PCI device, its profile and what closes it.
+func openDevice(opts Options) (pci.Device, *mhi.Profile, []func() error, error) {
+	if opts.Device == "" || opts.Device == "sim" {
+		name := opts.Profile
+		if name == "" {
+			name = "qcom-sdx55m"
+		}
+		p, ok := mhi.Lookup(name)
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("stack: no modem profile %q", name)
+		}
+		mc := opts.Sim.MBIM
+		fn := sim.NewMBIMFunction(mc)
+		co := opts.Sim.Carrier
+		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
+			co.Carrier = mc.Carrier
+		}
+		cn, err := sim.NewCarrierNetwork(co)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		so := opts.Sim.Modem
+		so.Functions = map[string]sim.Function{"MBIM": fn, opts.Channel: cn}
+		dev, _, err := sim.NewDevice(p, so)
+		if err != nil {
+			cn.Close()
+			return nil, nil, nil, fmt.Errorf("stack: emulated %s: %w", name, err)
+		}
+		return dev, p, []func() error{cn.Close, dev.Close}, nil
+	}
+	dev, err := vfio.Open(opts.Device, nil)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+	}
+	var p *mhi.Profile
+	var ok bool
+	if opts.Profile != "" {
+		p, ok = mhi.Lookup(opts.Profile)
+	} else {
+		var id, sub [4]byte
+		if err := errors.Join(dev.ConfigRead(0, id[:]), dev.ConfigRead(0x2c, sub[:])); err != nil {
+			dev.Close()
+			return nil, nil, nil, fmt.Errorf("stack: open %s: config space: %w", opts.Device, err)
+		}
+		le := binary.LittleEndian
+		p, ok = mhi.Match(le.Uint16(id[0:]), le.Uint16(id[2:]), le.Uint16(sub[0:]), le.Uint16(sub[2:]))
+	}
+	if !ok {
+		dev.Close()
+		return nil, nil, nil, fmt.Errorf("stack: open %s: no modem profile (set Options.Profile)", opts.Device)
+	}
+	return dev, p, []func() error{dev.Close}, nil
+}
+
+func mtuOf(ip mbim.IPConfig) uint32 {
+	m := ip.IPv4MTU
+	if ip.IPv6MTU != 0 && (m == 0 || ip.IPv6MTU < m) {
+		m = ip.IPv6MTU
+	}
+	return m
+}
+
+// follower applies the session's reports to the stack. The session calls
+// it on its goroutine; reports before the stack exists are kept for it.
+type follower struct {
+	mu   sync.Mutex
+	s    *Stack
+	last *mbim.IPConfig
+}
+
+func (f *follower) attach(s *Stack) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.s = s
+	if f.last != nil {
+		f.apply(*f.last)
+	}
+}
+
+func (f *follower) progress(p mbim.Progress) {
+	f.mu.Lock()
+	s := f.s
+	f.mu.Unlock()
+	if s != nil {
+		s.events.push(Event{Kind: EventSession, Session: p.State.String(), Err: p.Err})
+	}
+}
+
+func (f *follower) address(ip mbim.IPConfig) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last = &ip
+	if f.s != nil {
+		f.apply(ip)
+	}
+}
+
+// apply runs with f.mu held. A lost session takes the link down but keeps
+// the addresses: if the network gives them back, connections survive a
+// short outage, as they do on a kernel interface.
+func (f *follower) apply(ip mbim.IPConfig) {
+	s := f.s
+	if ip.IsZero() {
+		s.SetLinkUp(false)
+		return
+	}
+	if err := s.SetAddresses(append(append([]netip.Prefix(nil), ip.IPv4...), ip.IPv6...)); err != nil {
+		s.log.Warn("stack: session addresses not applied", "err", err)
+	}
+	s.SetDNSServers(append(append([]netip.Addr(nil), ip.IPv4DNS...), ip.IPv6DNS...))
+	s.SetMTU(mtuOf(ip))
+	s.SetLinkUp(true)
+}
