@@ -163,11 +163,16 @@ type Endpoint struct {
 	tx     txState
 
 	// Lifecycle.
-	closed    atomic.Bool
-	stop      chan struct{} // closed by Close: blocked writers return
-	quit      chan struct{} // closed by Close or Attach(nil): the goroutines return
-	quitOnce  sync.Once
-	stopped   atomic.Bool  // quit is closed
+	closed   atomic.Bool
+	stop     chan struct{} // closed by Close: blocked writers return
+	quit     chan struct{} // closed by Close or Attach(nil): the goroutines return
+	quitOnce sync.Once
+	stopped  atomic.Bool // quit is closed
+	// workers counts the running poller and refiller goroutines, and
+	// inPass is set while the threaded poller runs a pass (which may be
+	// inside gVisor): Wait needs both (see Wait).
+	workers   atomic.Int32
+	inPass    atomic.Bool
 	lifeMu    sync.RWMutex // writers hold it shared; Close takes it to wait for them
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -346,11 +351,13 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 
 	if !opts.InlinePoll {
 		e.wg.Add(1)
+		e.workers.Add(1)
 		go e.pollLoop()
 	}
 	switch opts.Refill {
 	case RefillDedicated:
 		e.wg.Add(1)
+		e.workers.Add(1)
 		go e.refillLoop()
 	case RefillShared:
 		opts.Worker.add(e)
@@ -469,7 +476,24 @@ func (e *Endpoint) IsAttached() bool { return e.disp.Load() != nil }
 
 // Wait implements stack.LinkEndpoint: it returns when the goroutines the
 // endpoint started have stopped (after Close or Attach(nil)).
-func (e *Endpoint) Wait() { e.wg.Wait() }
+//
+// One exception keeps gVisor's teardown from deadlocking: Stack.Wait calls
+// Attach(nil) and then Wait while holding the stack lock, and a poll pass
+// in progress may be blocked on that very lock (a TCP reset it delivers
+// needs a route). So once the endpoint is stopped, Wait also returns while
+// the poller is inside a pass; Close, which the stack calls after
+// releasing its lock, waits for the pass to end and the poller to exit.
+func (e *Endpoint) Wait() {
+	for e.workers.Load() > 0 {
+		if e.stopped.Load() && e.inPass.Load() {
+			return
+		}
+		// Teardown only: a short sleep beats a condition variable
+		// that every pass would have to signal.
+		time.Sleep(50 * time.Microsecond)
+	}
+	e.wg.Wait()
+}
 
 // ARPHardwareType implements stack.LinkEndpoint.
 func (e *Endpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }

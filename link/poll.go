@@ -10,6 +10,7 @@ import (
 // of work and the re-check after re-arming finds nothing.
 func (e *Endpoint) pollLoop() {
 	defer e.wg.Done()
+	defer e.workers.Add(-1)
 	if e.opts.LockOSThread || e.opts.ThreadHook != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -43,7 +44,10 @@ func (e *Endpoint) pollLoop() {
 			e.refill()
 			continue
 		}
-		if !e.run() {
+		e.inPass.Store(true)
+		ok := e.run()
+		e.inPass.Store(false)
+		if !ok {
 			return
 		}
 	}

@@ -46,6 +46,7 @@ func (e *Endpoint) kickRefill() {
 // the pool is short.
 func (e *Endpoint) refillLoop() {
 	defer e.wg.Done()
+	defer e.workers.Add(-1)
 	if e.opts.ThreadHook != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
