@@ -1,0 +1,156 @@
+package stack_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack"
+)
+
+// benchBytes is the size of one single-stream transfer.
+const benchBytes = 64 << 20
+
+// BenchmarkSingleStreamTCP moves benchBytes over one TCP connection
+// through the emulated modem (stack → link → MHI → sim → carrier network
+// → host socket) and, in the same run, between two stacks joined by
+// gVisor's channel.Endpoint with goroutine pumps (the wireguard-go
+// tun/netstack construction), and reports both and their ratio.
+func BenchmarkSingleStreamTCP(b *testing.B) {
+	var modem, pumps time.Duration
+	for b.Loop() {
+		modem += modemTransfer(b)
+		pumps += channelTransfer(b)
+	}
+	mbps := func(d time.Duration) float64 { return float64(benchBytes) * 8 * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(modem), "modem-Mbit/s")
+	b.ReportMetric(mbps(pumps), "channel-Mbit/s")
+	b.ReportMetric(mbps(modem)/mbps(pumps), "modem/channel")
+	b.ReportMetric(0, "ns/op")
+}
+
+func modemTransfer(b *testing.B) time.Duration {
+	r := newRig(b, stack.Config{})
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan int64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			done <- 0
+			return
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		done <- n
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := r.s.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	write(b, c)
+	c.CloseWrite()
+	if n := <-done; n != benchBytes {
+		b.Fatalf("host received %d bytes", n)
+	}
+	el := time.Since(start)
+	c.Close()
+	r.s.Close()
+	return el
+}
+
+// write writes benchBytes in 256 KiB chunks.
+func write(b *testing.B, w io.Writer) {
+	buf := make([]byte, 256<<10)
+	for n := 0; n < benchBytes; n += len(buf) {
+		if _, err := w.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func channelTransfer(b *testing.B) time.Duration {
+	ea, eb := channel.New(1024, 1500, ""), channel.New(1024, 1500, "")
+	pa := netip.MustParsePrefix("192.168.4.1/24")
+	pb := netip.MustParsePrefix("192.168.4.2/24")
+	sa, err := stack.New(ea, stack.Config{Addresses: []netip.Prefix{pa}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb, err := stack.New(eb, stack.Config{Addresses: []netip.Prefix{pb}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	pump := func(from, to *channel.Endpoint) {
+		defer wg.Done()
+		for {
+			pkt := from.ReadContext(ctx)
+			if pkt == nil {
+				return
+			}
+			// An outbound packet becomes an inbound one by copy, as
+			// wireguard-go's tun does through its TUN reads and writes.
+			np := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: pkt.ToBuffer()})
+			proto := pkt.NetworkProtocolNumber
+			pkt.DecRef()
+			to.InjectInbound(proto, np)
+			np.DecRef()
+		}
+	}
+	wg.Add(2)
+	go pump(ea, eb)
+	go pump(eb, ea)
+	defer func() {
+		cancel()
+		wg.Wait()
+		sa.Close()
+		sb.Close()
+	}()
+	l, err := sb.ListenTCP(netip.AddrPortFrom(pb.Addr(), 5001))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan int64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			done <- 0
+			return
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		done <- n
+	}()
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	c, err := sa.DialTCP(dctx, netip.AddrPort{}, netip.AddrPortFrom(pb.Addr(), 5001))
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	write(b, c)
+	c.CloseWrite()
+	if n := <-done; n != benchBytes {
+		b.Fatalf("received %d bytes", n)
+	}
+	el := time.Since(start)
+	c.Close()
+	return el
+}
