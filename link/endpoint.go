@@ -533,13 +533,15 @@ func (e *Endpoint) RefillLevel() int { return e.level }
 // frees the DMA pools. It is idempotent and returns when everything has
 // stopped.
 func (e *Endpoint) Close() {
+	// The stack's close action (RemoveNIC) runs first and outside the
+	// once: it calls Close again itself, which then does the work.
+	if fn := e.onClose.Swap(nil); fn != nil && *fn != nil {
+		(*fn)()
+	}
 	e.closeOnce.Do(e.close)
 }
 
 func (e *Endpoint) close() {
-	if fn := e.onClose.Load(); fn != nil && *fn != nil {
-		(*fn)()
-	}
 	e.closed.Store(true)
 	close(e.stop)
 	e.stopWorkers()

@@ -94,3 +94,57 @@ func TestGVisorTCPOverTheModemLoopback(t *testing.T) {
 		t.Fatal("traffic did not cross the link")
 	}
 }
+
+// TestStackTeardownDuringTrafficDoesNotDeadlock tears a gVisor stack down
+// while segments are in flight, both ways: closing the endpoint first
+// (its close action removes the NIC, which closes it again), and
+// Stack.Destroy (whose Wait holds the stack lock while the poller may be
+// delivering a segment that needs it).
+func TestStackTeardownDuringTrafficDoesNotDeadlock(t *testing.T) {
+	for _, closeFirst := range []bool{true, false} {
+		for round := 0; round < 5; round++ {
+			r := newRig(t, rigOptions{fn: &sim.Loopback{}, noAttach: true})
+			s := stack.New(stack.Options{
+				NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
+				TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
+			})
+			if err := s.CreateNIC(1, r.ep); err != nil {
+				t.Fatalf("CreateNIC: %v", err)
+			}
+			a := tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
+			b := tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
+			for _, addr := range []tcpip.Address{a, b} {
+				if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+			// SYNs to a closed port: every one is answered with a RST,
+			// which needs a route (the stack lock) from the poller.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			for i := 0; i < 20; i++ {
+				go func(port uint16) {
+					c, err := gonet.DialTCPWithBind(ctx, s, tcpip.FullAddress{NIC: 1, Addr: a}, tcpip.FullAddress{NIC: 1, Addr: b, Port: port}, ipv4.ProtocolNumber)
+					if err == nil {
+						c.Close()
+					}
+				}(uint16(9000 + i))
+			}
+			time.Sleep(time.Duration(round) * time.Millisecond)
+			done := make(chan struct{})
+			go func() {
+				if closeFirst {
+					r.ep.Close()
+				}
+				s.Destroy()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("teardown (close first: %v, round %d) deadlocked", closeFirst, round)
+			}
+			cancel()
+		}
+	}
+}
