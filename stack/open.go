@@ -154,9 +154,21 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = closers
+	s.ctrl, s.mbim = c, cl
 	f.attach(s)
 	return s, nil
 }
+
+// Controller returns the MHI controller Open powered up (nil for a
+// stack made with New), for its Stats, Profile and channels. Its
+// lifetime is the stack's: do not close it.
+func (s *Stack) Controller() *mhi.Controller { return s.ctrl }
+
+// MBIM returns the MBIM client Open's data session runs on (nil for a
+// stack made with New), e.g. for mbim.ListenProxy so mbimcli -p and
+// ModemManager share the modem. Its lifetime is the stack's: do not
+// close it.
+func (s *Stack) MBIM() *mbim.Client { return s.mbim }
 
 // openDevice returns the PCI device, its profile and what closes it.
 func openDevice(opts Options) (pci.Device, *mhi.Profile, []func() error, error) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
@@ -36,6 +38,10 @@ type Stack struct {
 	// closers run at Close after the gVisor stack is gone (Open's
 	// pipeline: session, controller, device).
 	closers []func() error
+	// ctrl and mbim are Open's controller and MBIM client (nil after
+	// New).
+	ctrl *mhi.Controller
+	mbim *mbim.Client
 
 	mu     sync.Mutex
 	addrs  []netip.Prefix

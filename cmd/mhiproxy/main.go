@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -72,7 +73,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108")
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet on the modem link to this pcap `file`")
-	fs.StringVar(&c.mbimProxy, "mbim-proxy", "", "serve libmbim's proxy protocol on this Unix socket `path` so mbimcli -p can share the modem")
+	fs.Var((*mbimProxyFlag)(&c.mbimProxy), "mbim-proxy", "serve libmbim's proxy protocol on the abstract Unix socket @mbim-proxy, the fixed name\n"+
+		"mbimcli -p and ModemManager connect to, so they share the modem (-mbim-proxy=NAME: another abstract name)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error (logs go to stderr)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
@@ -104,6 +106,27 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-listen %s is not a loopback address: refusing to run an open proxy; add -auth user:pass or -auth random", c.listen)
 	}
 	return c, nil
+}
+
+// mbimProxyFlag is -mbim-proxy: alone it means libmbim's name
+// (mbim.ProxySocket), =NAME another abstract name, =false off.
+type mbimProxyFlag string
+
+func (f *mbimProxyFlag) String() string   { return string(*f) }
+func (f *mbimProxyFlag) IsBoolFlag() bool { return true }
+func (f *mbimProxyFlag) Set(v string) error {
+	switch v {
+	case "true":
+		*f = mbim.ProxySocket
+	case "false", "":
+		*f = ""
+	default:
+		if strings.ContainsAny(v, "/\x00") {
+			return fmt.Errorf("want an abstract socket name without '/' (the default is %s)", mbim.ProxySocket)
+		}
+		*f = mbimProxyFlag(v)
+	}
+	return nil
 }
 
 // isLoopback reports whether host (from -listen) is loopback only. An
@@ -175,7 +198,9 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 	}
 
 	cfg.open.Logger = log
-	nw, err := open(ctx, cfg.open)
+	octx, cancel := context.WithTimeout(ctx, bringUpTimeout)
+	nw, err := open(octx, cfg.open)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("bringing up %s: %w", cfg.open.Device, err)
 	}
@@ -196,7 +221,11 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		if err != nil {
 			return fmt.Errorf("-pcap: %w", err)
 		}
-		defer stop()
+		defer func() {
+			if err := stop(); err != nil {
+				log.Warn("pcap capture stopped early", "file", cfg.pcap, "err", err)
+			}
+		}()
 	}
 	if cfg.mbimProxy != "" {
 		stop, err := nw.ServeMBIMProxy(cfg.mbimProxy)
@@ -223,6 +252,9 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 
 	var ips []string
 	for _, p := range nw.Addresses() {
+		if p.Addr().IsLinkLocalUnicast() {
+			continue // derived from the global IPv6 address
+		}
 		ips = append(ips, p.Addr().String())
 	}
 	ready := fmt.Sprintf("listening on %s via %s, ip %s", ln.Addr(), nw.Describe(), strings.Join(ips, " "))
@@ -248,6 +280,10 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 	}
 	return serveErr
 }
+
+// bringUpTimeout bounds the modem's bring-up: a real modem's boot to
+// mission mode, registration and attach take up to a minute or two.
+const bringUpTimeout = 3 * time.Minute
 
 // randomPassword is 128 bits, URL-safe so it pastes into proxy URLs.
 func randomPassword() (string, error) {

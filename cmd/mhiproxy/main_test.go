@@ -109,8 +109,9 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 
 func TestFailedBringUpExitsOneAndSaysWhy(t *testing.T) {
 	var stderr syncBuffer
-	code := run(context.Background(), []string{"-listen", "127.0.0.1:0"}, io.Discard, &stderr, openModem)
-	if code != 1 || !strings.Contains(stderr.String(), "bringing up sim") {
+	// No such PCI device: vfio.Open fails at once.
+	code := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-device", "0000:ff:1f.7"}, io.Discard, &stderr, openModem)
+	if code != 1 || !strings.Contains(stderr.String(), "bringing up 0000:ff:1f.7") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack/proxy"
+)
+
+// TestOnTheEmulatedModem runs mhiproxy as the binary does (openModem →
+// stack.Open on the emulated modem) and fetches from an HTTP server on
+// the host's loopback through SOCKS5 and HTTP CONNECT, addressed as the
+// carrier's 198.18.0.1 and by the name test.mhistack (answered by the
+// modem's DNS), so every byte crosses proxy → stack → link → MHI →
+// emulated modem → carrier network → host socket.
+func TestOnTheEmulatedModem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	body := strings.Repeat("mhistack through the modem\n", 40000) // ~1 MB
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
+	oln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(oln)
+	defer origin.Close()
+	port := portOf(oln.Addr())
+
+	pcap := filepath.Join(t.TempDir(), "link.pcap")
+	mbimName := fmt.Sprintf("mhiproxy-test-%d", os.Getpid())
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-pcap", pcap,
+			"-mbim-proxy=" + mbimName, "-apn", "internet", "-log-level", "warn"}, &stdout, &stderr, openModem)
+	}()
+	ready := regexp.MustCompile(`listening on (\S+) via sim/qcom-sdx55m, ip (\S+) (\S+), metrics http://(\S+)/metrics`)
+	var m []string
+	for deadline := time.Now().Add(60 * time.Second); m == nil; {
+		select {
+		case code := <-done:
+			t.Fatalf("exit %d before ready; stdout %q stderr %q", code, stdout.String(), stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line; stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+		m = ready.FindStringSubmatch(stdout.String())
+	}
+	addr, maddr := m[1], m[4]
+	car := sim.DefaultCarrier()
+	if m[2] != car.IPv4.Addr().String() || m[3] != car.IPv6.Addr().String() {
+		t.Errorf("ready line says ip %s %s; the session has %v %v", m[2], m[3], car.IPv4, car.IPv6)
+	}
+	t.Log(strings.TrimSpace(stdout.String()))
+
+	get := func(how string, conn net.Conn) {
+		t.Helper()
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != body {
+			t.Fatalf("%s: %d bytes (want %d), %v", how, len(b), len(body), err)
+		}
+	}
+
+	c := &proxy.Client{Proxy: addr}
+	for _, host := range []string{sim.TestAddr4.String(), sim.TestName} {
+		conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			t.Fatalf("SOCKS5 CONNECT %s: %v", host, err)
+		}
+		get("SOCKS5 to "+host, conn)
+	}
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(sim.TestAddr4.String(), port)
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTP CONNECT: %v %v", resp, err)
+	}
+	if br.Buffered() != 0 {
+		t.Fatalf("%d bytes after the CONNECT response", br.Buffered())
+	}
+	get("HTTP CONNECT", conn)
+
+	// The libmbim proxy socket is there while mhiproxy runs.
+	if uc, err := net.Dial("unix", "@"+mbimName); err != nil {
+		t.Errorf("-mbim-proxy: %v", err)
+	} else {
+		uc.Close()
+	}
+
+	mresp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^mhiproxy_proxy_socks_connects 2$`),
+		regexp.MustCompile(`(?m)^mhiproxy_proxy_http_connects 1$`),
+		regexp.MustCompile(`(?m)^mhiproxy_stack_dialed [1-9]`),
+		regexp.MustCompile(`(?m)^# TYPE mhiproxy_stack_active_tcp_conns gauge$`),
+		regexp.MustCompile(`(?m)^mhiproxy_stack_link_rx_bytes [1-9][0-9]{6}`),
+		regexp.MustCompile(`(?m)^mhiproxy_mhi_interrupts [1-9]`),
+	} {
+		if !want.Match(mb) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", mb)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d; stderr %q", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit 30 s after the signal")
+	}
+	if fi, err := os.Stat(pcap); err != nil || fi.Size() < 1<<20 {
+		t.Errorf("-pcap: %v, %v (want the fetched megabytes in it)", fi, err)
+	}
+}
