@@ -2,7 +2,8 @@
 // proxy test that Debian's clients do not provide.
 //
 //	proxye2e www -dir D          serve D over HTTP on 127.0.0.1 (prints "http 127.0.0.1:PORT")
-//	proxye2e udpecho             answer UDP datagrams with "echo:"+payload (prints "udp 127.0.0.1:PORT")
+//	proxye2e udpecho             answer UDP datagrams with "echo:"+payload on 127.0.0.1 and ::1,
+//	                             one port (prints "udp 127.0.0.1:PORT")
 //	proxye2e udp -proxy A -to T  UDP ASSOCIATE through the SOCKS5 proxy A, send datagrams to T
 //	                             (IP:port or name:port) and check each echo
 //	proxye2e hostproxy           the proxy package over the host's network, loopback only, for
@@ -74,20 +75,50 @@ func www(ctx context.Context, args []string) error {
 }
 
 func udpEcho(ctx context.Context) error {
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	fmt.Println("udp", pc.LocalAddr())
-	go func() { <-ctx.Done(); pc.Close() }()
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := pc.ReadFrom(buf)
+	// The same port on 127.0.0.1 and ::1: the carrier's DNS answers
+	// test.mhistack with 198.18.0.1 and 2001:2::1 (the host's two
+	// loopbacks), the proxy sends a UDP datagram for a name to the first
+	// address (IPv6 first, RFC 6724), and UDP has no refusal to fall
+	// back on as TCP's happy eyeballs does.
+	var pcs []net.PacketConn
+	for try := 0; ; try++ {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 		if err != nil {
-			return nil
+			return err
 		}
-		pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
+		pc6, err := net.ListenPacket("udp6", fmt.Sprintf("[::1]:%d", pc.LocalAddr().(*net.UDPAddr).Port))
+		if err == nil {
+			pcs = []net.PacketConn{pc, pc6}
+			break
+		}
+		if try == 20 {
+			// No IPv6 loopback: names reach only the IPv4 echo.
+			fmt.Fprintln(os.Stderr, "proxye2e: udpecho on 127.0.0.1 only:", err)
+			pcs = []net.PacketConn{pc}
+			break
+		}
+		pc.Close()
 	}
+	fmt.Println("udp", pcs[0].LocalAddr())
+	errc := make(chan error, len(pcs))
+	for _, pc := range pcs {
+		go func() { <-ctx.Done(); pc.Close() }()
+		go func() {
+			buf := make([]byte, 65536)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					errc <- nil
+					return
+				}
+				pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
+			}
+		}()
+	}
+	for range pcs {
+		<-errc
+	}
+	return nil
 }
 
 func udpClient(args []string) error {
