@@ -158,11 +158,13 @@ func (s *Server) access(a regionAccess, p []byte, write bool) syscall.Errno {
 	return syscall.EINVAL
 }
 
-// configAccess reads or writes config space. Interrupt Pin reads 0: MHI
-// modems are driven with MSI only (kernel-crosscheck.md §1), and a pin would
-// make the client set up INTx, whose level-triggered resampling this server
-// does not implement. Writes refresh the Command mirror that gates DMA and
-// MSIs (bus mastering) and BAR accesses (memory decoding).
+// configAccess reads or writes config space: pci.ConfigSpace (IDs, BAR
+// sizing, MSI) with the PM capability of pm.go in front of MSI. Interrupt
+// Pin reads 0: MHI modems are driven with MSI only (kernel-crosscheck.md
+// §1), and a pin would make the client set up INTx, whose level-triggered
+// resampling this server does not implement. Writes refresh the Command
+// mirror that gates DMA and MSIs (bus mastering) and BAR accesses (memory
+// decoding).
 func (s *Server) configAccess(off uint64, p []byte, write bool) syscall.Errno {
 	if off > pci.ConfigSize || uint64(len(p)) > pci.ConfigSize-off {
 		return syscall.EINVAL
@@ -171,6 +173,7 @@ func (s *Server) configAccess(off uint64, p []byte, write bool) syscall.Errno {
 	if !write {
 		s.stats.configReads.Add(1)
 		s.cfg.Read(o, p)
+		s.overlayRead(o, p)
 		if o <= pci.CfgInterruptPin && o+len(p) > pci.CfgInterruptPin {
 			p[pci.CfgInterruptPin-o] = 0
 		}
@@ -178,20 +181,23 @@ func (s *Server) configAccess(off uint64, p []byte, write bool) syscall.Errno {
 	}
 	s.stats.configWrites.Add(1)
 	s.cfgMu.Lock()
-	s.cfg.Write(o, p)
+	if !s.overlayWrite(o, p) {
+		s.cfg.Write(o, p)
+	}
 	s.cmd.Store(uint32(s.cfg.Command()))
 	s.cfgMu.Unlock()
 	return 0
 }
 
 // barAccess performs a BAR access. Like vpci, the function claims only
-// naturally aligned 32-bit accesses while memory decoding is on; anything
+// naturally aligned 32-bit accesses while memory decoding is on (and, PM
+// 1.2 §5.4.1, not in D3hot); anything
 // else reads all-ones and drops writes, as an unclaimed PCIe transaction
 // would (MHI registers are 32-bit, mhi-protocol.md §1).
 func (s *Server) barAccess(bar int, off uint64, p []byte, write bool) {
 	s.life.RLock()
 	defer s.life.RUnlock()
-	if len(p) != 4 || off%4 != 0 || s.closed.Load() || s.cmd.Load()&pci.CmdMemory == 0 {
+	if len(p) != 4 || off%4 != 0 || s.closed.Load() || s.cmd.Load()&pci.CmdMemory == 0 || s.pm.d3() {
 		s.stats.mmioUnclaimed.Add(1)
 		if !write {
 			for i := range p {

@@ -88,7 +88,7 @@ func (t *irqTable) vector(n int) *os.File {
 // run on any goroutine.
 func (s *Server) raiseMSI(n int) {
 	s.stats.msiRaised.Add(1)
-	if n < 0 || s.closed.Load() || s.offline.Load() || s.cmd.Load()&pci.CmdBusMaster == 0 {
+	if n < 0 || s.closed.Load() || s.offline.Load() || s.cmd.Load()&pci.CmdBusMaster == 0 || s.pm.d3() {
 		s.stats.msiDropped.Add(1)
 		return
 	}

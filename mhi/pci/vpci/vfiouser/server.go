@@ -76,6 +76,7 @@ type Server struct {
 
 	dma dmaTable
 	irq irqTable
+	pm  pmState
 
 	mu       sync.Mutex // guards the fields below
 	listener net.Listener
@@ -113,7 +114,7 @@ type Stats struct {
 	MMIOWrites  uint64 // 32-bit BAR writes that reached the model
 	// MMIOUnclaimed counts BAR accesses the server answered itself
 	// (all-ones reads, dropped writes): not 4 bytes naturally aligned,
-	// or memory decoding off.
+	// memory decoding off, or the function in D3hot.
 	MMIOUnclaimed   uint64
 	ConfigReads     uint64
 	ConfigWrites    uint64
@@ -124,8 +125,8 @@ type Stats struct {
 	MSIRaised       uint64 // RaiseMSI calls by the model
 	MSIDelivered    uint64 // eventfd writes
 	// MSIDropped counts MSIs with no eventfd installed for their vector,
-	// raised with bus mastering off, while no client is connected, or
-	// after Close.
+	// raised with bus mastering off or in D3hot, while no client is
+	// connected, or after Close.
 	MSIDropped   uint64
 	DeviceResets uint64
 }
@@ -277,6 +278,7 @@ func (s *Server) resetFunction() {
 	s.model.Reset()
 	s.cfgMu.Lock()
 	s.cfg.Reset()
+	s.pm.reset()
 	s.cmd.Store(uint32(s.cfg.Command()))
 	s.cfgMu.Unlock()
 	s.irq.clear()

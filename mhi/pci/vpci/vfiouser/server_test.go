@@ -348,13 +348,23 @@ func TestConfigSpaceHasIDsMSICapabilityNoPinAndBARSizing(t *testing.T) {
 	if pin := c.read(regionConfig, pci.CfgInterruptPin, 1)[0]; pin != 0 {
 		t.Errorf("Interrupt Pin %d, want 0 (MSI only)", pin)
 	}
-	capPtr := c.read(regionConfig, pci.CfgCapPtr, 1)[0]
-	capHdr := c.read(regionConfig, uint64(capPtr), 4)
-	if capHdr[0] != pci.CapIDMSI {
-		t.Fatalf("capability at %#x is %#x, want MSI", capPtr, capHdr[0])
+	// The capability list, as a kernel walks it: PM, then MSI.
+	caps := map[byte]uint64{}
+	for ptr, n := c.read(regionConfig, pci.CfgCapPtr, 1)[0], 0; ptr != 0 && n < 48; n++ {
+		hdr := c.read(regionConfig, uint64(ptr), 2)
+		caps[hdr[0]] = uint64(ptr)
+		ptr = hdr[1]
 	}
-	if ctrl := le.Uint16(capHdr[2:]); ctrl&pci.MSICtrl64 == 0 || (ctrl>>1)&7 != 2 {
+	if len(caps) != 2 || caps[pmCapID] == 0 || caps[pci.CapIDMSI] == 0 {
+		t.Fatalf("capabilities %v, want PM and MSI", caps)
+	}
+	msi := c.read(regionConfig, caps[pci.CapIDMSI], 4)
+	if ctrl := le.Uint16(msi[2:]); ctrl&pci.MSICtrl64 == 0 || (ctrl>>1)&7 != 2 {
 		t.Errorf("MSI control %#x: want 64-bit, 4 vectors capable", ctrl)
+	}
+	// PME from D3hot is what makes Linux's mhi_pci_generic use runtime PM.
+	if pmc := le.Uint16(c.read(regionConfig, caps[pmCapID]+pmPMC, 2)); pmc&(1<<14) == 0 || pmc&7 != 3 {
+		t.Errorf("PMC %#x: want PM 1.2 with PME from D3hot", pmc)
 	}
 	c.write32(regionConfig, pci.CfgBAR0, 0xffffffff)
 	if got := c.read32(regionConfig, pci.CfgBAR0); got != 0xfffff000 {
@@ -366,6 +376,40 @@ func TestConfigSpaceHasIDsMSICapabilityNoPinAndBARSizing(t *testing.T) {
 	}
 	if _, errno := c.try(cmdRegionRead, access(regionConfig, 254, nil, 4)); errno != syscall.EINVAL {
 		t.Errorf("config read past 256: errno %v, want EINVAL", errno)
+	}
+}
+
+func TestD3hotStopsBARDecodingAndMSIsUntilD0(t *testing.T) {
+	r := newRig(t)
+	c, h := r.cl, r.model.host
+	c.negotiate()
+	c.enableDevice()
+	e := eventfd(t)
+	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 1), e)
+	c.write32(0, 0, 7)
+	pmcsr := uint64(pmCapOffset + pmPMCSR)
+	// D3hot with PME_En, as pci_set_power_state after pci_wake_from_d3.
+	c.call(cmdRegionWrite, access(regionConfig, pmcsr, []byte{stateD3hot, pmcsrPMEEn >> 8}, 2))
+	if v := le.Uint16(c.read(regionConfig, pmcsr, 2)); v&pmcsrStateMask != stateD3hot || v&pmcsrNoSoftReset == 0 || v&pmcsrPMEEn == 0 {
+		t.Errorf("PMCSR %#x after the D3hot write", v)
+	}
+	if got := c.read32(0, 0); got != 0xffffffff {
+		t.Errorf("BAR read in D3hot %#x, want all-ones", got)
+	}
+	h.RaiseMSI(0)
+	if count(t, e) != 0 {
+		t.Error("MSI delivered in D3hot")
+	}
+	// D1 is not supported: ignored.
+	c.call(cmdRegionWrite, access(regionConfig, pmcsr, []byte{1}, 1))
+	c.call(cmdRegionWrite, access(regionConfig, pmcsr, []byte{stateD0}, 1))
+	// No_Soft_Reset: the function kept its state.
+	if got := c.read32(0, 0); got != 7 {
+		t.Errorf("register 0 after D3hot → D0 reads %d, want 7", got)
+	}
+	h.RaiseMSI(0)
+	if count(t, e) != 1 {
+		t.Error("MSI not delivered back in D0")
 	}
 }
 
