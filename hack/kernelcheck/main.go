@@ -65,6 +65,7 @@ type config struct {
 	smp                   int
 	jobs                  int
 	keep, verbose         bool
+	initFile, initScript  string // -init: a debugging /init instead of the checks
 	work                  string
 }
 
@@ -83,12 +84,21 @@ func main() {
 	flag.StringVar(&c.mem, "mem", "512M", "guest RAM (below 4 GiB: the MHI DMA mask is 32-bit)")
 	flag.IntVar(&c.smp, "smp", 2, "guest CPUs")
 	flag.IntVar(&c.jobs, "jobs", 1, "guests run at once")
+	flag.StringVar(&c.initFile, "init", "", "debugging: boot this busybox script as /init instead of the checks (the modules are in /lib/modules)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (initramfs, serial and modem logs)")
 	flag.BoolVar(&c.verbose, "v", false, "echo the guest's serial console and the modem's log")
 	flag.String("repo", ".", "mhistack checkout (unused; accepted for the script)")
 	flag.String("cache", "", "cache directory (unused; accepted for the script)")
 	flag.Parse()
 	c.profiles, c.pbl = splitList(profiles), splitList(pbl)
+	if c.initFile != "" {
+		b, err := os.ReadFile(c.initFile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kernel-crosscheck: %v\n", err)
+			os.Exit(2)
+		}
+		c.initScript = string(b)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c)
 	stop()
@@ -357,6 +367,9 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	var exp expect
 	if err := buildInitramfs(initrd, c.busybox, modDir, extra, func(ko []byte) string {
 		exp = expectFor(p, ko)
+		if c.initFile != "" {
+			return c.initScript
+		}
 		return script(exp, c.wait)
 	}); err != nil {
 		return nil, err
@@ -631,7 +644,7 @@ func stateTrail(log string) string {
 	return strings.Join(limit(s, 16), " → ")
 }
 
-var dmesgErrRE = regexp.MustCompile(`(?i)fail|timeout|timed out|unable|error|warn|BUG|call trace|oops`)
+var dmesgErrRE = regexp.MustCompile(`(?i)fail|timeout|timed out|unable|error|warn|BUG|call trace|oops|underflow`)
 var dmesgOK = regexp.MustCompile(`SYS ERROR|SYS_ERROR|System error detected|Triggering SYS_ERR|error_detected|Transitioning from PM state`)
 var dmesgMHI = regexp.MustCompile(`(?i)mhi|wwan|0000:00:0`)
 
@@ -647,6 +660,11 @@ var knownKernelMessages = []struct {
 	// READY transitions. On 6.1 the second READY transition may find the
 	// first already in M0 and log this; recovery completes regardless.
 	{regexp.MustCompile(`Error moving to state POWER ON RESET from M0`), "second READY transition of a doubly detected SYS_ERR"},
+	// mhi_queue publishes a TRE before taking its runtime PM reference;
+	// when another CPU rings the channel doorbell in between (DB_MODE
+	// handling), the completion's put comes first. Seen under the
+	// four-stream ping burst; the runtime-pm check runs before it.
+	{regexp.MustCompile(`Runtime PM usage count underflow`), "mhi_queue takes its runtime PM reference after the TRE is visible"},
 }
 
 // dmesgErrors returns the kernel's complaints about the MHI stack, and
