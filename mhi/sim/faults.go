@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
@@ -51,6 +52,36 @@ func (m *Modem) FailNextBHI(code uint32) {
 // called from a Function callback.
 func (m *Modem) InjectEvent(i int, ev mhi.Element) error {
 	return m.callRequest(&request{kind: reqInject, done: make(chan error, 1), ring: i, ev: ev})
+}
+
+// CorruptEventRP stores rp in event ring i's context read pointer and
+// raises the ring's MSI, as a buggy or hostile device would: the value
+// need not lie inside the ring, and the device's own rp is left as it was,
+// so its next event stores a sane rp again. The ring must have been
+// started (the device has posted on it, or the host rang its doorbell). It
+// must not be called from a Function callback.
+func (m *Modem) CorruptEventRP(i int, rp uint64) error {
+	return m.callRequest(&request{kind: reqCorruptRP, done: make(chan error, 1), ring: i, rp: rp})
+}
+
+// corruptEventRP is CorruptEventRP on the device goroutine; the caller
+// holds m.mu.
+func (m *Modem) corruptEventRP(i int, rp uint64) error {
+	if i < 0 || i >= maxEventRings || !m.startEventRing(&m.ers[i]) {
+		return fmt.Errorf("sim: event ring %d is not usable", i)
+	}
+	er := &m.ers[i]
+	// High word first: the host reads the 64-bit rp at once, and either
+	// order is a torn value a hostile device could produce anyway.
+	if err := m.host.DMAWrite32(er.ctx+mhi.CtxRP+4, uint32(rp>>32)); err != nil {
+		return err
+	}
+	er.rpHi = uint32(rp >> 32)
+	if err := m.host.DMAWrite32(er.ctx+mhi.CtxRP, uint32(rp)); err != nil {
+		return err
+	}
+	m.raise(er.vec)
+	return nil
 }
 
 // slowdown applies SetSlow.

@@ -617,9 +617,11 @@ func (m *Modem) chDoorbell(n int) {
 type request struct {
 	kind reqKind
 	done chan error
-	// ring and ev are the event of a reqInject.
+	// ring and ev are the event of a reqInject; ring and rp the value
+	// of a reqCorruptRP.
 	ring int
 	ev   mhi.Element
+	rp   uint64
 }
 
 type reqKind uint8
@@ -629,6 +631,7 @@ const (
 	reqM1
 	reqReset
 	reqInject
+	reqCorruptRP
 )
 
 // call runs a request on the device goroutine and waits for it.
@@ -641,7 +644,7 @@ func (m *Modem) callRequest(r *request) error {
 	if !m.attached.Load() {
 		return ErrDetached
 	}
-	if k != reqM1 && k != reqInject {
+	if k != reqM1 && k != reqInject && k != reqCorruptRP {
 		// A crash or reset interrupts whatever the device waits for.
 		m.abort.Store(true)
 		kick(m.erKick)
@@ -670,6 +673,8 @@ func (m *Modem) handle(r *request) {
 		if !m.post(r.ring, r.ev, false) {
 			err = fmt.Errorf("sim: event ring %d cannot take an event now", r.ring)
 		}
+	case reqCorruptRP:
+		err = m.corruptEventRP(r.ring, r.rp)
 	}
 	m.mu.Unlock()
 	m.runActions()

@@ -249,6 +249,12 @@ func (a *dmaAllocator) Alloc(size, align int) (*pci.Buffer, error) {
 	return &pci.Buffer{Mem: mem, IOVA: iova}, nil
 }
 
+// MappedBuffers returns how many DMA buffers the host has allocated and
+// not yet freed. Tests use it as a leak check: once the host has released
+// a device (link.Endpoint.Close, mhi.Controller.Close) it must be 0. Close
+// unmaps everything, so read it before closing the device.
+func (d *Device) MappedBuffers() int { return len(d.iommu.table.Load().maps) }
+
 // Free unmaps b; a device access to it faults from now on.
 func (a *dmaAllocator) Free(b *pci.Buffer) error {
 	if a.d.closed.Load() {
