@@ -41,7 +41,8 @@ type ControlPort struct {
 	txFree   []*pci.Buffer
 	all      []*pci.Buffer
 	closed   bool
-	overflow int // bytes of a message being joined that exceeded the limit
+	down     error // set when the device is gone: waits fail with it
+	overflow int   // bytes of a message being joined that exceeded the limit
 }
 
 // OpenControl claims, starts and fills the control channel pair name.
@@ -93,8 +94,16 @@ func (c *Controller) OpenControl(ctx context.Context, name string, opts ControlO
 		return nil, err
 	}
 	p.unsub = c.Subscribe(func(e Event) {
-		if e.Kind == EventRecovered {
+		switch e.Kind {
+		case EventRecovered:
 			p.refill()
+		case EventRemoved:
+			// No message will ever come: wake Recv and Send, which
+			// may wait with no deadline of their own.
+			p.mu.Lock()
+			p.down = ErrRemoved
+			p.cond.Broadcast()
+			p.mu.Unlock()
 		}
 	})
 	p.refill()
@@ -141,9 +150,10 @@ func (p *ControlPort) txRelease(b *pci.Buffer) {
 	p.mu.Unlock()
 }
 
-// waitLocked waits on the port's condition until ready or ctx ends; the
-// controller's state changes do not signal the condition, so ctx is the
-// bound.
+// waitLocked waits on the port's condition until ready, ctx ends, the port
+// is closed or the device is removed. Other controller state changes
+// (SYS_ERR, recovery) do not end the wait: the port works again after
+// recovery.
 func (p *ControlPort) waitLocked(ctx context.Context, ready func() bool) error {
 	stop := context.AfterFunc(ctx, func() {
 		p.mu.Lock()
@@ -154,6 +164,9 @@ func (p *ControlPort) waitLocked(ctx context.Context, ready func() bool) error {
 	for !ready() {
 		if p.closed {
 			return ErrClosed
+		}
+		if p.down != nil {
+			return p.down
 		}
 		if err := ctx.Err(); err != nil {
 			return err
