@@ -5,9 +5,19 @@ import (
 	"time"
 )
 
+// missedIRQInterval is how often an idle dedicated poller looks at its
+// event rings without an interrupt. An MSI can be lost (a PCIe link
+// hiccup, a device bug, vpci.SetMSIFilter): the device then waits for
+// event ring space that the host never hands back, and the host waits for
+// an interrupt that never comes — the data path stops for good. Linux
+// drivers cover the same hole with their TX watchdogs. One look costs two
+// context reads, ten times a second.
+const missedIRQInterval = 100 * time.Millisecond
+
 // pollLoop is the dedicated poller (threaded NAPI): it sleeps until
 // notify schedules it, then runs passes until one does less than a budget
-// of work and the re-check after re-arming finds nothing.
+// of work and the re-check after re-arming finds nothing. While idle it
+// checks the rings every missedIRQInterval for events whose MSI was lost.
 func (e *Endpoint) pollLoop() {
 	defer e.wg.Done()
 	defer e.workers.Add(-1)
@@ -20,6 +30,8 @@ func (e *Endpoint) pollLoop() {
 	}
 	var retry *time.Timer // RefillInline back-off while the pool is empty
 	var backoff time.Duration
+	idle := time.NewTicker(missedIRQInterval)
+	defer idle.Stop()
 	for {
 		var retryC <-chan time.Time
 		if e.opts.Refill == RefillInline && e.starved.Load() {
@@ -43,6 +55,15 @@ func (e *Endpoint) pollLoop() {
 		case <-retryC:
 			e.refill()
 			continue
+		case <-idle.C:
+			// Not scheduled and events waiting: their MSI was lost.
+			// The CAS keeps the NAPI rule (one owner of a pass); if
+			// an interrupt won it, its token is in sched.
+			if e.scheduled.Load() || !(e.rx.pending() || e.dlER.Pending() || e.ulER.Pending()) ||
+				!e.scheduled.CompareAndSwap(false, true) {
+				continue
+			}
+			e.stats.missedIRQ.Add(1)
 		}
 		e.inPass.Store(true)
 		ok := e.run()

@@ -27,6 +27,10 @@ type Stats struct {
 
 	// Interrupts counts event-ring notifications (MSIs) for the pair.
 	Interrupts uint64
+	// MissedInterrupts counts the idle checks of the dedicated poller
+	// that found events no MSI had announced (a lost MSI; see
+	// missedIRQInterval).
+	MissedInterrupts uint64
 	// Polls counts poll passes; BudgetExhausted the passes that did
 	// Budget packets of work and so polled again without re-arming;
 	// Rearms the times the poller went back to waiting for an
@@ -80,6 +84,7 @@ type counters struct {
 	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
+	missedIRQ                                             atomic.Uint64
 }
 
 // passCounts is what one poll pass counted.
@@ -133,7 +138,7 @@ func (e *Endpoint) Stats() Stats {
 			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),
 			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(),
 		},
-		Interrupts: c.interrupts.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
+		Interrupts: c.interrupts.Load(), MissedInterrupts: c.missedIRQ.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
 		Rearms: c.rearms.Load(), RearmRaces: c.rearmRaces.Load(), MaxPassPackets: c.maxPass.Load(),
 		PollNanos: c.pollNanos.Load(), Refills: c.refills.Load(), RefillBuffers: c.refillBuffers.Load(),
 		GROMerges: c.groMerges.Load(),
