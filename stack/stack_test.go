@@ -312,8 +312,12 @@ func TestBulkSHA256BothDirections(t *testing.T) {
 			hostGot <- res{err: err}
 			return
 		}
-		defer c.Close()
+		// Close only after both directions are done: closing when
+		// the upload ends would cut the host's own send short.
+		wrote := make(chan struct{})
+		defer func() { <-wrote; c.Close() }()
 		go func() {
+			defer close(wrote)
 			h := sha256.New()
 			io.Copy(io.MultiWriter(c, h), io.LimitReader(newRand(2), n))
 			c.(*net.TCPConn).CloseWrite()

@@ -403,13 +403,26 @@ func (cn *CarrierNetwork) forwardTCP(r *tcp.ForwarderRequest) {
 		hc.Close()
 		return
 	}
+	// A failed copy resets both sides, as a NAT does: a FIN would tell the
+	// other end its stream ended cleanly when data was lost.
+	var resetOnce sync.Once
+	reset := func() {
+		resetOnce.Do(func() {
+			ep.Abort()
+			if t, ok := hc.(*net.TCPConn); ok {
+				t.SetLinger(0)
+			}
+			hc.Close()
+			gc.Close()
+		})
+	}
 	up := make(chan struct{})
 	go func() {
 		defer cn.wg.Done()
 		defer close(up)
-		relay(hc, gc)
+		relay(hc, gc, reset)
 	}()
-	relay(gc, hc)
+	relay(gc, hc, reset)
 	// A half-closed flow keeps running in the other direction: the flow
 	// ends when both copies have.
 	<-up
@@ -420,16 +433,15 @@ func (cn *CarrierNetwork) forwardTCP(r *tcp.ForwarderRequest) {
 type halfCloser interface{ CloseWrite() error }
 
 // relay copies src to dst and then ends dst's write side, so half-close
-// travels through the network.
-func relay(dst, src net.Conn) {
+// travels through the network. When the copy fails it calls reset.
+func relay(dst, src net.Conn, reset func()) {
 	buf := make([]byte, 256<<10)
 	_, err := io.CopyBuffer(dst, src, buf)
 	if hc, ok := dst.(halfCloser); ok && err == nil {
 		hc.CloseWrite()
 		return
 	}
-	dst.Close()
-	src.Close()
+	reset()
 }
 
 // forwardUDP runs inline for the first datagram of a flow gVisor has no
