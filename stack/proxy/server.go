@@ -22,6 +22,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -109,6 +110,7 @@ type Server struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
+	served    int // conns being served (not refusals being answered)
 	assocs    int
 	wg        sync.WaitGroup // every goroutine the server started
 }
@@ -230,8 +232,10 @@ func (s *Server) track(c net.Conn) bool {
 		return false
 	}
 	max := limit(s.MaxConns, DefaultMaxConns)
-	over := max > 0 && len(s.conns) >= max
-	if over && len(s.conns) >= max+max/8+1 {
+	over := max > 0 && s.served >= max
+	// Refusals being answered are bounded too (an eighth of the limit,
+	// at least 16): past that, connections are simply closed.
+	if over && len(s.conns)-s.served >= maxRefusing(max) {
 		s.mu.Unlock()
 		s.stats.ConnsRejected.Add(1)
 		c.Close()
@@ -239,6 +243,9 @@ func (s *Server) track(c net.Conn) bool {
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
+	if !over {
+		s.served++
+	}
 	s.mu.Unlock()
 	if over {
 		s.stats.ConnsRejected.Add(1)
@@ -308,7 +315,12 @@ func (s *Server) serveConn(c net.Conn) {
 	// Deferred in this order so that the gauge is down before Close,
 	// waiting on untrack, can return.
 	defer s.untrack(c)
-	defer s.stats.ConnsActive.Add(^uint64(0))
+	defer func() {
+		s.mu.Lock()
+		s.served--
+		s.mu.Unlock()
+		s.stats.ConnsActive.Add(^uint64(0))
+	}()
 	defer func() {
 		// A bug in a handler must cost one connection, not the process.
 		if p := recover(); p != nil {
@@ -348,6 +360,8 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 }
 
+func maxRefusing(max int) int { return 16 + max/8 }
+
 // serveRefusal answers a connection over MaxConns in its protocol: SOCKS5
 // "no acceptable methods" (clients report it at once, without retrying
 // other methods), HTTP 503.
@@ -361,9 +375,23 @@ func (s *Server) serveRefusal(c net.Conn) {
 	s.logger().Warn("proxy: connection limit reached, refusing", "client", c.RemoteAddr(), "max_conns", limit(s.MaxConns, DefaultMaxConns))
 	if b[0] == socks5Version {
 		c.Write([]byte{socks5Version, methodNoAcceptable})
+		lingerClose(c)
 		return
 	}
 	c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+	lingerClose(c)
+}
+
+// lingerClose ends the write side and drains what the client still sends
+// (bounded in bytes and time) before the caller closes: closing a socket
+// with unread data makes the kernel send a reset, which can destroy the
+// error reply before the client has read it.
+func lingerClose(c net.Conn) {
+	if hc, ok := c.(interface{ CloseWrite() error }); ok {
+		hc.CloseWrite()
+	}
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.CopyN(io.Discard, c, 64<<10)
 }
 
 // handshakeError counts and logs a client that failed before its request
