@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mhistack/mhistack/hack/internal/initramfs"
 )
 
 // modules are the VFIO modules, in load order (dependencies first, from
@@ -274,15 +276,15 @@ poweroff -f
 `
 
 func buildInitramfs(path string, c config, testBin string) error {
-	files := map[string]entry{}
+	files := map[string]initramfs.Entry{}
 	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "lib", "lib/modules"} {
-		files[d] = entry{mode: modeDir}
+		files[d] = initramfs.Entry{Mode: initramfs.Dir}
 	}
 	bb, err := os.ReadFile(c.busybox)
 	if err != nil {
 		return prereqError{err.Error()}
 	}
-	files["bin/busybox"] = entry{mode: modeExec, data: bb}
+	files["bin/busybox"] = initramfs.Entry{Mode: initramfs.Exec, Data: bb}
 	var loaded []string
 	for _, m := range modules {
 		data, err := findModule(c.moduleDir, m)
@@ -292,7 +294,7 @@ func buildInitramfs(path string, c config, testBin string) error {
 		if data == nil {
 			continue
 		}
-		files["lib/modules/"+m+".ko"] = entry{mode: modeFile, data: data}
+		files["lib/modules/"+m+".ko"] = initramfs.Entry{Mode: initramfs.File, Data: data}
 		loaded = append(loaded, m)
 	}
 	if !contains(loaded, "vfio-pci") {
@@ -304,17 +306,17 @@ func buildInitramfs(path string, c config, testBin string) error {
 		runArg = "-test.run '" + c.run + "'"
 	}
 	script = strings.ReplaceAll(script, "@RUN@", runArg)
-	files["init"] = entry{mode: modeExec, data: []byte(script)}
+	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(script)}
 	tb, err := os.ReadFile(testBin)
 	if err != nil {
 		return err
 	}
-	files["vfio.test"] = entry{mode: modeExec, data: tb}
+	files["vfio.test"] = initramfs.Entry{Mode: initramfs.Exec, Data: tb}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := writeInitramfs(f, files); err != nil {
+	if err := initramfs.Write(f, files); err != nil {
 		f.Close()
 		return err
 	}
