@@ -182,7 +182,7 @@ ping_check() {
 	# One warm-up packet: the driver queues its RX buffers when the
 	# interface comes up.
 	ping -c 1 -W 5 192.0.2.2 >/dev/null 2>&1
-	out=$(ping -c 5 -W 5 -i 0.3 192.0.2.2 2>&1)
+	out=$(ping -c 5 -W 5 -i 0.2 192.0.2.2 2>&1)
 	echo "$out" | sed 's/^/ping| /'
 	stats=$(echo "$out" | grep 'packets transmitted')
 	tx=$(echo "$stats" | sed -n 's/^\([0-9]*\) packets transmitted.*/\1/p')
@@ -202,7 +202,7 @@ ping_sizes() {
 	ip link set $PINGDEV mtu 60000 || { check ping-sizes FAIL "cannot set MTU 60000 on $PINGDEV"; return; }
 	bad=""
 	for size in 0 1 56 1472 4000 16000 32740 32741 40000 59000; do
-		out=$(ping -c 2 -W 5 -s $size 192.0.2.2 2>&1 | grep 'packets received')
+		out=$(ping -c 2 -i 0.2 -W 5 -s $size 192.0.2.2 2>&1 | grep 'packets received')
 		case "$out" in
 		"2 packets transmitted, 2 packets received"*) ;;
 		*) bad="$bad $size:[${out:-no output}]" ;;
@@ -246,7 +246,7 @@ runtime_pm() {
 	fi
 	local at=$(up)
 	[ -n "$PINGDEV" ] || { check runtime-pm PASS "suspended at ${at}s (no data interface to resume it)"; return; }
-	out=$(ping -c 3 -W 5 192.0.2.2 2>&1 | grep 'packets received')
+	out=$(ping -c 3 -i 0.2 -W 5 192.0.2.2 2>&1 | grep 'packets received')
 	case "$out" in
 	"3 packets transmitted, 3 packets received"*) check runtime-pm PASS "suspended at ${at}s, resumed by traffic: 3/3 replies, now $(cat $d/power/runtime_status)" ;;
 	*) check runtime-pm FAIL "suspended at ${at}s, then ping: ${out:-no reply}; runtime_status $(cat $d/power/runtime_status)" ;;
