@@ -19,8 +19,8 @@ type conn struct {
 	buf []byte // message body, reused
 	oob []byte // ancillary data, reused
 	out []byte // reply, reused
-	// msgs counts messages, so that only the first of each failure
-	// kind is logged at Warn.
+	// warned records the failure kinds already logged at Warn, so that
+	// a misbehaving client cannot flood the log.
 	warned map[string]bool
 }
 

@@ -5,7 +5,9 @@
 // (shared/docs/kernel-crosscheck.md). It is the out-of-process twin of
 // vpci.Bus and gives the model the same Host semantics: DMA checked against
 // the client's DMA maps and gated by bus mastering, faults recorded, MSIs
-// delivered to the eventfds the client installed.
+// delivered to the eventfds the client installed. Config space is
+// pci.NewConfigSpace's (BAR sizing, MSI) with a PCI PM capability in front,
+// so that a guest kernel can also runtime-suspend the function (pm.go).
 //
 //	srv, err := vfiouser.New(model, vfiouser.WithLogger(log))
 //	l, err := vfiouser.Listen("/run/modem.sock")
