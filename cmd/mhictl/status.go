@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/stack"
+)
+
+func init() {
+	register(&command{
+		Name: "status",
+		Summary: `Bring the modem up (power, MBIM data session on -apn, link) and print
+registration, operator, signal, packet service, session, addresses, DNS,
+MTU and link counters. With -device sim the emulated modem and its
+carrier network run in this process; -sim-apn and -sim-absent make the
+emulated bring-up fail the way a real one can. The emulated modem is
+qcom-sdx55m unless -profile names another one with an IP_HW0 channel.`,
+		Run: status,
+	})
+}
+
+// sessionFlags are the data-session flags of the commands that bring the
+// whole stack up (status, capture), plus knobs of the emulated modem.
+type sessionFlags struct {
+	*deviceFlags
+	apn, user, password, pin string
+	simAPN                   string
+	simAbsent                bool
+}
+
+func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
+	f := &sessionFlags{deviceFlags: addDeviceFlags(fs)}
+	fs.StringVar(&f.apn, "apn", "internet", "access point name of the data session")
+	fs.StringVar(&f.user, "user", "", "user name of the data session, if the carrier wants one")
+	fs.StringVar(&f.password, "password", "", "password of the data session")
+	fs.StringVar(&f.pin, "pin", "", "SIM PIN, if the SIM is locked")
+	fs.StringVar(&f.simAPN, "sim-apn", "", "-device sim: the only APN the emulated carrier accepts (default: any)")
+	fs.BoolVar(&f.simAbsent, "sim-absent", false, "-device sim: emulate a modem without a SIM")
+	return f
+}
+
+// openStack brings the modem up to a configured stack.
+func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
+	opts := stack.Options{Device: f.device, Profile: f.profile, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin}
+	if f.device == "sim" {
+		opts.Sim.MBIM.APN = f.simAPN
+		opts.Sim.MBIM.SIMAbsent = f.simAbsent
+	}
+	s, err := stack.Open(ctx, opts)
+	if err != nil {
+		return nil, hint(sessionHint(fmt.Errorf("bring-up: %w", err)))
+	}
+	return s, nil
+}
+
+// sessionHint says what to do about data-session failures.
+func sessionHint(err error) error {
+	switch {
+	case errors.Is(err, mbim.ErrSIMNotInserted):
+		return fmt.Errorf("%w; insert a SIM (and power-cycle the modem)", err)
+	case errors.Is(err, mbim.ErrPINRequired):
+		return fmt.Errorf("%w; give the SIM PIN with -pin", err)
+	case errors.Is(err, mbim.ErrBadAPN):
+		return fmt.Errorf("%w; check -apn against the carrier's settings", err)
+	case errors.Is(err, mbim.ErrBadCredentials):
+		return fmt.Errorf("%w; check -user and -password", err)
+	case errors.Is(err, mbim.ErrRadioOff):
+		return fmt.Errorf("%w; the radio is switched off (airplane mode?)", err)
+	case errors.Is(err, mbim.ErrNoService):
+		return fmt.Errorf("%w; no network to register on: check the antennas and coverage", err)
+	}
+	return err
+}
+
+type statusOut struct {
+	Device       string       `json:"device"`
+	Profile      string       `json:"profile"`
+	APN          string       `json:"apn"`
+	Registration string       `json:"registration"`
+	ProviderID   string       `json:"provider_id"`
+	ProviderName string       `json:"provider_name"`
+	Roaming      string       `json:"roaming,omitempty"`
+	DataClasses  string       `json:"data_classes"`
+	RSSI         uint32       `json:"rssi"`               // MBIM coded RSSI (0..31, 99 unknown)
+	RSSIdBm      *int         `json:"rssi_dbm,omitempty"` // nil when unknown
+	ErrorRate    uint32       `json:"error_rate"`         // MBIM coded (0..7, 99 unknown)
+	PacketSvc    string       `json:"packet_service"`
+	UplinkBps    uint64       `json:"uplink_bps"`
+	DownlinkBps  uint64       `json:"downlink_bps"`
+	Session      string       `json:"session"`
+	IPType       string       `json:"ip_type"`
+	LinkUp       bool         `json:"link_up"`
+	IPv4         []string     `json:"ipv4"`
+	IPv6         []string     `json:"ipv6"`
+	DNS          []string     `json:"dns"`
+	MTU          uint32       `json:"mtu"`
+	Counters     linkCounters `json:"counters"`
+}
+
+type linkCounters struct {
+	RXPackets   uint64 `json:"rx_packets"`
+	RXBytes     uint64 `json:"rx_bytes"`
+	TXPackets   uint64 `json:"tx_packets"`
+	TXBytes     uint64 `json:"tx_bytes"`
+	RXDrops     uint64 `json:"rx_drops"`
+	TXDrops     uint64 `json:"tx_drops"`
+	RXErrors    uint64 `json:"rx_errors"`
+	RXAllocFail uint64 `json:"rx_alloc_fail"`
+}
+
+func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := commands["status"]
+	fs := newFlagSet(c, "[-device sim|ADDRESS] [-apn APN] [flags]", stderr)
+	sf := addSessionFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	if err := sf.check(); err != nil {
+		return err
+	}
+	ctx, cancel := sf.context(ctx)
+	defer cancel()
+	s, err := sf.openStack(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	out, err := collectStatus(ctx, sf, s)
+	if err != nil {
+		return hint(err)
+	}
+	if sf.json {
+		return writeJSON(stdout, out)
+	}
+	printStatus(stdout, out)
+	return nil
+}
+
+// collectStatus asks the modem (MBIM) and the stack what status prints.
+func collectStatus(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*statusOut, error) {
+	cl := s.MBIM()
+	reg, err := cl.RegisterState(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("REGISTER_STATE: %w", err)
+	}
+	sig, err := cl.SignalState(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("SIGNAL_STATE: %w", err)
+	}
+	ps, err := cl.PacketService(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("PACKET_SERVICE: %w", err)
+	}
+	cs, err := cl.ConnectState(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("CONNECT: %w", err)
+	}
+	out := &statusOut{
+		Device:       sf.device,
+		Profile:      s.Controller().Profile().Name,
+		APN:          sf.apn,
+		Registration: reg.State.String(),
+		ProviderID:   reg.ProviderID,
+		ProviderName: reg.ProviderName,
+		Roaming:      reg.RoamingText,
+		DataClasses:  reg.AvailableDataClasses.String(),
+		RSSI:         sig.RSSI,
+		ErrorRate:    sig.ErrorRate,
+		PacketSvc:    ps.State.String(),
+		UplinkBps:    ps.UplinkSpeed,
+		DownlinkBps:  ps.DownlinkSpeed,
+		Session:      cs.ActivationState.String(),
+		IPType:       cs.IPType.String(),
+		LinkUp:       s.LinkUp(),
+		IPv4:         []string{},
+		IPv6:         []string{},
+		DNS:          []string{},
+		MTU:          s.MTU(),
+	}
+	if dbm, ok := sig.DBm(); ok {
+		out.RSSIdBm = &dbm
+	}
+	for _, p := range s.Addresses() {
+		if p.Addr().Is4() {
+			out.IPv4 = append(out.IPv4, p.String())
+		} else {
+			out.IPv6 = append(out.IPv6, p.String())
+		}
+	}
+	for _, a := range s.DNSServers() {
+		out.DNS = append(out.DNS, a.String())
+	}
+	st := s.Stats()
+	out.Counters = linkCounters{RXPackets: st.RXPackets, RXBytes: st.RXBytes, TXPackets: st.TXPackets, TXBytes: st.TXBytes}
+	if l := st.Link; l != nil {
+		out.Counters = countersOf(l)
+	}
+	return out, nil
+}
+
+func countersOf(l *link.Stats) linkCounters {
+	d := l.RXDrops
+	t := l.TXDrops
+	return linkCounters{
+		RXPackets: l.RXPackets, RXBytes: l.RXBytes, TXPackets: l.TXPackets, TXBytes: l.TXBytes,
+		RXDrops:     d.Oversize + d.Truncated + d.Protocol + d.Checksum + d.NotAttached + d.Backlog + d.Session,
+		TXDrops:     t.TooBig + t.Timeout + t.LinkDown + t.Closed,
+		RXErrors:    l.RXErrors,
+		RXAllocFail: l.RXAllocFail,
+	}
+}
+
+func printStatus(w io.Writer, o *statusOut) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "device\t%s\t%s\n", o.Device, o.Profile)
+	op := o.ProviderName
+	if o.ProviderID != "" {
+		op += " (" + o.ProviderID + ")"
+	}
+	fmt.Fprintf(tw, "registration\t%s\t%s\n", o.Registration, o.DataClasses)
+	if o.Roaming != "" {
+		op += ", roaming " + o.Roaming
+	}
+	fmt.Fprintf(tw, "operator\t%s\n", op)
+	sig := fmt.Sprintf("rssi %d", o.RSSI)
+	if o.RSSIdBm != nil {
+		sig += fmt.Sprintf(" (%d dBm)", *o.RSSIdBm)
+	} else {
+		sig += " (unknown)"
+	}
+	fmt.Fprintf(tw, "signal\t%s, error rate %d\n", sig, o.ErrorRate)
+	fmt.Fprintf(tw, "packet service\t%s\tUL %s, DL %s\n", o.PacketSvc, bps(o.UplinkBps), bps(o.DownlinkBps))
+	fmt.Fprintf(tw, "session\t%s\tAPN %q, %s, link %s\n", o.Session, o.APN, o.IPType, upDown(o.LinkUp))
+	fmt.Fprintf(tw, "IPv4\t%s\n", orDash(o.IPv4))
+	fmt.Fprintf(tw, "IPv6\t%s\n", orDash(o.IPv6))
+	fmt.Fprintf(tw, "DNS\t%s\n", orDash(o.DNS))
+	fmt.Fprintf(tw, "MTU\t%d\n", o.MTU)
+	c := o.Counters
+	fmt.Fprintf(tw, "rx\t%d packets\t%d bytes\t%d drops\t%d errors\t%d rx_alloc_fail\n", c.RXPackets, c.RXBytes, c.RXDrops, c.RXErrors, c.RXAllocFail)
+	fmt.Fprintf(tw, "tx\t%d packets\t%d bytes\t%d drops\n", c.TXPackets, c.TXBytes, c.TXDrops)
+	tw.Flush()
+}
+
+func orDash(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ", ")
+}
+
+func upDown(up bool) string {
+	if up {
+		return "up"
+	}
+	return "down"
+}
+
+func bps(v uint64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.1f Gbit/s", float64(v)/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1f Mbit/s", float64(v)/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1f kbit/s", float64(v)/1e3)
+	}
+	return fmt.Sprintf("%d bit/s", v)
+}

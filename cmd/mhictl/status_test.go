@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestStatusBringsTheEmulatedModemUpAndPrintsTheSession(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-device", "sim"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"registration", "home", "mhistack (00101)", "-73 dBm", "attached", "activated", "10.0.0.2/30", "2001:db8:64::2/64", "10.0.0.53", "MTU             1500", "rx_alloc_fail"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"status", "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("-json exit %d: %s", code, errb.String())
+	}
+	var o statusOut
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatalf("-json: %v\n%s", err, out.String())
+	}
+	if o.Registration != "home" || o.ProviderID != "00101" || o.ProviderName != "mhistack" || o.Session != "activated" ||
+		!o.LinkUp || o.MTU != 1500 || len(o.IPv4) != 1 || o.IPv4[0] != "10.0.0.2/30" || len(o.IPv6) == 0 || len(o.DNS) == 0 ||
+		o.RSSIdBm == nil || o.PacketSvc != "attached" {
+		t.Errorf("-json: %+v", o)
+	}
+}
+
+func TestStatusFailsWithExitCode1AndAHintWhenBringUpFails(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-sim-absent"}, "insert a SIM"},
+		{[]string{"status", "-sim-apn", "internet", "-apn", "nosuch.apn"}, "check -apn"},
+	} {
+		var out bytes.Buffer
+		if code := run(context.Background(), tc.args, &out, &out); code != 1 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("mhictl %q: exit %d, want 1; output %q should contain %q", tc.args, code, out.String(), tc.want)
+		}
+	}
+}
+
+func TestStatusRejectsBadUsageWithExitCode2(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "extra"},
+		{"status", "-profile", "nope"},
+		{"status", "-device", "not-an-address"},
+		{"status", "-bogus"},
+	} {
+		var out bytes.Buffer
+		if code := run(context.Background(), args, &out, &out); code != 2 {
+			t.Errorf("mhictl %q: exit %d, want 2; output %q", args, code, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"status", "--help"}, &out, &out); code != 0 || !strings.Contains(out.String(), "usage: mhictl status") || !strings.Contains(out.String(), "-apn") {
+		t.Errorf("status --help: exit %d, output %q", code, out.String())
+	}
+}
