@@ -2,6 +2,8 @@ package stack_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -12,10 +14,13 @@ import (
 )
 
 func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
+	// Not DefaultCarrier's addresses: 10.9.8.7 is the broadcast address
+	// of its /30, which once made every TCP dial time out (the stack
+	// added it to the NIC with the session's prefix; see nicPrefixLen).
 	car := sim.DefaultCarrier()
-	// A carrier with other addresses than DefaultCarrier's fails to
-	// carry TCP at the moment (under investigation), so the test uses
-	// DefaultCarrier.
+	car.IPv4 = netip.MustParsePrefix("10.9.8.7/30")
+	car.IPv4Gateway = netip.MustParseAddr("10.9.8.5")
+	car.IPv4DNS = []netip.Addr{netip.MustParseAddr("10.9.8.53"), netip.MustParseAddr("10.9.8.54")}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Sim: stack.SimOptions{
@@ -37,9 +42,23 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 		t.Fatalf("DNS servers %v", dns)
 	}
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	c, err := s.DialContext(dctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if la := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); la != car.IPv4.Addr() {
+		t.Errorf("local address %v, want %v", la, car.IPv4.Addr())
+	}
+	msg := []byte("through a /30 broadcast-looking address")
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("echo %q, %v", got, err)
 	}
 	c.Close()
 	if got, err := s.LookupNetIP(ctx, "ip4", sim.TestName); err != nil || len(got) != 1 || got[0] != sim.TestAddr4 {

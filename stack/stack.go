@@ -235,7 +235,7 @@ func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
 			continue
 		}
 		pa := tcpip.ProtocolAddress{Protocol: protoOf(p.Addr()), AddressWithPrefix: tcpip.AddressWithPrefix{
-			Address: tcpip.AddrFromSlice(p.Addr().AsSlice()), PrefixLen: p.Bits()}}
+			Address: tcpip.AddrFromSlice(p.Addr().AsSlice()), PrefixLen: nicPrefixLen(p)}}
 		if err := s.gs.AddProtocolAddress(nicID, pa, gstack.AddressProperties{}); err != nil {
 			return fmt.Errorf("stack: add %v: %s", p, err)
 		}
@@ -243,6 +243,20 @@ func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
 	}
 	s.addrs = want
 	return nil
+}
+
+// nicPrefixLen is the prefix length an address gets on the NIC. The link
+// is point to point, so an IPv4 address is added as a /32: with the
+// session's prefix gVisor would treat an address that is its subnet's
+// broadcast address (10.9.8.7/30, which carriers do hand out) as a
+// broadcast destination, and TCP drops every segment sent to it, so
+// dials time out. Routes come from Config.Routes, not from the prefix;
+// Addresses still reports the session's prefix.
+func nicPrefixLen(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 32
+	}
+	return p.Bits()
 }
 
 // withLinkLocal returns prefixes, deduplicated, plus fe80::IID/64 for the
