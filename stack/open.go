@@ -28,7 +28,10 @@ type Options struct {
 	// modem to emulate (default "qcom-sdx55m"); for a PCI device the
 	// default is the profile matching its PCI IDs.
 	Profile string
-	// Channel is the data channel pair (default "IP_HW0", raw IP).
+	// Channel is the data channel pair (default: "IP_HW0", raw IP, if
+	// the profile has it, else "IP_HW0_MBIM", MBIM NTBs). On
+	// IP_HW0_MBIM the link's framing defaults to mbim.NTB{} and the
+	// emulated carrier network speaks NTBs with DL aggregation.
 	Channel string
 
 	// APN, credentials, authentication, IP type and SIM PIN of the
@@ -84,9 +87,6 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.Channel == "" {
 		opts.Channel = opts.Link.Channel
 	}
-	if opts.Channel == "" {
-		opts.Channel = link.DefaultChannel
-	}
 	var closers []func() error
 	defer func() {
 		if err != nil {
@@ -96,9 +96,12 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 	}()
 
-	dev, p, cls, err := openDevice(opts)
+	dev, p, cls, err := openDevice(&opts)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Channel == "" {
+		opts.Channel = dataChannel(p)
 	}
 	closers = append(closers, cls...)
 	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger})
@@ -132,6 +135,9 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 
 	lo := opts.Link
 	lo.Channel = opts.Channel
+	if lo.Framing == nil && opts.Channel == "IP_HW0_MBIM" {
+		lo.Framing = mbim.NTB{}
+	}
 	if lo.Logger == nil {
 		lo.Logger = opts.Logger
 	}
@@ -170,8 +176,28 @@ func (s *Stack) Controller() *mhi.Controller { return s.ctrl }
 // close it.
 func (s *Stack) MBIM() *mbim.Client { return s.mbim }
 
-// openDevice returns the PCI device, its profile and what closes it.
-func openDevice(opts Options) (pci.Device, *mhi.Profile, []func() error, error) {
+// dataChannel is the data pair Open uses on p when Options.Channel is
+// empty: IP_HW0 (raw IP) if p has it, else IP_HW0_MBIM.
+func dataChannel(p *mhi.Profile) string {
+	mbimOnly := false
+	for _, cc := range p.Channels {
+		switch cc.Name {
+		case link.DefaultChannel:
+			return link.DefaultChannel
+		case "IP_HW0_MBIM":
+			mbimOnly = true
+		}
+	}
+	if mbimOnly {
+		return "IP_HW0_MBIM"
+	}
+	return link.DefaultChannel
+}
+
+// openDevice returns the PCI device, its profile and what closes it;
+// for "sim" it sets opts.Channel if empty (the carrier network must know
+// its pair).
+func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error) {
 	if opts.Device == "" || opts.Device == "sim" {
 		name := opts.Profile
 		if name == "" {
@@ -186,6 +212,12 @@ func openDevice(opts Options) (pci.Device, *mhi.Profile, []func() error, error) 
 		co := opts.Sim.Carrier
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
 			co.Carrier = mc.Carrier
+		}
+		if opts.Channel == "" {
+			opts.Channel = dataChannel(p)
+		}
+		if co.Framing == sim.FramingRawIP {
+			co.Framing = sim.FramingFor(opts.Channel)
 		}
 		cn, err := sim.NewCarrierNetwork(co)
 		if err != nil {

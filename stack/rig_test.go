@@ -8,14 +8,38 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
 
-// rig is a stack over the emulated qcom-sdx55m (strict mode) whose
-// IP_HW0 pair runs the carrier network, configured as the emulated
-// MBIM function's DefaultCarrier would configure it.
+// rigKind is a modem and data pair a rig runs on.
+type rigKind struct {
+	name, profile, channel string
+	framing                sim.Framing
+	link                   link.Framing
+}
+
+var (
+	rawIP = rigKind{"raw-ip", "qcom-sdx55m", "IP_HW0", sim.FramingRawIP, nil}
+	// mbimNTB: NTB16 framing both ways, the carrier aggregating DL
+	// packets (up to 32 / 32 KiB per NTB).
+	mbimNTB = rigKind{"mbim-ntb", "quectel-rm5xx", "IP_HW0_MBIM", sim.FramingMBIM, mbim.NTB{}}
+	// rigKinds are what the end-to-end tests run on.
+	rigKinds = []rigKind{rawIP, mbimNTB}
+)
+
+// forKinds runs f as a subtest on every rig kind.
+func forKinds(t *testing.T, f func(t *testing.T, k rigKind)) {
+	for _, k := range rigKinds {
+		t.Run(k.name, func(t *testing.T) { f(t, k) })
+	}
+}
+
+// rig is a stack over an emulated modem (strict mode) whose data pair
+// runs the carrier network, configured as the emulated MBIM function's
+// DefaultCarrier would configure it.
 type rig struct {
 	s  *stack.Stack
 	cn *sim.CarrierNetwork
@@ -24,11 +48,14 @@ type rig struct {
 	failures []string
 }
 
-func newRig(t testing.TB, cfg stack.Config) *rig {
+// newRig is a rig on qcom-sdx55m IP_HW0, raw IP.
+func newRig(t testing.TB, cfg stack.Config) *rig { return newRigOn(t, cfg, rawIP) }
+
+func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	t.Helper()
 	r := &rig{}
-	p, _ := mhi.Lookup("qcom-sdx55m")
-	cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{})
+	p, _ := mhi.Lookup(k.profile)
+	cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{Framing: k.framing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +63,7 @@ func newRig(t testing.TB, cfg stack.Config) *rig {
 	dev, _, err := sim.NewDevice(p, sim.Options{
 		Strict:      true,
 		OnViolation: func(err error) { r.fail("protocol violation: " + err.Error()) },
-		Functions:   map[string]sim.Function{"IP_HW0": cn},
+		Functions:   map[string]sim.Function{k.channel: cn},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +77,7 @@ func newRig(t testing.TB, cfg stack.Config) *rig {
 	if err := c.PowerUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ep, err := link.New(ctx, c, link.Options{})
+	ep, err := link.New(ctx, c, link.Options{Channel: k.channel, Framing: k.link})
 	if err != nil {
 		t.Fatal(err)
 	}

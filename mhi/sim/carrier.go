@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/mhistack/mhistack/link"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -47,9 +49,15 @@ type CarrierOptions struct {
 	// network itself) and the MTU. Zero: DefaultCarrier, the same the
 	// emulated MBIM function reports by default.
 	Carrier Carrier
-	// Framing of the channel pair (raw IP only for now: MBIM NTB framing
-	// comes with link/mbim's NTB codec).
+	// Framing of the channel pair: FramingRawIP (IP_HW0) or FramingMBIM
+	// (IP_HW0_MBIM: UL NTBs are parsed strictly with link/mbim's codec,
+	// a malformed one is a host violation; DL packets are aggregated
+	// into NTB16s, up to MaxDatagrams / MaxBytes per NTB, per batch the
+	// carrier's stack writes). QMAP is not implemented.
 	Framing Framing
+	// MaxDatagrams and MaxBytes bound DL aggregation on a framed pair
+	// (0: DefaultAggDatagrams / DefaultAggBytes, 32 / 32 KiB).
+	MaxDatagrams, MaxBytes int
 	// Hosts adds names to the DNS (TestName is always there). Names the
 	// carrier does not know are resolved with the host's resolver, like
 	// a carrier's DNS resolving the Internet.
@@ -95,7 +103,10 @@ type CarrierNetwork struct {
 	rx       chan *stack.PacketBuffer // Receive → rxLoop
 	quit     chan struct{}            // closed by Close
 	dnsConns []*gonet.UDPConn
-	echo     []byte // echo reply being built; only Receive (the device goroutine) uses it
+	echo     []byte        // echo reply being built; only Receive (the device goroutine) uses it
+	spans    []link.Span   // UL packets of the transfer; only Receive uses it
+	echoFr   *Framer       // frames echo replies on a framed pair; only Receive uses it
+	session  atomic.Uint32 // MBIM session of the host's last UL packet: DL goes to it
 
 	stats carrierCounters
 }
@@ -106,12 +117,14 @@ type CarrierStats struct {
 	// flows the host refused (answered with RST); DNSQueries counts
 	// queries answered; Dropped counts packets the port refused.
 	TCPFlows, UDPFlows, Refused, DNSQueries, Dropped uint64
-	// ULPackets and DLPackets count IP packets from and to the host.
-	ULPackets, DLPackets uint64
+	// ULPackets and DLPackets count IP packets from and to the host;
+	// DLFrames counts the aggregated DL frames (NTBs) that carried
+	// DLPackets on a framed pair (0 on raw IP).
+	ULPackets, DLPackets, DLFrames uint64
 }
 
 type carrierCounters struct {
-	tcp, udp, refused, dns, dropped, ul, dl atomic.Uint64
+	tcp, udp, refused, dns, dropped, ul, dl, dlFrames atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -122,8 +135,8 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	if opts.Carrier.MTU == 0 {
 		opts.Carrier.MTU = 1500
 	}
-	if opts.Framing != FramingRawIP {
-		return nil, errors.New("sim: carrier network: only raw IP framing is implemented")
+	if opts.Framing != FramingRawIP && opts.Framing != FramingMBIM {
+		return nil, errors.New("sim: carrier network: only raw IP and MBIM framing are implemented")
 	}
 	if opts.DialHost == nil {
 		d := &net.Dialer{Timeout: 5 * time.Second}
@@ -138,6 +151,9 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn := &CarrierNetwork{opts: opts, log: opts.Logger, flows: map[io.Closer]struct{}{},
 		rx: make(chan *stack.PacketBuffer, 512), quit: make(chan struct{})}
 	cn.ep = &carrierLink{cn: cn, mtu: opts.Carrier.MTU}
+	if opts.Framing != FramingRawIP {
+		cn.echoFr = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
+	}
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -203,7 +219,7 @@ func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
-		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load()}
+		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load()}
 }
 
 // Start implements Function.
@@ -212,12 +228,38 @@ func (cn *CarrierNetwork) Start(p *Port) { cn.ep.port.Store(p) }
 // Stop implements Function.
 func (cn *CarrierNetwork) Stop() { cn.ep.port.Store(nil) }
 
-// Receive implements Function: one raw IP packet from the host.
+// Receive implements Function: one UL transfer from the host (one raw
+// IP packet, or an NTB of any number on an MBIM pair).
 func (cn *CarrierNetwork) Receive(td []byte) {
 	d := cn.ep.disp.Load()
 	if d == nil || len(td) == 0 {
 		return
 	}
+	if cn.opts.Framing == FramingRawIP {
+		cn.receivePacket(0, td)
+		return
+	}
+	spans, err := ParseUL(cn.opts.Framing, td, cn.spans[:0])
+	cn.spans = spans
+	p := cn.ep.port.Load()
+	if err != nil && p != nil {
+		p.Violation(ruleULFraming, "carrier network: UL transfer of %d bytes: %v", len(td), err)
+	}
+	for _, sp := range spans {
+		if !sp.Ctrl {
+			cn.receivePacket(sp.ID, td[sp.Off:sp.Off+sp.Len])
+		}
+	}
+	// Echo replies of one transfer travel in one DL frame.
+	if p != nil {
+		if err := cn.echoFr.Flush(p); err != nil {
+			cn.stats.dropped.Add(1)
+		}
+	}
+}
+
+// receivePacket takes one IP packet of session from the host.
+func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(td) {
 	case header.IPv4Version:
@@ -228,18 +270,29 @@ func (cn *CarrierNetwork) Receive(td []byte) {
 		return
 	}
 	cn.stats.ul.Add(1)
+	cn.session.Store(uint32(session))
 	// Echo requests are answered here, from whatever address was pinged:
 	// gVisor's promiscuous mode accepts flows to any address but answers
 	// echo requests only for its own.
 	if reply, v := echoReply(cn.echo[:0], td); v == echoReplied {
 		cn.echo = reply
-		if p := cn.ep.port.Load(); p != nil && p.Send(reply) == nil {
+		p := cn.ep.port.Load()
+		var err error = ErrStopped
+		if p != nil {
+			if cn.echoFr != nil {
+				err = cn.echoFr.Add(p, session, reply)
+			} else {
+				err = p.Send(reply)
+			}
+		}
+		if err == nil {
 			cn.stats.dl.Add(1)
 		} else {
 			cn.stats.dropped.Add(1)
 		}
 		return
 	}
+	// MakeWithData copies: td is only valid during Receive.
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(td)})
 	pkt.NetworkProtocolNumber = proto
 	// Blocking here when the carrier falls behind stops the modem from
@@ -585,6 +638,7 @@ type carrierLink struct {
 	port atomic.Pointer[Port]
 	disp atomic.Pointer[stack.NetworkDispatcher]
 	pool sync.Pool // *[]byte of 64 KiB: Port.Send copies, so one per writer at a time
+	agg  dlAgg     // DL aggregation on a framed pair
 }
 
 func (l *carrierLink) MTU() uint32                                  { return l.mtu }
@@ -619,6 +673,9 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 	if p == nil {
 		return 0, &tcpip.ErrClosedForSend{}
 	}
+	if l.cn.opts.Framing != FramingRawIP {
+		return l.writeFramed(p, pkts)
+	}
 	bp, _ := l.pool.Get().(*[]byte)
 	if bp == nil {
 		b := make([]byte, 0, 1<<16)
@@ -643,6 +700,90 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 		n++
 	}
 	return n, nil
+}
+
+// dlAgg is the DL aggregation of a framed pair. gVisor's TCP writes one
+// segment per WritePackets call, so aggregation cannot come from the
+// batch: writers append their packets to a shared frame, and the writer
+// that finds no send in progress becomes the sender and sends frames
+// until none is pending. Packets that arrive while a frame is on its way
+// go into the next one, so frames fill under load (up to MaxDatagrams /
+// MaxBytes) and an idle network adds no delay, as a modem's aggregation
+// with a short timer.
+type dlAgg struct {
+	mu      sync.Mutex
+	cond    sync.Cond // signalled when a send ends
+	cur     *Framer   // frame being filled (begun when open)
+	spare   *Framer
+	n       int // packets in cur
+	sending bool
+}
+
+// writeFramed queues the batch on the DL aggregation; see dlAgg.
+func (l *carrierLink) writeFramed(p *Port, pkts stack.PacketBufferList) (int, tcpip.Error) {
+	a := &l.agg
+	opts := &l.cn.opts
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur == nil {
+		a.cond.L = &a.mu
+		a.cur = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
+		a.spare = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
+	}
+	for _, pkt := range pkts.AsSlice() {
+		size := pkt.Size()
+		for {
+			if !a.cur.open {
+				a.cur.enc.Begin(a.cur.buf)
+				a.cur.enc.SetSession(uint8(l.cn.session.Load()))
+				a.cur.open = true
+			}
+			if dst := a.cur.enc.Add(size); dst != nil {
+				off := 0
+				for _, sl := range pkt.AsSlices() {
+					off += copy(dst[off:], sl)
+				}
+				a.n++
+				break
+			}
+			if a.n == 0 { // larger than an empty frame: a modem drops it
+				l.cn.stats.dropped.Add(1)
+				break
+			}
+			if a.sending {
+				a.cond.Wait() // the sender takes the full frame
+				continue
+			}
+			l.sendFrame(p)
+		}
+	}
+	for !a.sending && a.n > 0 {
+		l.sendFrame(p)
+	}
+	return pkts.Len(), nil
+}
+
+// sendFrame sends the frame being filled, with a.mu held and no send in
+// progress; it releases a.mu during the send.
+func (l *carrierLink) sendFrame(p *Port) {
+	a := &l.agg
+	fr, k := a.cur, a.n
+	a.cur, a.spare, a.n = a.spare, nil, 0
+	a.sending = true
+	a.mu.Unlock()
+	n := fr.enc.End()
+	fr.open = false
+	err := l.send(p, fr.buf[:n])
+	a.mu.Lock()
+	a.spare = fr
+	a.sending = false
+	a.cond.Broadcast()
+	if err != nil {
+		l.cn.stats.dropped.Add(uint64(k))
+	} else {
+		l.cn.stats.dl.Add(uint64(k))
+		l.cn.stats.dlFrames.Add(1)
+	}
 }
 
 // sendPatience bounds how long a writer of the carrier waits for DL room.
