@@ -75,3 +75,33 @@ func TestOpenFailsOnARejectedAPN(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// An MBIM-only modem: Open picks IP_HW0_MBIM with NTB framing on both
+// the link and the carrier network.
+func TestOpenSimOnAnMBIMDataChannel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: "quectel-rm5xx", Sim: stack.SimOptions{
+		Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
+		MBIM:  sim.MBIMConfig{APN: "internet"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte("over NTBs")
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+}
