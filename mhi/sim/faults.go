@@ -20,7 +20,8 @@ import (
 
 // TriggerSysErr makes the modem crash (§8.6): channels stop, MHISTATUS
 // reads SYS_ERR, STATE_CHANGE(SYS_ERR) is posted on event ring 0 (when the
-// host has set it up) and the INTVEC MSI fires. It returns once the state
+// host has set it up, and not in M3, where the host may have turned bus
+// mastering off) and the INTVEC MSI fires. It returns once the state
 // is visible. After the host's MHI reset the modem comes back READY in
 // AMSS (or PBL with Options.LoseFirmwareOnSysErr). It must not be called
 // from a Function callback.

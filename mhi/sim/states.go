@@ -155,7 +155,8 @@ func (m *Modem) wakeDoorbell() {
 
 // enterSysErr is the device's fatal error (§8.6): channels stop, MHISTATUS
 // says SYS_ERR, STATE_CHANGE(SYS_ERR) goes on event ring 0 when the host
-// has set one up, and the INTVEC MSI fires. Then only MHICTRL.RESET helps.
+// has set one up (not in M3), and the INTVEC MSI fires. Then only
+// MHICTRL.RESET helps.
 func (m *Modem) enterSysErr() {
 	if m.state == mhi.StateSysErr {
 		return
@@ -164,9 +165,12 @@ func (m *Modem) enterSysErr() {
 	m.stopChannels(false)
 	m.setState(mhi.StateSysErr)
 	switch prev {
-	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
+	case mhi.StateM0, mhi.StateM1, mhi.StateM2:
 		m.post(0, mhi.StateChangeEvent(mhi.StateSysErr), false)
 	}
+	// Not in M3: the host may have put the function in D3hot with bus
+	// mastering off (Linux runtime PM), so a crashed modem writes nothing
+	// to host memory; the host finds MHISTATUS = SYS_ERR when it resumes.
 	m.sblUntil = zeroTime
 	m.raiseIntVec()
 }
