@@ -89,11 +89,17 @@ func TestDmesgComplaintsKnownMessagesAndTheSysErrCycle(t *testing.T) {
 		"[    9.0] mhi mhi0: Device failed to enter MHI Ready",
 		"[    9.1] usb 1-1: device descriptor read error", // not the MHI stack
 	}
-	complaints, tolerated := dmesgErrors(lines)
+	suspendFail := []string{"[   27.6] mhi mhi0: Could not enter M0/M1 state", "[   27.6] mhi-pci-generic 0000:00:01.0: failed to suspend device: -5"}
+	// Without the double SYS_ERR before it, a failed suspend is the
+	// modem's problem (it never announced M0, say).
+	if complaints, _ := dmesgErrors(suspendFail); len(complaints) != 2 {
+		t.Errorf("failed suspend without a double SYS_ERR: complaints %q", complaints)
+	}
+	complaints, tolerated := dmesgErrors(append(lines, suspendFail...))
 	if len(complaints) != 1 || !strings.Contains(complaints[0], "failed to enter MHI Ready") {
 		t.Errorf("complaints %q", complaints)
 	}
-	if len(tolerated) != 1 || !strings.Contains(tolerated[0], "POWER ON RESET") {
+	if len(tolerated) != 3 || !strings.Contains(tolerated[0], "POWER ON RESET") {
 		t.Errorf("tolerated %q", tolerated)
 	}
 	log := `msg="modem state" state=READY ee=AMSS
@@ -136,13 +142,13 @@ func TestFirmwareDownloadsWantTwoIntactBHIImages(t *testing.T) {
 	line := func(size int, sha string) string {
 		return fmt.Sprintf(`level=INFO msg="boot image received" via=BHI size=%d sha256=%s session=0x1234`+"\n", size, sha)
 	}
-	if ok, d := firmwareDownloads(line(len(fw), sum)+line(len(fw), sum), fw); !ok {
+	if ok, d := firmwareDownloads(line(len(fw), sum)+line(len(fw), sum), fw, 2); !ok {
 		t.Errorf("two intact downloads rejected: %s", d)
 	}
-	if ok, _ := firmwareDownloads(line(len(fw), sum), fw); ok {
+	if ok, _ := firmwareDownloads(line(len(fw), sum), fw, 2); ok {
 		t.Error("one download accepted (the SYS_ERR recovery must download again)")
 	}
-	if ok, d := firmwareDownloads(line(len(fw), sum)+line(len(fw)-1, sum), fw); ok {
+	if ok, d := firmwareDownloads(line(len(fw), sum)+line(len(fw)-1, sum), fw, 2); ok {
 		t.Errorf("a truncated download accepted: %s", d)
 	}
 	files := firmwareFiles("qcom/sdx55m/sbl1.mbn", fw)
@@ -153,5 +159,16 @@ func TestFirmwareDownloadsWantTwoIntactBHIImages(t *testing.T) {
 	}
 	if len(files["lib/firmware/qcom/sdx55m/sbl1.mbn"].Data) != len(fw) {
 		t.Error("firmware file missing")
+	}
+}
+
+func TestResumeFailuresAreToleratedOnlyInsideTheSysErrInM3Window(t *testing.T) {
+	fail := "[   10.0] mhi-pci-generic 0000:00:01.0: failed to resume device: -22"
+	if complaints, _ := dmesgErrors([]string{fail}); len(complaints) != 1 {
+		t.Errorf("a resume failure outside the check was tolerated")
+	}
+	complaints, tolerated := dmesgErrors([]string{"[    9.9] mhistack: syserr-in-m3 begin", fail, "[   11.0] mhistack: syserr-in-m3 end", fail})
+	if len(complaints) != 1 || len(tolerated) != 1 {
+		t.Errorf("complaints %q tolerated %q: want the one inside the window tolerated", complaints, tolerated)
 	}
 }
