@@ -261,7 +261,12 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 		log.Info("injecting SYS_ERR", "why", why)
 		if err := m.TriggerSysErr(); err != nil {
 			log.Warn("SYS_ERR injection failed", "err", err)
+			return
 		}
+		// TriggerSysErr returns once SYS_ERR is visible, but the host
+		// may reset the modem before the next poll: log it now.
+		lastS = mhi.StateSysErr
+		log.Info("modem state", "state", lastS, "ee", lastEE)
 	}
 	for {
 		select {
