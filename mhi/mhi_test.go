@@ -397,3 +397,23 @@ func TestDeviceIdleM1IsAcknowledgedWithM2AndWokenByTheWakeDoorbell(t *testing.T)
 		t.Fatalf("device in %s after traffic, want M0", st)
 	}
 }
+
+func TestPowerUpOfADeviceInSysErrBootsFromTheEEItResetsInto(t *testing.T) {
+	// The modem crashed before the host came, and loses its firmware in
+	// the reset: power-up must reset it, see PBL, and download again.
+	image := bytes.Repeat([]byte("sbl"), 1000)
+	p := withImage(profile(t, "foxconn-sdx55"))
+	r := newRigProfile(t, p, sim.Options{LoseFirmwareOnSysErr: true}, mhi.Options{
+		Firmware: func(string) ([]byte, error) { return image, nil },
+	})
+	if err := r.m.TriggerSysErr(); err != nil {
+		t.Fatal(err)
+	}
+	r.powerUp()
+	if _, ee, mission := r.c.State(); ee != mhi.EEAMSS || !mission {
+		t.Fatalf("after power-up: ee %s mission %v", ee, mission)
+	}
+	if got := r.m.BHIImage(); !bytes.Equal(got.Data, image) {
+		t.Fatalf("device received %d bytes, want the %d-byte image again", len(got.Data), len(image))
+	}
+}

@@ -70,6 +70,21 @@ func (c *Controller) powerUp(ctx context.Context) error {
 		if err := c.mhiReset(ctx); err != nil {
 			return err
 		}
+		// The reset may have sent the device back to its boot ROM:
+		// boot from the environment it is in now, not the one read
+		// before (a modem that lost its firmware would otherwise be
+		// waited on for READY until the timeout).
+		_, ee, removed = c.deviceStatus()
+		if removed {
+			c.markRemoved()
+			return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
+		}
+		if !ee.PowerUpCapable() {
+			return fmt.Errorf("mhi: %s: device is in EE %s after the reset; power-up needs PBL or AMSS: %w", c.name, ee, ErrState)
+		}
+		c.mu.Lock()
+		c.ee = ee
+		c.mu.Unlock()
 	}
 	return c.bootToMission(ctx, ee)
 }
