@@ -774,7 +774,8 @@ func (c *IPConfig) Encode() []byte {
 		}
 	}
 	for _, p := range c.IPv6 {
-		if p.Addr().Is6() && !p.Addr().Is4In6() {
+		// An IPv4-mapped address is an IPv6 address on the wire.
+		if p.Addr().Is6() {
 			a := p.Addr().As16()
 			a6 = append(append(a6, le32(uint32(p.Bits()))...), a[:]...)
 		}
