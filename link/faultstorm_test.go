@@ -12,10 +12,7 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi"
@@ -37,22 +34,8 @@ var stormBytes = flag.Int("faultstorm.bytes", 8<<20, "bytes moved by TestFaultSt
 // receiver has taken another 256 KiB.
 func TestFaultStormDuringTCPTransfer(t *testing.T) {
 	r := newRig(t, rigOptions{fn: &sim.Loopback{}, noAttach: true})
-	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-	})
+	s, a, b := twoAddressStack(t, r.ep)
 	defer s.Destroy()
-	if err := s.CreateNIC(1, r.ep); err != nil {
-		t.Fatalf("CreateNIC: %v", err)
-	}
-	a := tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
-	b := tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
-	for _, addr := range []tcpip.Address{a, b} {
-		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
 	l, err := gonet.ListenTCP(s, tcpip.FullAddress{NIC: 1, Addr: b, Port: 8080}, ipv4.ProtocolNumber)
 	if err != nil {
 		t.Fatal(err)

@@ -24,26 +24,11 @@ import (
 // the way out and GRO on the way in) crosses the emulated modem.
 func TestGVisorTCPOverTheModemLoopback(t *testing.T) {
 	r := newRig(t, rigOptions{fn: &sim.Loopback{}, noAttach: true})
-	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-		HandleLocal:        false,
-	})
+	s, a, b := twoAddressStack(t, r.ep)
 	// Destroy removes the NIC, which closes the endpoint (gVisor's Wait
 	// alone would wait forever: link endpoints are stopped by their own
 	// mechanism, here Close).
 	defer s.Destroy()
-	if err := s.CreateNIC(1, r.ep); err != nil {
-		t.Fatalf("CreateNIC: %v", err)
-	}
-	a := tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
-	b := tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
-	for _, addr := range []tcpip.Address{a, b} {
-		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
 
 	l, err := gonet.ListenTCP(s, tcpip.FullAddress{NIC: 1, Addr: b, Port: 8080}, ipv4.ProtocolNumber)
 	if err != nil {
@@ -104,21 +89,7 @@ func TestStackTeardownDuringTrafficDoesNotDeadlock(t *testing.T) {
 	for _, closeFirst := range []bool{true, false} {
 		for round := 0; round < 5; round++ {
 			r := newRig(t, rigOptions{fn: &sim.Loopback{}, noAttach: true})
-			s := stack.New(stack.Options{
-				NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-				TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-			})
-			if err := s.CreateNIC(1, r.ep); err != nil {
-				t.Fatalf("CreateNIC: %v", err)
-			}
-			a := tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
-			b := tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
-			for _, addr := range []tcpip.Address{a, b} {
-				if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+			s, a, b := twoAddressStack(t, r.ep)
 			// SYNs to a closed port: every one is answered with a RST,
 			// which needs a route (the stack lock) from the poller.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -147,4 +118,27 @@ func TestStackTeardownDuringTrafficDoesNotDeadlock(t *testing.T) {
 			cancel()
 		}
 	}
+}
+
+// twoAddressStack is a gVisor stack (IPv4, TCP) with one NIC on ep holding
+// 10.0.0.1 and 10.0.0.2, and local traffic not short-cut: every segment
+// between the two addresses crosses the modem.
+func twoAddressStack(t testing.TB, ep stack.LinkEndpoint) (s *stack.Stack, a, b tcpip.Address) {
+	t.Helper()
+	s = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
+	})
+	if err := s.CreateNIC(1, ep); err != nil {
+		t.Fatalf("CreateNIC: %v", err)
+	}
+	a = tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
+	b = tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
+	for _, addr := range []tcpip.Address{a, b} {
+		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+	return s, a, b
 }
