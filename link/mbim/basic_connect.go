@@ -578,7 +578,7 @@ type ConnectRequest struct {
 	Compression uint32
 	Auth        AuthProtocol
 	IPType      IPType
-	ContextType UUID // zero: ContextTypeInternet
+	ContextType UUID // zero is MBIMContextTypeNone on the wire; Client.Connect sends ContextTypeInternet for it
 }
 
 // Encode returns the information buffer; the strings follow the fixed
@@ -593,11 +593,7 @@ func (c *ConnectRequest) Encode() []byte {
 	w.u32(32, c.Compression)
 	w.u32(36, uint32(c.Auth))
 	w.u32(40, uint32(c.IPType))
-	ct := c.ContextType
-	if ct == (UUID{}) {
-		ct = ContextTypeInternet
-	}
-	w.uuid(44, ct)
+	w.uuid(44, c.ContextType)
 	return w.bytes()
 }
 

@@ -110,7 +110,14 @@ func (c *Client) SignalState(ctx context.Context) (SignalState, error) {
 // Connect activates (or, with Activate false, deactivates) a context.
 // A refusal is a *CommandError carrying the 3GPP cause, so that
 // errors.Is(err, ErrBadAPN) holds for "missing or unknown APN".
+//
+// A zero req.ContextType is sent as ContextTypeInternet, the context
+// a data session needs; Encode itself writes the UUID it is given
+// (zero is MBIMContextTypeNone) so that parse and encode stay inverse.
 func (c *Client) Connect(ctx context.Context, req ConnectRequest) (ContextState, error) {
+	if req.ContextType == (UUID{}) {
+		req.ContextType = ContextTypeInternet
+	}
 	b, err := c.basic(ctx, CIDConnect, Set, req.Encode())
 	return parseWithNwError(b, err, ParseContextState, func(s ContextState) NwError { return s.NwError })
 }

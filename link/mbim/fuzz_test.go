@@ -18,7 +18,7 @@ import (
 
 // seedMessages are well-formed messages of every type.
 func seedMessages() []*mbim.Message {
-	conn := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6}
+	conn := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6, ContextType: mbim.ContextTypeInternet}
 	ip := sim.DefaultCarrier()
 	ipc := mbim.IPConfig{IPv4: []netip.Prefix{ip.IPv4}, IPv4Gateway: ip.IPv4Gateway, IPv4DNS: ip.IPv4DNS, IPv4MTU: 1500}
 	return []*mbim.Message{
@@ -268,6 +268,8 @@ func normList(l []mbim.EventSubscription) []mbim.EventSubscription {
 
 func FuzzConnectSet(f *testing.F) {
 	c := mbim.ConnectRequest{Activate: true, APN: "internet", User: "u", Password: "p", Auth: mbim.AuthCHAP, IPType: 3}
+	f.Add(c.Encode()) // ContextType zero: MBIMContextTypeNone must survive the round trip
+	c.ContextType = mbim.ContextTypeInternet
 	f.Add(c.Encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data, mbim.ParseConnectRequest, (*mbim.ConnectRequest).Encode)

@@ -27,7 +27,7 @@ func TestEncodingMatchesMbimcliOnTheWire(t *testing.T) {
 	if got, want := open.Encode(), unhex(t, "01000000 10000000 02000000 00100000"); !bytes.Equal(got, want) {
 		t.Errorf("OPEN\n got %x\nwant %x", got, want)
 	}
-	req := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6}
+	req := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6, ContextType: mbim.ContextTypeInternet}
 	connect := &mbim.Message{Type: mbim.TypeCommand, TID: 3, Service: mbim.ServiceBasicConnect,
 		CID: mbim.CIDConnect, CommandType: mbim.Set, Buffer: req.Encode()}
 	want := unhex(t, `03000000 7c000000 03000000 01000000 00000000

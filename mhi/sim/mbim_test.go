@@ -96,7 +96,7 @@ func TestMBIMFunctionStopEndsItsGoroutineAndTimers(t *testing.T) {
 // function must not panic, must answer only with well-formed messages,
 // and must keep answering a valid request afterwards.
 func FuzzMBIMFunction(f *testing.F) {
-	conn := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6}
+	conn := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6, ContextType: mbim.ContextTypeInternet}
 	pin := mbim.PINRequest{Type: mbim.PINTypePIN1, PIN: "1234"}
 	var seed []byte
 	for _, m := range []*mbim.Message{
