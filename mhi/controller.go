@@ -45,6 +45,12 @@ type Options struct {
 	OnEvent func(Event)
 	// NoRecovery disables automatic SYS_ERR recovery.
 	NoRecovery bool
+	// LivenessInterval is how often a powered controller reads
+	// MHISTATUS on its own, so that a surprise removal (or a SYS_ERR
+	// whose MSI was lost) is noticed even when nothing else touches the
+	// device, e.g. when its only user is blocked in ControlPort.Recv
+	// (liveness.go). Default DefaultLivenessInterval; negative: never.
+	LivenessInterval time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -138,6 +144,7 @@ type Controller struct {
 	nextSub        int
 	lastRecover    time.Duration
 	boot           bootRun
+	live           *liveness // the liveness goroutine while powered
 
 	stats ControllerStats
 }
@@ -153,6 +160,7 @@ type ControllerStats struct {
 	Recoveries      atomic.Uint64
 	Suspends        atomic.Uint64
 	Resumes         atomic.Uint64
+	LivenessChecks  atomic.Uint64
 }
 
 // Stats is a snapshot of ControllerStats.
@@ -160,6 +168,7 @@ type Stats struct {
 	Interrupts, Events, InvalidEvents, Commands, CommandTimeouts uint64
 	SysErrs, Recoveries, Suspends, Resumes                       uint64
 	LastRecovery                                                 time.Duration
+	LivenessChecks                                               uint64 // MHISTATUS reads by the liveness check
 }
 
 // New prepares a controller for dev: it matches the profile, maps BAR 0,
@@ -337,7 +346,7 @@ func (c *Controller) Stats() Stats {
 		Interrupts: s.Interrupts.Load(), Events: s.Events.Load(), InvalidEvents: s.InvalidEvents.Load(),
 		Commands: s.Commands.Load(), CommandTimeouts: s.CommandTimeouts.Load(), SysErrs: s.SysErrs.Load(),
 		Recoveries: s.Recoveries.Load(), Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(),
-		LastRecovery: last,
+		LastRecovery: last, LivenessChecks: s.LivenessChecks.Load(),
 	}
 }
 

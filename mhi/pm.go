@@ -234,10 +234,12 @@ func (c *Controller) startInterrupts() error {
 		c.wg.Add(1)
 		go c.interruptLoop(v)
 	}
+	c.startLiveness()
 	return nil
 }
 
 func (c *Controller) stopInterrupts() {
+	c.stopLiveness()
 	if c.vectors == nil {
 		return
 	}
