@@ -134,7 +134,11 @@ func (s *Server) serveHTTP(c net.Conn, br *bufio.Reader, lr *headerLimit, releas
 		pr, err := readProxyRequest(br)
 		if err != nil {
 			var he *httpError
-			if errors.As(err, &he) {
+			if errors.As(err, &he) && lr.err != nil {
+				// The head was cut off (deadline, EOF, reset), not
+				// malformed: what parsed wrong is a partial line.
+				err = lr.err
+			} else if errors.As(err, &he) {
 				s.httpError(c, he.status, he.err)
 				s.badRequest(c, "http request", he.err)
 				return
@@ -326,11 +330,16 @@ func (c *idleConn) Write(b []byte) (int, error) {
 type headerLimit struct {
 	r io.Reader
 	n int64 // bytes still allowed; negative when off
+	// err is the connection's first read error since reset: bufio's
+	// ReadLine returns a partial line without its error, so a request
+	// cut off by the handshake deadline would otherwise parse as a
+	// malformed one.
+	err error
 }
 
 var errHeaderTooLong = errors.New("request head longer than 64 KiB")
 
-func (l *headerLimit) reset() { l.n = maxHeaderBytes }
+func (l *headerLimit) reset() { l.n, l.err = maxHeaderBytes, nil }
 func (l *headerLimit) off()   { l.n = -1 }
 
 func (l *headerLimit) Read(b []byte) (int, error) {
@@ -345,5 +354,8 @@ func (l *headerLimit) Read(b []byte) (int, error) {
 	}
 	n, err := l.r.Read(b)
 	l.n -= int64(n)
+	if err != nil && l.err == nil {
+		l.err = err
+	}
 	return n, err
 }
