@@ -49,15 +49,23 @@ type CarrierOptions struct {
 	// network itself) and the MTU. Zero: DefaultCarrier, the same the
 	// emulated MBIM function reports by default.
 	Carrier Carrier
-	// Framing of the channel pair: FramingRawIP (IP_HW0) or FramingMBIM
-	// (IP_HW0_MBIM: UL NTBs are parsed strictly with link/mbim's codec,
-	// a malformed one is a host violation; DL packets are aggregated
-	// into NTB16s, up to MaxDatagrams / MaxBytes per NTB, per batch the
-	// carrier's stack writes). QMAP is not implemented.
+	// Framing of the channel pair: FramingRawIP (IP_HW0, one packet per
+	// transfer), FramingMBIM (IP_HW0_MBIM, NTB16), FramingQMAP or
+	// FramingQMAPv5 (IP_HW0 with rmnet's MAPv1 / MAPv5 on top; the
+	// session is the mux ID). On a framed pair UL frames are parsed
+	// strictly with link/mbim's or link/qmap's codec (a malformed one is
+	// a host violation) and DL packets are aggregated like a modem does:
+	// see FlushDelay.
 	Framing Framing
 	// MaxDatagrams and MaxBytes bound DL aggregation on a framed pair
 	// (0: DefaultAggDatagrams / DefaultAggBytes, 32 / 32 KiB).
 	MaxDatagrams, MaxBytes int
+	// FlushDelay is how long a DL frame waits for more packets after
+	// its first one, on a framed pair: a frame goes when it is full or
+	// when this has passed (0: DefaultFlushDelay, 200 µs; negative: as
+	// soon as the sender goroutine is free, so frames fill only while
+	// it is busy sending the previous one).
+	FlushDelay time.Duration
 	// Hosts adds names to the DNS (TestName is always there). Names the
 	// carrier does not know are resolved with the host's resolver, like
 	// a carrier's DNS resolving the Internet.
@@ -87,8 +95,11 @@ type CarrierOptions struct {
 // released by Close, which stops every goroutine it started.
 //
 // Receive runs on the modem's device goroutine: it copies the transfer
-// and hands it to gVisor inline, which only queues TCP segments for the
-// stack's processor goroutines, so the device goroutine is not held up.
+// and queues it for the network's own goroutine, which hands it to
+// gVisor, so the device goroutine is not held up. On a framed pair DL
+// packets are aggregated and sent by a sender goroutine (see
+// CarrierOptions.FlushDelay); echo replies are answered from Receive, in
+// one frame per UL transfer.
 type CarrierNetwork struct {
 	opts CarrierOptions
 	s    *stack.Stack
@@ -135,8 +146,13 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	if opts.Carrier.MTU == 0 {
 		opts.Carrier.MTU = 1500
 	}
-	if opts.Framing != FramingRawIP && opts.Framing != FramingMBIM {
-		return nil, errors.New("sim: carrier network: only raw IP and MBIM framing are implemented")
+	switch opts.Framing {
+	case FramingRawIP, FramingMBIM, FramingQMAP, FramingQMAPv5:
+	default:
+		return nil, errors.New("sim: carrier network: unknown framing")
+	}
+	if opts.FlushDelay == 0 {
+		opts.FlushDelay = DefaultFlushDelay
 	}
 	if opts.DialHost == nil {
 		d := &net.Dialer{Timeout: 5 * time.Second}
@@ -153,6 +169,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn.ep = &carrierLink{cn: cn, mtu: opts.Carrier.MTU}
 	if opts.Framing != FramingRawIP {
 		cn.echoFr = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
+		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
 	}
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
@@ -194,6 +211,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
 	cn.wg.Add(1)
 	go cn.rxLoop()
+	if opts.Framing != FramingRawIP {
+		cn.wg.Add(1)
+		go cn.ep.runSender()
+	}
 	for _, a := range append(append([]netip.Addr(nil), c.IPv4DNS...), c.IPv6DNS...) {
 		fa := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(a.AsSlice()), Port: 53}
 		uc, err := gonet.DialUDP(s, &fa, nil, protoOf(a))
@@ -358,6 +379,9 @@ func (cn *CarrierNetwork) Close() error {
 	cn.flows = nil
 	cn.mu.Unlock()
 	close(cn.quit)
+	if cn.opts.Framing != FramingRawIP {
+		cn.ep.agg.close()
+	}
 	// Abort every endpoint first: a gracefully closed flow would sit in
 	// FIN-WAIT or TIME-WAIT and keep the stack's Wait for minutes.
 	cn.s.Close()
@@ -674,7 +698,7 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 		return 0, &tcpip.ErrClosedForSend{}
 	}
 	if l.cn.opts.Framing != FramingRawIP {
-		return l.writeFramed(p, pkts)
+		return l.writeFramed(pkts)
 	}
 	bp, _ := l.pool.Get().(*[]byte)
 	if bp == nil {
@@ -702,114 +726,255 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 	return n, nil
 }
 
-// dlAgg is the DL aggregation of a framed pair. gVisor's TCP writes one
-// segment per WritePackets call, so aggregation cannot come from the
-// batch: writers append their packets to a shared frame, and the writer
-// that finds no send in progress becomes the sender and sends frames
-// until none is pending. Packets that arrive while a frame is on its way
-// go into the next one, so frames fill under load (up to MaxDatagrams /
-// MaxBytes) and an idle network adds no delay, as a modem's aggregation
-// with a short timer.
+// DefaultFlushDelay is how long the carrier holds a DL frame for more
+// packets after its first one (CarrierOptions.FlushDelay). Modems
+// aggregate DL with a time limit as well as the datagram and byte limits
+// the host negotiated; 200 µs is long enough to gather a burst of a TCP
+// sender's segments (gVisor writes them one by one, microseconds apart)
+// and short against any round-trip time, so an idle flow barely notices
+// it. Raising it fills frames better under light load at the cost of
+// that much latency per packet.
+const DefaultFlushDelay = 200 * time.Microsecond
+
+// dlPending is how many full DL frames wait for the sender before a
+// writer waits: enough to keep the host's ring busy while the next frame
+// fills, small enough that a slow host pushes back on the carrier's TCP
+// rather than piling up frames.
+const dlPending = 4
+
+// dlAgg is the DL aggregation of a framed pair, as a modem does it. The
+// carrier's writers (gVisor goroutines, in WritePackets) add packets to
+// the frame being filled; the sender goroutine (runSender, started by
+// NewCarrierNetwork, stopped by Close) sends a frame when it is full
+// (MaxDatagrams or MaxBytes) or when FlushDelay has passed since its
+// first packet. Full frames wait in a queue of dlPending; a writer that
+// finds it full waits, which slows the carrier's TCP instead of losing
+// its segments. Only the sender calls Port.Send, so frames leave in order.
 type dlAgg struct {
 	mu      sync.Mutex
-	cond    sync.Cond // signalled when a send ends
+	cond    sync.Cond // a frame left the queue, or the network closed
 	cur     *Framer   // frame being filled (begun when open)
-	spare   *Framer
-	n       int // packets in cur
-	sending bool
+	first   time.Time // when cur got its first packet
+	full    []*Framer // frames waiting for the sender, oldest first
+	free    []*Framer
+	closed  bool
+	kick    chan struct{} // one token: cur got its first packet, or a frame is full
+	framing Framing
+	maxD    int
+	maxB    int
 }
 
-// writeFramed queues the batch on the DL aggregation; see dlAgg.
-func (l *carrierLink) writeFramed(p *Port, pkts stack.PacketBufferList) (int, tcpip.Error) {
+func (a *dlAgg) init(f Framing, maxDatagrams, maxBytes int) {
+	a.cond.L = &a.mu
+	a.framing, a.maxD, a.maxB = f, maxDatagrams, maxBytes
+	if a.maxD <= 0 {
+		a.maxD = DefaultAggDatagrams
+	}
+	a.kick = make(chan struct{}, 1)
+	a.cur = a.newFrame()
+}
+
+// newFrame returns a recycled or new frame; a.mu is held (or a is not
+// shared yet).
+func (a *dlAgg) newFrame() *Framer {
+	if n := len(a.free); n > 0 {
+		fr := a.free[n-1]
+		a.free = a.free[:n-1]
+		return fr
+	}
+	return NewFramer(a.framing, a.maxD, a.maxB)
+}
+
+func (a *dlAgg) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// push hands fr to the sender once the queue has room; false if the
+// network closed meanwhile. Waiting releases a.mu, so the caller checks
+// that the frame it meant to push is still a.cur (the sender may have
+// flushed it by timer meanwhile) by passing it: push returns true without
+// pushing in that case. a.mu is held.
+func (a *dlAgg) push(fr *Framer) bool {
+	for len(a.full) >= dlPending && !a.closed {
+		a.cond.Wait()
+	}
+	if a.closed {
+		return false
+	}
+	if fr == a.cur {
+		a.cur = a.newFrame()
+	} else if !fr.oneOff {
+		return true // flushed by the sender's timer while we waited
+	}
+	a.full = append(a.full, fr)
+	a.wake()
+	return true
+}
+
+// close wakes the writers waiting for room; frames not sent are dropped.
+func (a *dlAgg) close() {
+	a.mu.Lock()
+	a.closed = true
+	a.cond.Broadcast()
+	a.mu.Unlock()
+}
+
+// writeFramed adds the batch to the DL aggregation; see dlAgg.
+func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	a := &l.agg
-	opts := &l.cn.opts
+	session := uint8(l.cn.session.Load())
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cur == nil {
-		a.cond.L = &a.mu
-		a.cur = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
-		a.spare = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
-	}
-	for _, pkt := range pkts.AsSlice() {
+	for i, pkt := range pkts.AsSlice() {
+		if a.closed {
+			if i == 0 {
+				return 0, &tcpip.ErrClosedForSend{}
+			}
+			return i, nil
+		}
 		size := pkt.Size()
 		for {
-			if !a.cur.open {
-				a.cur.enc.Begin(a.cur.buf)
-				a.cur.enc.SetSession(uint8(l.cn.session.Load()))
-				a.cur.open = true
+			fr := a.cur
+			if !fr.open {
+				fr.enc.Begin(fr.buf)
+				fr.open, fr.n = true, 0
+				a.first = time.Now()
+				a.wake() // the sender arms the flush timer
 			}
-			if dst := a.cur.enc.Add(size); dst != nil {
-				off := 0
-				for _, sl := range pkt.AsSlices() {
-					off += copy(dst[off:], sl)
+			fr.enc.SetSession(session)
+			if dst := fr.enc.Add(size); dst != nil {
+				copyPacket(dst, pkt)
+				fr.n++
+				if fr.n >= a.maxD { // full: no need to wait for the timer
+					a.push(fr)
 				}
-				a.n++
 				break
 			}
-			if a.n == 0 { // larger than an empty frame: a modem drops it
-				l.cn.stats.dropped.Add(1)
+			if fr.n == 0 {
+				// Larger than an empty frame of MaxBytes (a ping with
+				// a large MTU): it travels alone in a frame of its own
+				// size, as a modem whose MTU exceeds its aggregation
+				// size sends it.
+				big := NewFramer(a.framing, 1, size+64)
+				big.oneOff = true
+				big.enc.Begin(big.buf)
+				big.open = true
+				big.enc.SetSession(session)
+				if dst := big.enc.Add(size); dst != nil {
+					copyPacket(dst, pkt)
+					big.n = 1
+					a.push(big)
+				} else {
+					l.cn.stats.dropped.Add(1)
+				}
 				break
 			}
-			if a.sending {
-				a.cond.Wait() // the sender takes the full frame
-				continue
+			// No room for this packet: the frame goes, the packet
+			// starts the next one.
+			if !a.push(fr) {
+				break
 			}
-			l.sendFrame(p)
 		}
-	}
-	for !a.sending && a.n > 0 {
-		l.sendFrame(p)
 	}
 	return pkts.Len(), nil
 }
 
-// sendFrame sends the frame being filled, with a.mu held and no send in
-// progress; it releases a.mu during the send.
-func (l *carrierLink) sendFrame(p *Port) {
+func copyPacket(dst []byte, pkt *stack.PacketBuffer) {
+	off := 0
+	for _, sl := range pkt.AsSlices() {
+		off += copy(dst[off:], sl)
+	}
+}
+
+// runSender is the DL sender of a framed pair: it sends queued full
+// frames, and the frame being filled once FlushDelay has passed since its
+// first packet. It returns when the network closes.
+func (l *carrierLink) runSender() {
+	defer l.cn.wg.Done()
 	a := &l.agg
-	fr, k := a.cur, a.n
-	a.cur, a.spare, a.n = a.spare, nil, 0
-	a.sending = true
-	a.mu.Unlock()
+	delay := l.cn.opts.FlushDelay
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		var fr *Framer
+		wait := time.Duration(-1)
+		a.mu.Lock()
+		switch {
+		case len(a.full) > 0:
+			fr = a.full[0]
+			a.full = append(a.full[:0], a.full[1:]...)
+			a.cond.Broadcast()
+		case a.cur.open && a.cur.n > 0:
+			if d := delay - time.Since(a.first); d > 0 {
+				wait = d
+			} else {
+				fr = a.cur
+				a.cur = a.newFrame()
+			}
+		}
+		a.mu.Unlock()
+		if fr != nil {
+			l.sendFrame(fr)
+			if !fr.oneOff {
+				a.mu.Lock()
+				a.free = append(a.free, fr)
+				a.mu.Unlock()
+			}
+			continue
+		}
+		if wait >= 0 {
+			t.Reset(wait)
+		}
+		select {
+		case <-a.kick:
+		case <-t.C:
+		case <-l.cn.quit:
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// sendFrame ends fr and sends it to the host.
+func (l *carrierLink) sendFrame(fr *Framer) {
+	k := fr.n
 	n := fr.enc.End()
-	fr.open = false
-	err := l.send(p, fr.buf[:n])
-	a.mu.Lock()
-	a.spare = fr
-	a.sending = false
-	a.cond.Broadcast()
+	fr.open, fr.n = false, 0
+	p := l.port.Load()
+	var err error = ErrStopped
+	if p != nil {
+		err = l.send(p, fr.buf[:n])
+	}
 	if err != nil {
 		l.cn.stats.dropped.Add(uint64(k))
-	} else {
-		l.cn.stats.dl.Add(uint64(k))
-		l.cn.stats.dlFrames.Add(1)
+		return
 	}
+	l.cn.stats.dl.Add(uint64(k))
+	l.cn.stats.dlFrames.Add(1)
 }
 
 // sendPatience bounds how long a writer of the carrier waits for DL room.
 const sendPatience = time.Second
 
-// send is Port.Send with backpressure: Send gives up at once while the
-// device goroutine is inside Receive (for any caller), which under
-// bidirectional load would drop most DL packets and leave the carrier's
-// TCP to retransmission timeouts. A real network queues instead; so the
-// writer (a gVisor goroutine, never the device goroutine: Receive only
-// queues) retries with a short back-off.
+// send is Port.Send with a network's patience: Send waits up to the
+// modem's SendTimeout for queue room, a network queues longer before it
+// drops, so the writer (a gVisor goroutine or the DL sender, never the
+// device goroutine) tries again until sendPatience has passed.
 func (l *carrierLink) send(p *Port, b []byte) error {
-	var deadline time.Time
-	backoff := 20 * time.Microsecond
+	deadline := time.Now().Add(sendPatience)
 	for {
 		err := p.Send(b)
-		if !errors.Is(err, ErrNoBuffer) {
+		if !errors.Is(err, ErrNoBuffer) || time.Now().After(deadline) {
 			return err
 		}
-		now := time.Now()
-		if deadline.IsZero() {
-			deadline = now.Add(sendPatience)
-		} else if now.After(deadline) {
+		select {
+		case <-l.cn.quit:
 			return err
+		default:
 		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, time.Millisecond)
 	}
 }

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"bytes"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -61,8 +63,9 @@ type Port struct {
 	closed bool // guarded by m.mu
 
 	// delivering is set while the function is inside Receive on the
-	// device goroutine: Send then never waits, because waiting would
-	// stall the whole device.
+	// device goroutine: a Send from that goroutine then never waits,
+	// because waiting would stall the whole device (and the room it waits
+	// for would never come).
 	delivering atomic.Bool
 }
 
@@ -85,8 +88,10 @@ func (p *Port) Done() <-chan struct{} { return p.done }
 // events, EOT on the last piece, §5.4); otherwise it is queued (bounded by
 // Options.DLQueue / DLQueueBytes) and placed when the host posts buffers.
 // When the queue is full Send waits up to Options.SendTimeout for room —
-// except from inside Receive, where it drops at once — and then drops the
-// packet and returns ErrNoBuffer. It returns ErrStopped once the pair
+// except when called from inside Receive (on the device goroutine), where
+// it drops at once — and then drops the packet and returns ErrNoBuffer.
+// Another goroutine's Send waits as usual while the device goroutine is
+// inside Receive. It returns ErrStopped once the pair
 // stopped. A nil error means the data was placed or queued, not that the
 // host has consumed it.
 func (p *Port) Send(b []byte) error {
@@ -132,7 +137,7 @@ func (p *Port) Send(b []byte) error {
 		if deadline.IsZero() {
 			deadline = now.Add(m.opts.SendTimeout)
 		}
-		if p.delivering.Load() || !now.Before(deadline) {
+		if !now.Before(deadline) || p.delivering.Load() && m.onDeviceGoroutine() {
 			m.mu.Unlock()
 			m.stats.dlDrops.Add(1)
 			return ErrNoBuffer
@@ -269,4 +274,33 @@ func (m *Modem) buildPairs(fns map[string]Function) {
 			pr.dl = c
 		}
 	}
+}
+
+// onDeviceGoroutine reports whether the caller is the modem's device
+// goroutine. Only Send's slow path asks (queue full while a function is
+// inside Receive), so the cost of reading the goroutine's id is paid only
+// there: it is what tells the function's own Send from inside Receive,
+// which must not wait, from its other goroutines', which may.
+func (m *Modem) onDeviceGoroutine() bool {
+	g := m.deviceG.Load()
+	return g != 0 && g == goid()
+}
+
+// goid returns the calling goroutine's id, from the first line of its
+// stack trace ("goroutine 17 [running]:"); 0 if that cannot be read.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
+	if !ok {
+		return 0
+	}
+	var id uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id
 }

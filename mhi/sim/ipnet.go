@@ -41,6 +41,7 @@ type Framer struct {
 	buf     []byte
 	open    bool
 	n       int
+	oneOff  bool // a frame for one packet larger than the limits
 }
 
 // NewFramer returns a framer for f aggregating up to maxDatagrams packets
@@ -87,13 +88,32 @@ func (f *Framer) Add(p *Port, session uint8, pkt []byte) error {
 			return nil
 		}
 		if f.n == 0 {
-			break
+			return f.sendAlone(p, session, pkt)
 		}
 		if err := f.Flush(p); err != nil {
 			return err
 		}
 	}
 	return errTooBig
+}
+
+// sendAlone sends a packet larger than an empty frame in a frame of its
+// own size (up to the framing's 64 KiB limit), as a modem whose MTU
+// exceeds its aggregation size does.
+func (f *Framer) sendAlone(p *Port, session uint8, pkt []byte) error {
+	buf := make([]byte, min(len(pkt)+64, 0xFFFF))
+	f.enc.Begin(buf)
+	f.enc.SetSession(session)
+	dst := f.enc.Add(len(pkt))
+	if dst == nil {
+		f.enc.End()
+		f.open = false
+		return errTooBig
+	}
+	copy(dst, pkt)
+	n := f.enc.End()
+	f.open = false
+	return p.Send(buf[:n])
 }
 
 // Flush sends the frame being built, if it holds anything.

@@ -165,6 +165,7 @@ type Modem struct {
 	reqs      chan *request
 	quit      chan struct{}
 	exited    chan struct{}
+	deviceG   atomic.Uint64 // id of the device goroutine (run), for Port.Send
 	irqExited chan struct{}
 	abort     atomic.Bool // a reset or crash is pending: stop waiting
 	attached  atomic.Bool
@@ -445,6 +446,7 @@ const ulBudget = 64
 // run is the device goroutine.
 func (m *Modem) run() {
 	defer close(m.exited)
+	m.deviceG.Store(goid())
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -831,5 +832,88 @@ func TestSendBackpressureFromAFunctionGoroutine(t *testing.T) {
 		if ev := h.expectTx(1, 5, mhi.CodeEOT); ev.Len() != 4 || rx.Mem[0] != byte(i) {
 			t.Fatalf("packet %d: len %d first byte %d", i, ev.Len(), rx.Mem[0])
 		}
+	}
+}
+
+// blockingReceiver holds the device goroutine inside Receive until
+// released, while its own goroutine sends: what the carrier network's DL
+// sender does while the host's UL transfers are being delivered.
+type blockingReceiver struct {
+	port     atomic.Pointer[Port]
+	inside   chan struct{} // closed when Receive is entered
+	release  chan struct{}
+	fromRecv chan error // Send's result from inside Receive
+}
+
+func (b *blockingReceiver) Start(p *Port) { b.port.Store(p) }
+func (b *blockingReceiver) Stop()         { b.port.Store(nil) }
+func (b *blockingReceiver) Receive([]byte) {
+	close(b.inside)
+	<-b.release
+	// The queue is still full: from the device goroutine Send must not
+	// wait (nothing would drain the queue), so it drops.
+	b.fromRecv <- b.port.Load().Send([]byte{0xEE})
+}
+
+func TestSendFromAnotherGoroutineWaitsWhileTheDeviceIsInsideReceive(t *testing.T) {
+	b := &blockingReceiver{inside: make(chan struct{}), release: make(chan struct{}), fromRecv: make(chan error, 1)}
+	h := newHost(t, testProfile(), Options{
+		Functions: map[string]Function{"DIAG": b},
+		DLQueue:   4, SendTimeout: time.Minute,
+	})
+	h.upToMissionMode()
+	ul := h.startChannel(4)
+	dl := h.startChannel(5)
+	tx := h.fill(8, 1)
+	h.queue(ul, tx.IOVA, 8, mhi.TREIEOT)
+	<-b.inside
+	var once sync.Once
+	release := func() { once.Do(func() { close(b.release) }) }
+	defer release() // a failed test must not leave the device goroutine stuck
+	p := b.port.Load()
+	errs := make(chan error, 6)
+	go func() {
+		for i := range 6 {
+			errs <- p.Send([]byte{byte(i), 1, 2, 3})
+		}
+	}()
+	for i := range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	// The fifth Send finds the queue full while the device goroutine is
+	// inside Receive: it must wait for room, not drop.
+	h.waitFor("the fifth Send to wait for room", func() bool {
+		select {
+		case err := <-errs:
+			t.Fatalf("fifth send returned %v while it should wait", err)
+		default:
+		}
+		h.m.mu.Lock()
+		defer h.m.mu.Unlock()
+		return h.m.chans[5].waiters > 0
+	})
+	// Room can only come once the device goroutine is back: the drop
+	// from inside Receive happens with the queue still full.
+	release()
+	if err := <-b.fromRecv; !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("Send from inside Receive with a full queue: %v, want ErrNoBuffer at once", err)
+	}
+	h.expectTx(1, 4, mhi.CodeEOT)
+	for i := range 6 {
+		rx := h.alloc(64, 8)
+		h.queue(dl, rx.IOVA, 64, mhi.TREIEOT|mhi.TREBEI)
+		if ev := h.expectTx(1, 5, mhi.CodeEOT); ev.Len() != 4 || rx.Mem[0] != byte(i) {
+			t.Fatalf("packet %d: len %d first byte %d", i, ev.Len(), rx.Mem[0])
+		}
+	}
+	for i := 4; i < 6; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if d := h.m.Stats().DLDrops; d != 1 {
+		t.Fatalf("DLDrops %d, want 1 (the Send from inside Receive)", d)
 	}
 }
