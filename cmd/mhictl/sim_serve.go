@@ -26,10 +26,13 @@ func init() {
 The server listens on a UNIX socket for QEMU's vfio-user-pci device
 (-device vfio-user-pci,socket=PATH; guest RAM must be memory-backend-memfd
 with share=on); the guest kernel then drives the modem as a PCI function. SIGUSR1 makes the modem
-crash (SYS_ERR); SIGINT/SIGTERM stop the server. Data channel pairs (IP_HW0,
-IP_SW0, IP_HW0_MBIM) answer pings and the MBIM pair runs the emulated MBIM
-function (link/mbim's peer: OPEN, BASIC_CONNECT, a data session) unless
--function says otherwise.`,
+crash (SYS_ERR); SIGUSR2 logs the carrier networks' counters; SIGINT/SIGTERM
+stop the server. Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
+pings and the MBIM pair runs the emulated MBIM function (link/mbim's peer:
+OPEN, BASIC_CONNECT, a data session) unless -function says otherwise;
+-function NAME=carrier puts the carrier network on a data pair: TCP and UDP
+to 198.18.0.1 reach this host's 127.0.0.1, other destinations the host's
+network, and DL packets are aggregated like a modem (-flush-delay).`,
 		Run: simServe,
 	})
 }
@@ -52,9 +55,9 @@ func (f functionFlag) Set(v string) error {
 		return fmt.Errorf("want NAME=KIND, got %q", v)
 	}
 	switch kind {
-	case "icmp", "loopback", "mbim", "none":
+	case "icmp", "loopback", "mbim", "none", "carrier", "carrier-qmap", "carrier-qmap5":
 	default:
-		return fmt.Errorf("unknown function %q (icmp, loopback, mbim, none)", kind)
+		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, none)", kind)
 	}
 	f[name] = kind
 	return nil
@@ -73,7 +76,8 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
 	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
 	functions := functionFlag{}
-	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, loopback, mbim or none (repeatable)")
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim or none (repeatable)")
+	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
 	burstIdle := fs.Duration("burst-idle", 0, "idle time before a polling burst channel sends DB_MODE (0: modem default)")
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
@@ -134,6 +138,12 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		opts.OnViolation = func(err error) { log.Error("host protocol violation", "err", err) }
 	}
 	responders := map[string]*sim.ICMPResponder{}
+	carriers := map[string]*sim.CarrierNetwork{}
+	defer func() {
+		for _, cn := range carriers {
+			cn.Close()
+		}
+	}()
 	for _, name := range dataChannels {
 		if _, _, ok := p.ChannelPair(name); ok {
 			if _, set := functions[name]; !set {
@@ -158,6 +168,14 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			r := &sim.ICMPResponder{Framing: sim.FramingFor(name)}
 			responders[name] = r
 			opts.Functions[name] = r
+		case "carrier", "carrier-qmap", "carrier-qmap5":
+			f := map[string]sim.Framing{"carrier": sim.FramingFor(name), "carrier-qmap": sim.FramingQMAP, "carrier-qmap5": sim.FramingQMAPv5}[kind]
+			cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{Framing: f, FlushDelay: *flushDelay, Logger: log.With("part", "carrier", "channel", name)})
+			if err != nil {
+				return err
+			}
+			carriers[name] = cn
+			opts.Functions[name] = cn
 		case "loopback":
 			opts.Functions[name] = &sim.Loopback{}
 		case "mbim":
@@ -211,7 +229,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		watchModem(ctx, log, modem, *syserrAfter)
+		watchModem(ctx, log, modem, *syserrAfter, func() { logCarriers(log, carriers) })
 	}()
 
 	var serveErr error
@@ -231,6 +249,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	<-watchDone
 
 	violations := summarize(log, srv, modem, responders)
+	logCarriers(log, carriers)
 	if serveErr != nil && !errors.Is(serveErr, vfiouser.ErrClosed) {
 		return serveErr
 	}
@@ -245,11 +264,14 @@ type Function = sim.Function
 
 // watchModem logs the modem's state changes (what a kernel cross-check
 // compares dmesg with), crashes it on SIGUSR1, and once after syserrAfter
-// in mission mode. It returns when ctx ends.
-func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration) {
+// in mission mode; SIGUSR2 calls report. It returns when ctx ends.
+func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration, report func()) {
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var crashAt time.Time
@@ -274,6 +296,8 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 			return
 		case <-usr1:
 			crash("SIGUSR1")
+		case <-usr2:
+			report()
 		case <-tick.C:
 		}
 		s, ee := m.State()
@@ -323,6 +347,21 @@ func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders 
 		log.Warn("dma fault", "fault", f.Error())
 	}
 	return ms.Violations
+}
+
+// logCarriers logs each carrier network's counters ("carrier stats"):
+// what the kernel cross-check reads DL aggregation from.
+func logCarriers(log *slog.Logger, carriers map[string]*sim.CarrierNetwork) {
+	for name, cn := range carriers {
+		cs := cn.Stats()
+		perFrame := 0.0
+		if cs.DLFrames > 0 {
+			perFrame = float64(cs.DLPackets) / float64(cs.DLFrames)
+		}
+		log.Info("carrier stats", "channel", name, "ul_packets", cs.ULPackets, "dl_packets", cs.DLPackets,
+			"dl_frames", cs.DLFrames, "per_frame", fmt.Sprintf("%.1f", perFrame), "echoes", cs.Echoes,
+			"tcp_flows", cs.TCPFlows, "udp_flows", cs.UDPFlows, "refused", cs.Refused, "dns", cs.DNSQueries, "dropped", cs.Dropped)
+	}
 }
 
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {

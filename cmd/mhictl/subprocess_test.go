@@ -167,3 +167,65 @@ func TestSimServeAsASubprocessStopsCleanlyOnSIGTERM(t *testing.T) {
 		t.Fatalf("sim serve ignored SIGTERM\n%s", out.String())
 	}
 }
+
+// TestSimServeWithTheCarrierNetworkReportsItsCountersOnSIGUSR2: the
+// kernel cross-check puts the carrier network on the guest's data pair
+// and reads DL aggregation from the "carrier stats" lines SIGUSR2 asks
+// for (and the server logs again at exit).
+func TestSimServeWithTheCarrierNetworkReportsItsCountersOnSIGUSR2(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "modem.sock")
+	cmd := exec.Command(mhictlBinary(t), "sim", "serve", "-profile", "quectel-em1xx", "-socket", sock,
+		"-function", "IP_HW0_MBIM=carrier", "-flush-delay", "300us")
+	var out syncBuilder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "serving the emulated modem") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not serving after 10 s\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGUSR2)
+	for !strings.Contains(out.String(), `msg="carrier stats" channel=IP_HW0_MBIM`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no carrier stats after SIGUSR2\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("sim serve after SIGTERM: %v\n%s", err, out.String())
+	}
+	done <- nil
+	if n := strings.Count(out.String(), `msg="carrier stats"`); n != 2 {
+		t.Errorf("%d carrier stats lines, want 2 (SIGUSR2 and exit)\n%s", n, out.String())
+	}
+}
+
+// syncBuilder is a strings.Builder safe for a subprocess's writers and a
+// reader.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

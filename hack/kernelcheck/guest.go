@@ -47,6 +47,11 @@ type expect struct {
 	pingDev string
 	// loseFirmware: the modem comes back in PBL after a crash (PBL runs).
 	loseFirmware bool
+	// tcpPort, tcpSum: the harness's blob server on the host's loopback
+	// and the blob's SHA-256, for the TCP section (tcp.go); port 0: no
+	// carrier network on the data pair.
+	tcpPort int
+	tcpSum  string
 }
 
 // configLag lists channels of the profile table that the configs of the
@@ -467,5 +472,6 @@ func script(e expect, wait int) string {
 		"@MODULES@", strings.Join(mods, " "),
 		"@MODNAMES@", strings.Join(names, " "),
 	)
-	return withMBIM(r.Replace(initScript)) // the MBIM section: mbim.go
+	// The TCP section (tcp.go), then the MBIM section (mbim.go).
+	return withMBIM(withTCP(r.Replace(initScript), e.tcpPort, e.tcpSum))
 }

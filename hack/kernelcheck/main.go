@@ -374,16 +374,29 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	}
 	r.logDir = dir
 	initrd := filepath.Join(dir, "initramfs.cpio.gz")
+	// The carrier network on the pair the ping checks use, with a blob
+	// for the guest to download through it (tcp.go).
+	blobs, err := startBlobServer()
+	if err != nil {
+		return nil, err
+	}
+	defer blobs.close()
 	var exp expect
 	if err := buildInitramfs(initrd, c.busybox, modDir, extra, func(ko []byte) string {
 		exp = expectFor(p, ko)
 		exp.loseFirmware = pbl
+		if carrierPair(exp) != "" {
+			exp.tcpPort, exp.tcpSum = blobs.port(), blobs.sum
+		}
 		if c.initFile != "" {
 			return c.initScript
 		}
 		return script(exp, c.wait)
 	}); err != nil {
 		return nil, err
+	}
+	if pair := carrierPair(exp); pair != "" {
+		modemArgs = append(modemArgs, "-function", pair+"=carrier")
 	}
 	tag := fmt.Sprintf("[%s/%s] ", k.label, r.profile)
 	say := func(format string, args ...any) { fmt.Printf(tag+format+"\n", args...) }
@@ -520,6 +533,9 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 			say("crashing the modem (SIGUSR1: SYS_ERR)")
 			modem.Process.Signal(syscall.SIGUSR1)
 		}
+		if strings.Contains(line, "MHISTACK-REQUEST carrier-stats") {
+			modem.Process.Signal(syscall.SIGUSR2)
+		}
 		if strings.HasPrefix(line, "MHISTACK-DONE") {
 			done = true
 		}
@@ -567,6 +583,21 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 		r.add("modem-verdict", ok, detail)
 	}
 	r.add("modem-syserr-cycle", sysErrCycle(mlog), stateTrail(mlog))
+	if ch, ok := r.checks["tcp-download"]; ok && !ch.skip {
+		agg, ok := aggregation(mlog)
+		ch.detail += fmt.Sprintf("; the host served %d bytes; modem: %s", blobs.served.Load(), agg)
+		ch.pass = ch.pass && ok
+		r.checks["tcp-download"] = ch
+	}
+	if exp.pingDev == "mhi_hwip0" {
+		// QMAP: mhi_net's raw-IP netdev with rmnet on top (tcp.go).
+		if ok, why := rmnetSupport(k.dir, modDir); !ok {
+			r.add("qmap-rmnet", true, why)
+			r.skipped("qmap-rmnet")
+		} else {
+			r.add("qmap-rmnet", false, "rmnet is there ("+why+") but the guest's rmnet check is not written: no Debian kernel the harness ran had rmnet")
+		}
+	}
 	if pbl {
 		// The modem loses its firmware with every crash.
 		ok, detail := firmwareDownloads(mlog, fw, 1+crashes)

@@ -129,13 +129,16 @@ type CarrierStats struct {
 	// queries answered; Dropped counts packets the port refused.
 	TCPFlows, UDPFlows, Refused, DNSQueries, Dropped uint64
 	// ULPackets and DLPackets count IP packets from and to the host;
-	// DLFrames counts the aggregated DL frames (NTBs) that carried
-	// DLPackets on a framed pair (0 on raw IP).
-	ULPackets, DLPackets, DLFrames uint64
+	// DLFrames counts the aggregated DL frames (NTBs, QMAP aggregates)
+	// that carried DLPackets on a framed pair (0 on raw IP), so
+	// DLPackets/DLFrames is the DL aggregation achieved. Echoes counts
+	// the echo replies the network answers itself, outside DLPackets:
+	// they go back one UL transfer at a time.
+	ULPackets, DLPackets, DLFrames, Echoes uint64
 }
 
 type carrierCounters struct {
-	tcp, udp, refused, dns, dropped, ul, dl, dlFrames atomic.Uint64
+	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -240,7 +243,7 @@ func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
-		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load()}
+		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load()}
 }
 
 // Start implements Function.
@@ -307,7 +310,7 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 			}
 		}
 		if err == nil {
-			cn.stats.dl.Add(1)
+			cn.stats.echoes.Add(1)
 		} else {
 			cn.stats.dropped.Add(1)
 		}
