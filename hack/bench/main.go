@@ -45,6 +45,7 @@ var tables = []tableFunc{
 	{"budget", "2", (*config).budgetTable},
 	{"mru", "3", (*config).mruTable},
 	{"threaded", "4", (*config).threadedTable},
+	{"alternatives", "5", (*config).altTable},
 	{"latency", "6", (*config).latencyTable},
 }
 
@@ -55,7 +56,7 @@ func main() {
 	}
 	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
-	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,latency or 1,2,3,4,6)")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale or 1–7)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
