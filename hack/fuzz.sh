@@ -38,20 +38,43 @@ if [ -n "${FUZZ_BUDGET:-}" ]; then
 fi
 echo "fuzz: ${#targets[@]} targets, ${fuzztime} each"
 
+# corpus lists the failing inputs go test has written for a target.
+corpus() {
+	local dir
+	dir=$(go list -f '{{.Dir}}' "$1")/testdata/fuzz/$2
+	ls "$dir" 2>/dev/null | sort || true
+}
+
 failed=0
+flaked=0
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
 	printf 'fuzz: %s %s\n' "$pkg" "$name"
-	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" \
+	before=$(corpus "$pkg" "$name")
+	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" \
 		-parallel "${FUZZ_PARALLEL:-2}" "$pkg" >/tmp/fuzz.$$.log 2>&1; then
-		cat /tmp/fuzz.$$.log
-		echo "fuzz: FAIL $pkg $name"
-		failed=$((failed + 1))
-	else
 		tail -n 1 /tmp/fuzz.$$.log | sed 's/^/  /'
+		continue
 	fi
+	# Go 1.26's fuzz coordinator can fail a run with a bare "context
+	# deadline exceeded" when -fuzztime expires while a worker is mid-call
+	# (golang/go#75804, fixed in Go 1.27): no input is written and nothing
+	# reproduces. Count that as a toolchain flake only when no new input
+	# appeared and the whole corpus still replays cleanly; anything else
+	# is a finding.
+	after=$(corpus "$pkg" "$name")
+	if [ "$before" = "$after" ] && grep -q '^    context deadline exceeded$' /tmp/fuzz.$$.log &&
+		! grep -q 'Failing input written' /tmp/fuzz.$$.log &&
+		go test -run "^${name}\$" "$pkg" >/dev/null 2>&1; then
+		echo "  flake: the fuzz coordinator's end-of-time race (golang/go#75804); no input written, corpus replays clean"
+		flaked=$((flaked + 1))
+		continue
+	fi
+	cat /tmp/fuzz.$$.log
+	echo "fuzz: FAIL $pkg $name"
+	failed=$((failed + 1))
 done
 rm -f /tmp/fuzz.$$.log
-passed=$(( ${#targets[@]} - failed ))
-echo "fuzz: $passed passed, $failed failed"
+passed=$(( ${#targets[@]} - failed - flaked ))
+echo "fuzz: $passed passed, $failed failed, $flaked ended by the toolchain's deadline race"
 [ "$failed" -eq 0 ]
