@@ -128,7 +128,7 @@ func carrierPair(e expect) string {
 	return ""
 }
 
-var carrierStatsRE = regexp.MustCompile(`msg="carrier stats" channel=\S+ ul_packets=(\d+) dl_packets=(\d+) dl_frames=(\d+)`)
+var carrierStatsRE = regexp.MustCompile(`msg="carrier stats" channel=\S+ ul_packets=(\d+) dl_packets=(\d+) dl_frames=(\d+) .* dropped=(\d+)`)
 
 // aggregation reads the carrier's DL aggregation during the transfer
 // from the first two "carrier stats" lines (asked for before and after
@@ -139,11 +139,11 @@ func aggregation(log string) (string, bool) {
 		return fmt.Sprintf("the modem logged %d of the 2 carrier stats it was asked for", len(m)), false
 	}
 	n := func(i, j int) uint64 { v, _ := strconv.ParseUint(m[i][j], 10, 64); return v }
-	ul, dl, frames := n(1, 1)-n(0, 1), n(1, 2)-n(0, 2), n(1, 3)-n(0, 3)
+	ul, dl, frames, dropped := n(1, 1)-n(0, 1), n(1, 2)-n(0, 2), n(1, 3)-n(0, 3), n(1, 4)-n(0, 4)
 	if frames == 0 {
-		return fmt.Sprintf("UL %d packets, DL %d datagrams in raw IP transfers (no aggregation on raw IP)", ul, dl), true
+		return fmt.Sprintf("UL %d packets, DL %d datagrams in raw IP transfers (no aggregation on raw IP), %d dropped", ul, dl, dropped), true
 	}
-	return fmt.Sprintf("UL %d packets; DL %d datagrams in %d NTBs/aggregates: %.1f per frame", ul, dl, frames, float64(dl)/float64(frames)), true
+	return fmt.Sprintf("UL %d packets; DL %d datagrams in %d NTBs: %.1f per NTB, %d dropped", ul, dl, frames, float64(dl)/float64(frames), dropped), true
 }
 
 // rmnetSupport says whether the kernel can run the QMAP check: rmnet
