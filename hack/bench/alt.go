@@ -30,7 +30,9 @@ type altEnv struct {
 	// pollNanos is the link's time inside poll passes so far (mhistack
 	// only).
 	pollNanos func() uint64
-	close     func() error
+	// stats are the system under test's stack counters (mhistack only).
+	stats func() mstack.Stats
+	close func() error
 }
 
 // udpPayload makes 1400-byte IP datagrams, as in the link tables.
@@ -75,6 +77,7 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 	udpTo := netip.AddrPortFrom(sim.TestAddr4, uint16(e.peerUDP.LocalAddr().(*net.UDPAddr).Port))
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return s.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return s.DialUDP(ctx, netip.AddrPort{}, udpTo) }
+	e.stats = s.Stats
 	e.pollNanos = func() uint64 {
 		if l := s.Stats().Link; l != nil {
 			return l.PollNanos

@@ -31,6 +31,7 @@ type config struct {
 	dur, warm  time.Duration
 	quick      bool
 	progress   io.Writer
+	verbose    bool // print each run's duration
 	loadBefore string
 }
 
@@ -47,6 +48,7 @@ var tables = []tableFunc{
 	{"threaded", "4", (*config).threadedTable},
 	{"alternatives", "5", (*config).altTable},
 	{"latency", "6", (*config).latencyTable},
+	{"scale", "7", (*config).scaleTable},
 }
 
 func main() {
@@ -60,6 +62,7 @@ func main() {
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
+	verbose := flag.Bool("v", false, "print how long each run took")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.Parse()
 	if *memprofile != "" {
@@ -76,7 +79,7 @@ func main() {
 		}()
 	}
 
-	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr}
+	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr, verbose: *verbose}
 	if *quick {
 		c.quick, c.runs, c.dur, c.warm = true, 1, 150*time.Millisecond, 50*time.Millisecond
 	}
@@ -157,7 +160,11 @@ func (c *config) runAll(names []string, fn func(i int) (sample, error)) ([]serie
 	out := make([]series, len(names))
 	for r := range c.runs {
 		for i, n := range names {
+			t0 := time.Now()
 			s, err := fn(i)
+			if c.verbose {
+				fmt.Fprintf(c.progress, "bench:   %s: %v\n", n, time.Since(t0).Round(time.Millisecond))
+			}
 			if err != nil {
 				fmt.Fprintf(c.progress, "bench:   %s run %d: %v\n", n, r+1, err)
 				continue
