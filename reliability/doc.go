@@ -1,0 +1,12 @@
+// Package reliability holds the system tests of issue 12 that need the
+// whole pipeline: a client on the host → the SOCKS5/HTTP proxy
+// (stack/proxy) → the stack (stack.Open) → the link endpoint → MHI → the
+// emulated modem → its carrier network → a server on the host's
+// loopback. It has no API; docs/RELIABILITY.md describes the tests and
+// their figures:
+//
+//	go test ./reliability                          # reduced sizes (CI)
+//	go test ./reliability -run Storm -storm.bytes=1GiB -v
+//	go test ./reliability -run Load -load.conns=1000 -load.idle=10000 -v
+//	hack/soak.sh                                   # 10 minutes, not in CI
+package reliability
