@@ -589,6 +589,10 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 		ch.pass = ch.pass && ok
 		r.checks["tcp-download"] = ch
 	}
+	if ch, ok := r.checks["tcp-upload"]; ok && !ch.skip {
+		ch.detail += fmt.Sprintf("; the host received %d bytes", blobs.received.Load())
+		r.checks["tcp-upload"] = ch
+	}
 	if exp.pingDev == "mhi_hwip0" {
 		// QMAP: mhi_net's raw-IP netdev with rmnet on top (tcp.go).
 		if ok, why := rmnetSupport(k.dir, modDir); !ok {

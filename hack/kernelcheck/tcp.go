@@ -17,6 +17,7 @@ package main
 import (
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -31,17 +32,19 @@ import (
 // tcpBlobSize is what the guest downloads: a few MiB, a few seconds in TCG.
 const tcpBlobSize = 4 << 20
 
-// tcpChecks are the verdicts of the section, in order.
-var tcpChecks = []string{"tcp-download", "qmap-rmnet"}
+// tcpChecks are the guest's verdicts of the section, in order (the
+// harness adds qmap-rmnet itself).
+var tcpChecks = []string{"tcp-download", "tcp-upload"}
 
 // blobServer serves the download on the host's loopback, where the
 // carrier network's 198.18.0.1 leads.
 type blobServer struct {
-	l      net.Listener
-	srv    *http.Server
-	blob   []byte
-	sum    string
-	served atomic.Int64
+	l        net.Listener
+	srv      *http.Server
+	blob     []byte
+	sum      string
+	served   atomic.Int64 // bytes of /blob sent
+	received atomic.Int64 // bytes of /upload bodies read
 }
 
 func startBlobServer() (*blobServer, error) {
@@ -64,6 +67,18 @@ func startBlobServer() (*blobServer, error) {
 		n, _ := w.Write(b.blob)
 		b.served.Add(int64(n))
 	})
+	// POST /upload answers with the body's SHA-256: the guest compares
+	// it with its own.
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
+		h := sha256.New()
+		n, err := io.Copy(h, r.Body)
+		b.received.Add(n)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "%x\n", h.Sum(nil))
+	})
 	b.srv = &http.Server{Handler: mux}
 	go b.srv.Serve(l)
 	return b, nil
@@ -77,9 +92,12 @@ func (b *blobServer) close() { b.srv.Close() }
 const tcpSection = `
 # ---- TCP to the host through the carrier network (hack/kernelcheck/tcp.go) ----
 tcp_section() {
-	local dev=$PINGDEV out sum t0 t1
-	if [ -z "@TCPPORT@" ] || [ -z "$dev" ]; then check tcp-download SKIP "no data channel with the carrier network in this run"; return; fi
-	[ -e /sys/class/net/$dev ] || { check tcp-download FAIL "no $dev"; return; }
+	local dev=$PINGDEV sum want t0 t1
+	if [ -z "@TCPPORT@" ] || [ -z "$dev" ]; then
+		for c in tcp-download tcp-upload; do check $c SKIP "no data channel with the carrier network in this run"; done
+		return
+	fi
+	[ -e /sys/class/net/$dev ] || { for c in tcp-download tcp-upload; do check $c FAIL "no $dev"; done; return; }
 	ip link set $dev up
 	ip addr add 192.0.2.1/24 dev $dev 2>/dev/null
 	ip route add 198.18.0.0/15 dev $dev 2>/dev/null
@@ -94,6 +112,20 @@ tcp_section() {
 		check tcp-download PASS "@TCPSIZE@ bytes from 198.18.0.1 (host 127.0.0.1) through $dev in ${t0}s..${t1}s uptime, sha256 match"
 	else
 		check tcp-download FAIL "sha256 ${sum:-none} (want @TCPSUM@) through $dev between ${t0}s and ${t1}s uptime"
+	fi
+	# The other way: the guest's UL, one datagram per NTB on MBIM
+	# (mhi_wwan_mbim never aggregates), parsed strictly by the modem.
+	# busybox wget sends --post-file as a C string: no NUL bytes in it.
+	tr -d '\000' < /dev/urandom | head -c @TCPSIZE@ > /tmp/upload
+	want=$(sha256sum /tmp/upload | cut -d' ' -f1)
+	t0=$(up)
+	sum=$(timeout 120 wget -q -O - --post-file=/tmp/upload http://198.18.0.1:@TCPPORT@/upload)
+	t1=$(up)
+	rm -f /tmp/upload
+	if [ -n "$sum" ] && [ "$sum" = "$want" ]; then
+		check tcp-upload PASS "@TCPSIZE@ bytes to 198.18.0.1 (host 127.0.0.1) through $dev in ${t0}s..${t1}s uptime, sha256 match"
+	else
+		check tcp-upload FAIL "the host saw sha256 ${sum:-nothing} (sent $want) through $dev between ${t0}s and ${t1}s uptime"
 	fi
 	ip route del 198.18.0.0/15 dev $dev 2>/dev/null
 }
@@ -182,5 +214,5 @@ func init() {
 	if i < 0 {
 		i = len(guestChecks)
 	}
-	guestChecks = slices.Concat(guestChecks[:i:i], tcpChecks[:1], guestChecks[i:])
+	guestChecks = slices.Concat(guestChecks[:i:i], tcpChecks, guestChecks[i:])
 }

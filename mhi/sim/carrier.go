@@ -844,15 +844,17 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 			if !fr.open {
 				fr.enc.Begin(fr.buf)
 				fr.open, fr.n = true, 0
-				a.first = time.Now()
-				a.wake() // the sender arms the flush timer
 			}
 			fr.enc.SetSession(session)
 			if dst := fr.enc.Add(size); dst != nil {
 				copyPacket(dst, pkt)
 				fr.n++
-				if fr.n >= a.maxD { // full: no need to wait for the timer
+				switch {
+				case fr.n >= a.maxD: // full: no need to wait for the timer
 					a.push(fr)
+				case fr.n == 1:
+					a.first = time.Now()
+					a.wake() // the sender arms the flush timer
 				}
 				break
 			}
