@@ -58,7 +58,10 @@
 // RefillLevel, InlinePoll (poll on the interrupt goroutine, softirq style,
 // instead of the dedicated poller), MRU. GRO, RX checksum offload (the
 // endpoint validates IPv4/TCP/UDP checksums once and tells gVisor so) and
-// gVisor GSO are on by default. See docs/LINK.md for the measurements.
+// GSO are on by default: the endpoint advertises host GSO and cuts TCP's
+// 64 KiB segments into MSS-sized packets itself while copying them into
+// DMA (Options.GSO; GSOGVisor lets TCP split them instead). See
+// docs/LINK.md for the measurements.
 //
 // SetTap writes both directions to a pcap file (link type RAW) for
 // tcpdump, tshark or Wireshark. Stats returns the counters.

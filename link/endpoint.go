@@ -134,9 +134,13 @@ type Options struct {
 	// fragments are then not validated at all (as with any
 	// RX-checksum-offloading NIC that skips fragments).
 	NoChecksumOffload bool
-	// NoGSO turns off gVisor GSO (SupportedGSO reports GSONotSupported).
+	// GSO selects TCP segmentation offload: GSOSegment (default; the
+	// endpoint cuts TCP's large segments itself as it copies them into
+	// DMA), GSOGVisor (TCP splits them before the link) or GSOOff.
+	GSO GSOMode
+	// NoGSO turns GSO off (as GSO: GSOOff).
 	NoGSO bool
-	// GSOMaxSize is the gVisor GSO batch size (default 65536).
+	// GSOMaxSize is the largest segment TCP hands over (default 65536).
 	GSOMaxSize uint32
 
 	// Logger receives diagnostics (nil: discarded).
@@ -511,13 +515,17 @@ func (e *Endpoint) SetOnCloseAction(fn func()) { e.onClose.Store(&fn) }
 // GSOMaxSize implements stack.GSOEndpoint.
 func (e *Endpoint) GSOMaxSize() uint32 { return e.opts.GSOMaxSize }
 
-// SupportedGSO implements stack.GSOEndpoint: gVisor GSO (TCP builds large
-// segments and splits them itself; the modem has no TSO).
+// SupportedGSO implements stack.GSOEndpoint. The modem has no TSO: with
+// GSOSegment the endpoint advertises host GSO and segments in
+// WritePackets; with GSOGVisor TCP splits its segments itself.
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
-	if e.opts.NoGSO {
+	switch {
+	case e.opts.NoGSO || e.opts.GSO == GSOOff:
 		return stack.GSONotSupported
+	case e.opts.GSO == GSOGVisor:
+		return stack.GVisorGSOSupported
 	}
-	return stack.GVisorGSOSupported
+	return stack.HostGSOSupported
 }
 
 // Channels returns the UL and DL channels (for diagnostics and tests).

@@ -24,6 +24,9 @@ type Stats struct {
 	TXFull uint64
 	// TXDoorbells counts UL doorbell batches (Channel.Ring calls).
 	TXDoorbells uint64
+	// TXGSO counts host-GSO segments (GSOSegment) the endpoint cut into
+	// more than one packet; TXPackets counts the packets.
+	TXGSO uint64
 
 	// Interrupts counts event-ring notifications (MSIs) for the pair.
 	Interrupts uint64
@@ -80,7 +83,7 @@ type counters struct {
 	dropNotAttached, dropBacklog, dropSession             atomic.Uint64
 	control, controlAnswers                               atomic.Uint64
 	txPackets, txBytes, txFrames, txCompletions, txFull   atomic.Uint64
-	txDoorbells                                           atomic.Uint64
+	txDoorbells, txGSO                                    atomic.Uint64
 	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
@@ -134,6 +137,7 @@ func (e *Endpoint) Stats() Stats {
 		},
 		TXPackets: c.txPackets.Load(), TXBytes: c.txBytes.Load(), TXFrames: c.txFrames.Load(),
 		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(),
+		TXGSO: c.txGSO.Load(),
 		TXDrops: TXDrops{
 			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),
 			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(),

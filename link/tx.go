@@ -165,11 +165,14 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 		return 0, &tcpip.ErrClosedForSend{}
 	}
 	var (
-		sent, inFrame int
-		frameBytes    int
-		buf           *pci.Buffer
-		deadline      time.Time
-		err           tcpip.Error
+		// sent counts packets of list whose last piece is queued;
+		// inFrame those whose last piece is in the frame being built,
+		// pieces and frameBytes what that frame holds.
+		sent, inFrame      int
+		pieces, frameBytes int
+		buf                *pci.Buffer
+		deadline           time.Time
+		err                tcpip.Error
 	)
 	// flush queues the frame being built; false means it could not be
 	// (timeout or link down) and the packets in it are dropped.
@@ -187,58 +190,71 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 			return false
 		}
 		sent += inFrame
-		e.stats.txPackets.Add(uint64(inFrame))
+		e.stats.txPackets.Add(uint64(pieces))
 		e.stats.txBytes.Add(uint64(frameBytes))
-		inFrame, frameBytes = 0, 0
+		inFrame, pieces, frameBytes = 0, 0, 0
 		return true
 	}
-	for i := 0; i < len(list); {
-		pkt := list[i]
-		size := pkt.Size()
-		if size <= 0 || size > t.maxPacket {
-			if buf != nil && !flush() {
-				break
-			}
+	// seg is per call: waiting for TX space releases t.mu, and another
+	// writer may run meanwhile.
+	var seg segmenter
+outer:
+	for _, pkt := range list {
+		if !seg.reset(pkt) {
 			e.stats.txTooBig.Add(1)
-			if sent == 0 {
+			if sent == 0 && inFrame == 0 {
 				err = &tcpip.ErrMessageTooLong{}
 			}
 			break
 		}
-		if buf == nil {
-			if buf = e.getTXBuffer(&deadline, &err); buf == nil {
-				break
-			}
-			t.enc.Begin(buf.Mem[:t.size])
-			if t.senc != nil {
-				t.senc.SetSession(id)
-			}
+		if seg.gso && seg.segments > 1 {
+			e.stats.txGSO.Add(1)
 		}
-		dst := t.enc.Add(size)
-		if dst == nil {
-			if inFrame == 0 {
-				// A fresh frame refused a packet that fits the buffer:
-				// a framing bug. Drop the packet rather than spin.
+		for !seg.done() {
+			size := seg.next()
+			if size <= 0 || size > t.maxPacket {
 				e.stats.txTooBig.Add(1)
-				t.put(buf)
-				buf = nil
-				if sent == 0 {
+				if sent == 0 && inFrame == 0 {
 					err = &tcpip.ErrMessageTooLong{}
 				}
-				break
+				break outer
 			}
-			if !flush() {
-				break
+			if buf == nil {
+				if buf = e.getTXBuffer(&deadline, &err); buf == nil {
+					break outer
+				}
+				t.enc.Begin(buf.Mem[:t.size])
+				if t.senc != nil {
+					t.senc.SetSession(id)
+				}
 			}
-			continue
-		}
-		copyPacket(dst, pkt)
-		if tap := e.tap.Load(); tap != nil {
-			tap.write(dst)
+			dst := t.enc.Add(size)
+			if dst == nil {
+				if pieces == 0 {
+					// A fresh frame refused a packet that fits the
+					// buffer: a framing bug. Drop the packet rather
+					// than spin.
+					e.stats.txTooBig.Add(1)
+					t.put(buf)
+					buf = nil
+					if sent == 0 && inFrame == 0 {
+						err = &tcpip.ErrMessageTooLong{}
+					}
+					break outer
+				}
+				if !flush() {
+					break outer
+				}
+				continue
+			}
+			seg.write(dst)
+			if tap := e.tap.Load(); tap != nil {
+				tap.write(dst)
+			}
+			pieces++
+			frameBytes += size
 		}
 		inFrame++
-		frameBytes += size
-		i++
 	}
 	if buf != nil {
 		flush()
@@ -259,22 +275,6 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 		err = &tcpip.ErrNoBufferSpace{}
 	}
 	return 0, err
-}
-
-// copyPacket copies pkt's bytes (headers and payload, from its views)
-// into dst without allocating.
-func copyPacket(dst []byte, pkt *stack.PacketBuffer) {
-	vl, off := pkt.AsViewList()
-	n := 0
-	for v := vl.Front(); v != nil && n < len(dst); v = v.Next() {
-		s := v.AsSlice()
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		n += copy(dst[n:], s[off:])
-		off = 0
-	}
 }
 
 // getTXBuffer takes a free TX buffer, reaping and then waiting (bounded)
