@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -27,7 +28,8 @@ const benchBytes = 64 << 20
 func BenchmarkSingleStreamTCP(b *testing.B) {
 	var modem, pumps time.Duration
 	for b.Loop() {
-		modem += modemTransfer(b)
+		d, _ := modemTransfer(b, stack.Config{}, link.Options{})
+		modem += d
 		pumps += channelTransfer(b)
 	}
 	mbps := func(d time.Duration) float64 { return float64(benchBytes) * 8 * float64(b.N) / d.Seconds() / 1e6 }
@@ -37,8 +39,43 @@ func BenchmarkSingleStreamTCP(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-func modemTransfer(b *testing.B) time.Duration {
-	r := newRig(b, stack.Config{})
+// BenchmarkModemTCPOptions runs the modem half of
+// BenchmarkSingleStreamTCP with the choices that decide it switched one
+// at a time, side by side in one run, and reports TCP retransmissions
+// per transfer with the throughput.
+func BenchmarkModemTCPOptions(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  stack.Config
+		lo   link.Options
+	}{
+		{"default", stack.Config{}, link.Options{}},
+		{"gso=gvisor", stack.Config{}, link.Options{GSO: link.GSOGVisor}},
+		{"gso=off", stack.Config{}, link.Options{GSO: link.GSOOff}},
+		{"rack=on", stack.Config{TCP: stack.TCPOptions{RACK: true}}, link.Options{}},
+		{"cc=reno", stack.Config{TCP: stack.TCPOptions{CongestionControl: "reno"}}, link.Options{}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var d time.Duration
+			var rtx uint64
+			for b.Loop() {
+				el, r := modemTransfer(b, c.cfg, c.lo)
+				d += el
+				rtx += r
+			}
+			b.ReportMetric(float64(benchBytes)*8*float64(b.N)/d.Seconds()/1e6, "Mbit/s")
+			b.ReportMetric(float64(rtx)/float64(b.N), "retransmits/op")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// modemTransfer moves benchBytes from a stack on the emulated modem to a
+// host socket and returns the time and the TCP retransmissions it took.
+func modemTransfer(b *testing.B, cfg stack.Config, lo link.Options) (time.Duration, uint64) {
+	rigLink = lo
+	defer func() { rigLink = link.Options{} }()
+	r := newRig(b, cfg)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -61,6 +98,7 @@ func modemTransfer(b *testing.B) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rtx := r.s.Stats().TCPRetransmits
 	start := time.Now()
 	write(b, c)
 	c.CloseWrite()
@@ -68,9 +106,10 @@ func modemTransfer(b *testing.B) time.Duration {
 		b.Fatalf("host received %d bytes", n)
 	}
 	el := time.Since(start)
+	rtx = r.s.Stats().TCPRetransmits - rtx
 	c.Close()
 	r.s.Close()
-	return el
+	return el, rtx
 }
 
 // write writes benchBytes in 256 KiB chunks.

@@ -51,10 +51,14 @@ type TCPOptions struct {
 	NoModerateReceiveBuffer bool
 	// CongestionControl is "cubic" (default) or "reno".
 	CongestionControl string
-	// NoRACK turns RACK loss detection off (gVisor's default is on;
-	// tailscale turns it off because of spurious retransmits on coarse
-	// clocks).
-	NoRACK bool
+	// RACK turns RACK-TLP loss detection on (RFC 8985; gVisor's default).
+	// It is off by default: over a modem that moderates its interrupts
+	// (1 ms on the emulated SDX55, as on real ones) ACKs arrive in bursts
+	// and RACK entered spurious SACK recoveries that cut ssthresh to a
+	// few segments; with the classic duplicate-ACK threshold the same
+	// transfers saw no retransmission at all (docs/STACK.md, Measured).
+	// Tailscale turns it off for spurious retransmits too.
+	RACK bool
 	// Delay enables Nagle's algorithm on new connections (off by
 	// default, like Go's net package).
 	Delay bool

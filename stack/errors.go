@@ -17,6 +17,17 @@ var (
 	ErrTooManyDials = &limitError{"too many dials in flight (Limits.MaxInFlightDials)", syscall.EAGAIN}
 )
 
+// errAddressRemoved fails a dial whose local address was removed (a
+// session address change) while it was in progress.
+var errAddressRemoved = &abortError{"local address removed during the dial"}
+
+type abortError struct{ msg string }
+
+func (e *abortError) Error() string   { return "stack: " + e.msg }
+func (e *abortError) Unwrap() error   { return syscall.ECONNABORTED }
+func (e *abortError) Timeout() bool   { return false }
+func (e *abortError) Temporary() bool { return false }
+
 type limitError struct {
 	msg   string
 	errno syscall.Errno
@@ -71,7 +82,8 @@ var byMessage = func() map[string]error {
 	m := map[string]error{}
 	for _, e := range []tcpip.Error{&tcpip.ErrConnectionRefused{}, &tcpip.ErrTimeout{}, &tcpip.ErrNetworkUnreachable{},
 		&tcpip.ErrHostUnreachable{}, &tcpip.ErrConnectionReset{}, &tcpip.ErrConnectionAborted{},
-		&tcpip.ErrClosedForSend{}, &tcpip.ErrNoBufferSpace{}, &tcpip.ErrMessageTooLong{}, &tcpip.ErrNotConnected{}} {
+		&tcpip.ErrClosedForSend{}, &tcpip.ErrNoBufferSpace{}, &tcpip.ErrMessageTooLong{}, &tcpip.ErrNotConnected{},
+		&tcpip.ErrAborted{}} {
 		m[e.String()] = errnoOf(e)
 	}
 	return m

@@ -1,6 +1,13 @@
 package stack
 
-import gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+import (
+	"gvisor.dev/gvisor/pkg/tcpip"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// TCPEndpointForTest is c's gVisor endpoint, for reading the socket
+// options the stack set.
+func TCPEndpointForTest(c *TCPConn) tcpip.Endpoint { return c.ep }
 
 // NewWithClosers is New plus teardown functions run by Close after the
 // stack is gone, last first (what Open does with its pipeline).

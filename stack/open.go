@@ -64,6 +64,12 @@ type SimOptions struct {
 	// Carrier configures the carrier network (its Carrier field is
 	// taken from MBIM).
 	Carrier sim.CarrierOptions
+	// Function, if set, is the MBIM function Open runs instead of one
+	// built from MBIM (whose Carrier still configures the carrier
+	// network). A test keeps it to play the network: SetCarrier changes
+	// the session's addresses, NetworkDetach and NetworkLost drop the
+	// connection, Configure and Reregister bring it back.
+	Function *sim.MBIMFunction
 }
 
 // Open brings the whole pipeline up and returns a stack on it: the
@@ -208,7 +214,10 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 			return nil, nil, nil, fmt.Errorf("stack: no modem profile %q", name)
 		}
 		mc := opts.Sim.MBIM
-		fn := sim.NewMBIMFunction(mc)
+		fn := opts.Sim.Function
+		if fn == nil {
+			fn = sim.NewMBIMFunction(mc)
+		}
 		co := opts.Sim.Carrier
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
 			co.Carrier = mc.Carrier

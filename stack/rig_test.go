@@ -30,6 +30,9 @@ var (
 	rigKinds = []rigKind{rawIP, mbimNTB}
 )
 
+// rigLink is the base of the rigs' link options (benchmarks vary it).
+var rigLink link.Options
+
 // forKinds runs f as a subtest on every rig kind.
 func forKinds(t *testing.T, f func(t *testing.T, k rigKind)) {
 	for _, k := range rigKinds {
@@ -77,7 +80,9 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	if err := c.PowerUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ep, err := link.New(ctx, c, link.Options{Channel: k.channel, Framing: k.link})
+	lo := rigLink
+	lo.Channel, lo.Framing = k.channel, k.link
+	ep, err := link.New(ctx, c, lo)
 	if err != nil {
 		t.Fatal(err)
 	}

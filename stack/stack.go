@@ -54,6 +54,7 @@ type Stack struct {
 
 	conns    atomic.Int64 // open TCP connections
 	dials    chan struct{}
+	dialing  dialSet
 	counters counters
 }
 
@@ -116,9 +117,9 @@ func (s *Stack) tune() error {
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: t.ReceiveBuffer.Min, Default: t.ReceiveBuffer.Default, Max: t.ReceiveBuffer.Max}
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: t.SendBuffer.Min, Default: t.SendBuffer.Default, Max: t.SendBuffer.Max}
 	cc := tcpip.CongestionControlOption(t.CongestionControl)
-	rec := tcpip.TCPRecovery(tcpip.TCPRACKLossDetection)
-	if t.NoRACK {
-		rec = 0
+	rec := tcpip.TCPRecovery(0)
+	if t.RACK {
+		rec = tcpip.TCPRACKLossDetection
 	}
 	delay := tcpip.TCPDelayEnabled(t.Delay)
 	for _, o := range []struct {
@@ -210,8 +211,9 @@ func (s *Stack) SetDNSServers(servers []netip.Addr) {
 }
 
 // SetAddresses replaces the interface's addresses: the ones no longer
-// listed are removed (connections bound to them fail on their next
-// segment, as on a real interface), new ones are added. For each IPv6
+// listed are removed, and the TCP connections and dials bound to them are
+// reset at once (their reads, writes and dials fail with ECONNABORTED;
+// Stats().AddressAborts counts them); new ones are added. For each IPv6
 // address with a non-zero interface identifier the link-local address
 // fe80::IID is added too.
 func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
@@ -221,12 +223,20 @@ func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
 	if s.closed {
 		return ErrClosed
 	}
+	sameAddr := func(list []netip.Prefix, a netip.Addr) bool {
+		return slices.ContainsFunc(list, func(p netip.Prefix) bool { return p.Addr() == a })
+	}
 	for _, old := range s.addrs {
 		if slices.Contains(want, old) {
 			continue
 		}
-		if err := s.gs.RemoveAddress(nicID, tcpip.AddrFromSlice(old.Addr().AsSlice())); err != nil {
-			return fmt.Errorf("stack: remove %v: %s", old, err)
+		// An address that stays with another prefix stays on the NIC
+		// (where IPv4 is a /32 anyway), and so do its connections.
+		if !sameAddr(want, old.Addr()) {
+			s.abortConnsFrom(old.Addr())
+			if err := s.gs.RemoveAddress(nicID, tcpip.AddrFromSlice(old.Addr().AsSlice())); err != nil {
+				return fmt.Errorf("stack: remove %v: %s", old, err)
+			}
 		}
 		s.events.push(Event{Kind: EventAddressRemoved, Prefix: old})
 	}
@@ -234,10 +244,12 @@ func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
 		if slices.Contains(s.addrs, p) {
 			continue
 		}
-		pa := tcpip.ProtocolAddress{Protocol: protoOf(p.Addr()), AddressWithPrefix: tcpip.AddressWithPrefix{
-			Address: tcpip.AddrFromSlice(p.Addr().AsSlice()), PrefixLen: nicPrefixLen(p)}}
-		if err := s.gs.AddProtocolAddress(nicID, pa, gstack.AddressProperties{}); err != nil {
-			return fmt.Errorf("stack: add %v: %s", p, err)
+		if !sameAddr(s.addrs, p.Addr()) {
+			pa := tcpip.ProtocolAddress{Protocol: protoOf(p.Addr()), AddressWithPrefix: tcpip.AddressWithPrefix{
+				Address: tcpip.AddrFromSlice(p.Addr().AsSlice()), PrefixLen: nicPrefixLen(p)}}
+			if err := s.gs.AddProtocolAddress(nicID, pa, gstack.AddressProperties{}); err != nil {
+				return fmt.Errorf("stack: add %v: %s", p, err)
+			}
 		}
 		s.events.push(Event{Kind: EventAddressAdded, Prefix: p})
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 type counters struct {
-	dialed, dialFailed, accepted, connLimit, dialLimit atomic.Uint64
+	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
 }
 
 // Stats are the stack's counters, its TCP/IP counters and, when the link
@@ -20,6 +20,10 @@ type Stats struct {
 	// that failed; ConnLimitHits and DialLimitHits the dials and accepts
 	// refused by Limits.
 	Dialed, DialFailed, Accepted, ConnLimitHits, DialLimitHits uint64
+	// AddressAborts counts TCP connections and dials reset because
+	// their local address was removed (SetAddresses, a session address
+	// change).
+	AddressAborts uint64
 
 	// Packets and bytes through the NIC, and packets the link refused.
 	RXPackets, RXBytes, TXPackets, TXBytes, TXDroppedNoBufferSpace uint64
@@ -43,6 +47,7 @@ func (s *Stack) Stats() Stats {
 		Accepted:       s.counters.accepted.Load(),
 		ConnLimitHits:  s.counters.connLimit.Load(),
 		DialLimitHits:  s.counters.dialLimit.Load(),
+		AddressAborts:  s.counters.addrAborts.Load(),
 	}
 	gs := s.gs.Stats()
 	if info, ok := s.gs.NICInfo()[nicID]; ok {

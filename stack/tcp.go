@@ -181,9 +181,14 @@ func (s *Stack) dialTCP(ctx context.Context, laddr, raddr netip.AddrPort) (*TCPC
 			return nil, errnoOf(terr)
 		}
 	}
+	d := s.dialing.add(ep)
+	defer s.dialing.remove(d)
 	terr = ep.Connect(fullAddr(raddr))
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
+		case <-d.abort:
+			ep.Close()
+			return nil, errAddressRemoved
 		case <-ctx.Done():
 			ep.Close()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {

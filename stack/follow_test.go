@@ -1,0 +1,228 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack"
+)
+
+// openWith is stack.Open on the emulated modem running fn (strict mode),
+// closed at the end of the test.
+func openWith(t *testing.T, fn *sim.MBIMFunction, car sim.Carrier) *stack.Stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := stack.Open(ctx, stack.Options{APN: "internet", Sim: stack.SimOptions{
+		Modem:    sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
+		MBIM:     sim.MBIMConfig{APN: "internet", Carrier: car},
+		Function: fn,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitEvent reads events until one matches, and returns the ones read
+// before it. It fails the test after 10 s (a bound, not a measurement).
+func waitEvent(t *testing.T, ev <-chan stack.Event, what string, match func(stack.Event) bool) []stack.Event {
+	t.Helper()
+	var seen []stack.Event
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e, ok := <-ev:
+			if !ok {
+				t.Fatalf("events closed waiting for %s (saw %v)", what, seen)
+			}
+			if match(e) {
+				return seen
+			}
+			seen = append(seen, e)
+		case <-timeout:
+			t.Fatalf("no %s event (saw %v)", what, seen)
+		}
+	}
+}
+
+func kindIs(k stack.EventKind) func(stack.Event) bool {
+	return func(e stack.Event) bool { return e.Kind == k }
+}
+
+// echoOnce writes msg on c and reads it back.
+func echoOnce(t *testing.T, c net.Conn, msg string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatalf("write %q: %v", msg, err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+		t.Fatalf("echo %q: got %q, %v", msg, got, err)
+	}
+}
+
+func TestOpenFollowsASessionAddressChange(t *testing.T) {
+	car := sim.DefaultCarrier()
+	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	s := openWith(t, fn, car)
+	ctx := ctxT(t, 10*time.Second)
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	dst := netip.AddrPortFrom(sim.TestAddr4, port).String()
+	old, err := s.DialContext(ctx, "tcp4", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	echoOnce(t, old, "before")
+
+	// The network renumbers the session (an IP_CONFIGURATION
+	// indication): new IPv4 and IPv6 addresses, one DNS server fewer.
+	next := car
+	next.IPv4 = netip.MustParsePrefix("10.0.7.9/24")
+	next.IPv6 = netip.MustParsePrefix("2001:db8:65::9/64")
+	next.IPv4DNS = car.IPv4DNS[:1]
+	fn.SetCarrier(next)
+
+	var removed, added []netip.Prefix
+	var dns []netip.Addr
+	waitEvent(t, s.Events(), "address and DNS changes", func(e stack.Event) bool {
+		switch e.Kind {
+		case stack.EventAddressRemoved:
+			removed = append(removed, e.Prefix)
+		case stack.EventAddressAdded:
+			added = append(added, e.Prefix)
+		case stack.EventDNSChanged:
+			dns = e.DNS
+		}
+		return slices.Contains(added, next.IPv4) && slices.Contains(added, next.IPv6) && dns != nil
+	})
+	for _, p := range []netip.Prefix{car.IPv4, car.IPv6} {
+		if !slices.Contains(removed, p) {
+			t.Errorf("no address-removed event for %v (removed %v)", p, removed)
+		}
+	}
+	if want := append(append([]netip.Addr(nil), next.IPv4DNS...), next.IPv6DNS...); !slices.Equal(dns, want) {
+		t.Errorf("DNS %v, want %v", dns, want)
+	}
+	addrs := s.Addresses()
+	if slices.Contains(addrs, car.IPv4) || !slices.Contains(addrs, next.IPv4) || !slices.Contains(addrs, next.IPv6) {
+		t.Fatalf("addresses after the change: %v", addrs)
+	}
+
+	// The connection from the old address fails at once and cleanly.
+	old.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := old.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNABORTED) {
+		t.Errorf("read on a connection whose address went away: %v, want ECONNABORTED", err)
+	}
+	if _, err := old.Write([]byte("x")); err == nil {
+		t.Error("write on a connection whose address went away succeeded")
+	}
+	if n := s.Stats().AddressAborts; n != 1 {
+		t.Errorf("AddressAborts %d, want 1", n)
+	}
+
+	// New connections use the new address, both families.
+	c, err := s.DialContext(ctx, "tcp4", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if la := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); la != next.IPv4.Addr() {
+		t.Errorf("new connection from %v, want %v", la, next.IPv4.Addr())
+	}
+	echoOnce(t, c, "after")
+	port6 := hostEcho(t, "tcp6", "[::1]:0")
+	c6, err := s.DialContext(ctx, "tcp6", netip.AddrPortFrom(sim.TestAddr6, port6).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c6.Close()
+	if la := c6.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); la != next.IPv6.Addr() {
+		t.Errorf("new IPv6 connection from %v, want %v", la, next.IPv6.Addr())
+	}
+	echoOnce(t, c6, "after, IPv6")
+	if got, err := s.LookupNetIP(ctx, "ip4", sim.TestName); err != nil || len(got) != 1 || got[0] != sim.TestAddr4 {
+		t.Fatalf("lookup through the remaining DNS server: %v, %v", got, err)
+	}
+}
+
+func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
+	car := sim.DefaultCarrier()
+	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	s := openWith(t, fn, car)
+	ctx := ctxT(t, 20*time.Second)
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	dst := netip.AddrPortFrom(sim.TestAddr4, port).String()
+	c, err := s.DialContext(ctx, "tcp4", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echoOnce(t, c, "before")
+
+	// The network detaches the modem and keeps it out of service: the
+	// session is lost and cannot come back yet.
+	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = true })
+	fn.NetworkLost()
+	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+	if s.LinkUp() {
+		t.Fatal("LinkUp after link-down")
+	}
+	if _, err := s.DialContext(ctx, "tcp4", dst); !errors.Is(err, syscall.ENETUNREACH) {
+		t.Fatalf("dial while down: %v, want ENETUNREACH", err)
+	}
+	// The addresses stay: if the network gives them back, connections
+	// survive the outage, as on a kernel interface.
+	if !slices.Contains(s.Addresses(), car.IPv4) {
+		t.Fatalf("addresses while down: %v", s.Addresses())
+	}
+
+	// Back in service: the session reconnects on its own.
+	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = false })
+	fn.Reregister()
+	seen := waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
+	if !slices.ContainsFunc(seen, func(e stack.Event) bool { return e.Kind == stack.EventSession && e.Session == "attaching" }) {
+		t.Errorf("no session steps before link-up: %v", seen)
+	}
+	if !s.LinkUp() {
+		t.Fatal("link down after link-up")
+	}
+	echoOnce(t, c, "the same connection, after the outage")
+	c2, err := s.DialContext(ctx, "tcp4", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	echoOnce(t, c2, "a new connection")
+	if n := s.Stats().AddressAborts; n != 0 {
+		t.Errorf("AddressAborts %d: the addresses came back, nothing should have been aborted", n)
+	}
+}
+
+func TestOpenReconnectsAfterANetworkDetach(t *testing.T) {
+	car := sim.DefaultCarrier()
+	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	s := openWith(t, fn, car)
+	fn.NetworkDetach(36) // regular deactivation
+	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	c, err := s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	echoOnce(t, c, "after the reconnection")
+}

@@ -1,0 +1,216 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+
+	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack"
+)
+
+type keepAlive struct {
+	on             bool
+	idle, interval time.Duration
+	count          int
+	delay          bool
+}
+
+// socketOptions reads back from gVisor what the stack set on c.
+func socketOptions(t *testing.T, c *stack.TCPConn) keepAlive {
+	t.Helper()
+	ep := stack.TCPEndpointForTest(c)
+	so := ep.SocketOptions()
+	var idle tcpip.KeepaliveIdleOption
+	var intvl tcpip.KeepaliveIntervalOption
+	if err := ep.GetSockOpt(&idle); err != nil {
+		t.Fatal(err)
+	}
+	if err := ep.GetSockOpt(&intvl); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ep.GetSockOptInt(tcpip.KeepaliveCountOption)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keepAlive{so.GetKeepAlive(), time.Duration(idle), time.Duration(intvl), n, so.GetDelayOption()}
+}
+
+func TestKeepAliveAndNoDelayReachTheSocket(t *testing.T) {
+	ka := net.KeepAliveConfig{Enable: true, Idle: 7 * time.Second, Interval: 3 * time.Second, Count: 4}
+	r := newRig(t, stack.Config{TCP: stack.TCPOptions{KeepAlive: ka}})
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := keepAlive{true, 7 * time.Second, 3 * time.Second, 4, false}
+	if got := socketOptions(t, c); got != want {
+		t.Fatalf("dialed connection: %+v, want %+v", got, want)
+	}
+
+	// An accepted connection gets the same configuration.
+	l, err := r.s.ListenTCP(netip.AddrPortFrom(netip.IPv4Unspecified(), 8081))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	in, err := r.cn.Dial(ctxT(t, 5*time.Second), "tcp", netip.AddrPortFrom(sim.DefaultCarrier().IPv4.Addr(), 8081))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	a, err := l.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got := socketOptions(t, a); got != want {
+		t.Fatalf("accepted connection: %+v, want %+v", got, want)
+	}
+
+	// The net.TCPConn methods change them.
+	c.SetNoDelay(false)
+	want.delay = true
+	if got := socketOptions(t, c); got != want {
+		t.Fatalf("after SetNoDelay(false): %+v, want %+v", got, want)
+	}
+	c.SetNoDelay(true)
+	if err := c.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	want = keepAlive{true, 30 * time.Second, 3 * time.Second, 4, false} // zero fields keep their value
+	if got := socketOptions(t, c); got != want {
+		t.Fatalf("after SetKeepAliveConfig: %+v, want %+v", got, want)
+	}
+	c.SetKeepAlivePeriod(20 * time.Second)
+	want.idle, want.interval = 20*time.Second, 20*time.Second
+	if got := socketOptions(t, c); got != want {
+		t.Fatalf("after SetKeepAlivePeriod: %+v, want %+v", got, want)
+	}
+	c.SetKeepAlive(false)
+	want.on = false
+	if got := socketOptions(t, c); got != want {
+		t.Fatalf("after SetKeepAlive(false): %+v, want %+v", got, want)
+	}
+	echoOnce(t, c, "still a working connection")
+}
+
+func TestKeepAliveDefaultsAndOptOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tcp  stack.TCPOptions
+		want keepAlive
+	}{
+		{"defaults (Go's)", stack.TCPOptions{}, keepAlive{true, 15 * time.Second, 15 * time.Second, 9, false}},
+		{"disabled, Nagle on", stack.TCPOptions{KeepAlive: net.KeepAliveConfig{Idle: -1}, Delay: true},
+			keepAlive{false, 15 * time.Second, 15 * time.Second, 9, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, stack.Config{TCP: tc.tcp})
+			port := hostEcho(t, "tcp4", "127.0.0.1:0")
+			c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			got := socketOptions(t, c)
+			if !tc.want.on {
+				// With keepalive off only on/off and Nagle matter.
+				got.idle, got.interval, got.count = tc.want.idle, tc.want.interval, tc.want.count
+			}
+			if got != tc.want {
+				t.Fatalf("%+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// blackHole is a stack whose link takes packets and never answers:
+// dials stay in SYN-SENT until their context ends.
+func blackHole(t *testing.T, cfg stack.Config) *stack.Stack {
+	t.Helper()
+	cfg.Addresses = []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}
+	s, err := stack.New(channel.New(64, 1500, ""), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitInFlight waits until n dials are in progress (bounded).
+func waitInFlight(t *testing.T, s *stack.Stack, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().InFlightDials != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dials in flight, want %d", s.Stats().InFlightDials, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestInFlightDialLimit(t *testing.T) {
+	s := blackHole(t, stack.Config{Limits: stack.Limits{MaxInFlightDials: 2}})
+	dst := netip.MustParseAddrPort("192.0.2.2:80")
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := s.DialTCP(ctx, netip.AddrPort{}, dst)
+			errs <- err
+		}()
+	}
+	waitInFlight(t, s, 2)
+	_, err := s.DialTCP(context.Background(), netip.AddrPort{}, dst)
+	if !errors.Is(err, stack.ErrTooManyDials) || !errors.Is(err, syscall.EAGAIN) {
+		cancel()
+		t.Fatalf("third dial: %v, want ErrTooManyDials (EAGAIN)", err)
+	}
+	if ne, ok := err.(net.Error); !ok || ne.Timeout() {
+		t.Errorf("limit error %v: want a net.Error that is not a timeout", err)
+	}
+	cancel()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled dial: %v", err)
+		}
+	}
+	st := s.Stats()
+	if st.DialLimitHits != 1 || st.InFlightDials != 0 || st.ActiveTCPConns != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The slots are free again: a dial now fails by its own deadline.
+	dctx, dcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer dcancel()
+	if _, err := s.DialTCP(dctx, netip.AddrPort{}, dst); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("dial after the others ended: %v, want a timeout", err)
+	}
+}
+
+func TestDialFailsWhenItsAddressIsRemoved(t *testing.T) {
+	s := blackHole(t, stack.Config{})
+	errs := make(chan error, 1)
+	go func() {
+		_, err := s.DialTCP(context.Background(), netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.2:80"))
+		errs <- err
+	}()
+	waitInFlight(t, s, 1)
+	if err := s.SetAddresses([]netip.Prefix{netip.MustParsePrefix("192.0.2.7/24")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, syscall.ECONNABORTED) {
+		t.Fatalf("dial from a removed address: %v, want ECONNABORTED", err)
+	}
+	if st := s.Stats(); st.AddressAborts != 1 || st.InFlightDials != 0 || st.ActiveTCPConns != 0 || st.DialFailed != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
