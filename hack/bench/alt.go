@@ -391,6 +391,10 @@ func (c *config) altTable() (*table, error) {
 		defer v.close()
 		paths = append(paths, altPath{"Linux TCP/UDP over a veth pair into a netns", "Linux veth", func() (*altEnv, error) { return kernelEnv(v) }})
 	}
+	// Shorter windows than the link tables': 18 configurations × the
+	// runs must fit the whole bench's 10-minute budget, and a single
+	// stream settles within a few hundred ms.
+	d, w := min(c.dur, 700*time.Millisecond), min(c.warm, 200*time.Millisecond)
 	var names []string
 	for _, p := range paths {
 		for _, wk := range altWorks {
@@ -403,7 +407,7 @@ func (c *config) altTable() (*table, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := wk.run(e, c.dur, c.warm)
+		s, err := wk.run(e, d, w)
 		if cerr := e.close(); err == nil {
 			err = cerr
 		}
@@ -431,6 +435,7 @@ func (c *config) altTable() (*table, error) {
 			"in-memory ring (hack/bench/ring.go) with gVisor GSO on TX, one copy per segment, GRO on RX flushed per batch, " +
 			"RX checksum offload: what a link could at best give this gVisor. **Linux**: the kernel's TCP and UDP from " +
 			"the root namespace to a socket in a network namespace across a veth pair (created and removed by the bench). " +
+			fmt.Sprintf("Each run: a %v window after a %v warm-up. ", d, w) +
 			"TCP: 64 KiB writes, Mbit/s of payload received. UDP: 1400-byte IP datagrams written as fast as writes return, " +
 			"Mbit/s of payload delivered and the share of written datagrams lost. CPU is the whole process's (user + system) " +
 			"per Gbit/s of TCP send; the modem's emulation and the carrier are inside it for mhistack.",
