@@ -191,3 +191,20 @@ func TestCarrierAggregatesDLOfABulkTCPTransferLikeAModem(t *testing.T) {
 	}
 	goleak.VerifyNone(t, ignore)
 }
+
+// TestCarrierSendsADatagramLargerThanAFrameAlone: with an aggregation
+// size below the MTU every full-size segment is larger than an empty
+// frame; each travels alone in a frame of its own size instead of being
+// dropped, and the stream arrives intact.
+func TestCarrierSendsADatagramLargerThanAFrameAlone(t *testing.T) {
+	for _, k := range framedPairs {
+		t.Run(k.name, func(t *testing.T) {
+			h := newCarrierHost(t, k, CarrierOptions{MaxBytes: 1024})
+			h.download(t, 256<<10)
+			cs := h.cn.Stats()
+			if cs.Dropped != 0 || cs.DLFrames < 256<<10/1500 {
+				t.Fatalf("%+v: want no drop and a frame per full-size segment at least", cs)
+			}
+		})
+	}
+}
