@@ -377,11 +377,11 @@ var altWorks = []altWork{
 func (c *config) altTable() (*table, error) {
 	paths := []altPath{
 		{"mhistack: stack.Open on the emulated modem → carrier network → host socket", "mhistack", func() (*altEnv, error) { return mhistackEnv(sim.Options{}) }},
-		{"mhistack, moderation 0 (an MSI per event)", "mhistack, moderation 0", func() (*altEnv, error) {
+		{"mhistack, moderation 0 (an MSI per event)", "mhistack, mod. 0", func() (*altEnv, error) {
 			return mhistackEnv(sim.Options{DisableModeration: true})
 		}},
-		{"two stacks, each on link.Endpoint over its own emulated modem, the modems joined back to back", "2 stacks on 2 emulated modems", modemPairEnv},
-		{"two stacks, channel.Endpoint + pumps (wireguard-go)", "channel.Endpoint + pumps", channelPairEnv},
+		{"two stacks, each on link.Endpoint over its own emulated modem, the modems joined back to back", "modems back to back", modemPairEnv},
+		{"two stacks, channel.Endpoint + pumps (wireguard-go)", "channel + pumps", channelPairEnv},
 		{"two stacks, ideal ring (GSO + GRO, one copy)", "ideal ring", ringPairEnv},
 	}
 	skipped := ""
@@ -457,15 +457,18 @@ func (c *config) altTable() (*table, error) {
 			fmt.Sprintf("%.2f", ref/at(pi, 0).med("mbps")))
 		t.rows = append(t.rows, row)
 	}
+	// The plot leaves Linux out: at 10× the others its bars would flatten
+	// them (the table has its numbers).
+	np := min(len(paths), 5)
 	var pnames, wnames []string
-	for _, p := range paths {
+	for _, p := range paths[:np] {
 		pnames = append(pnames, p.short)
 	}
 	for _, wk := range altWorks {
 		wnames = append(wnames, wk.name)
 	}
-	t.plots = append(t.plots, plot{file: "alternatives.svg", alt: "mhistack vs the alternatives: throughput",
-		svg: barChart("One stream: Mbit/s (median, min–max)", "Mbit/s", wnames, pnames, vals, lo, hi)})
+	t.plots = append(t.plots, plot{file: "alternatives.svg", alt: "mhistack vs the alternatives: throughput (Linux left out)",
+		svg: barChart("One stream: Mbit/s (median, min–max); Linux in the table", "Mbit/s", wnames, pnames, vals[:np], lo[:np], hi[:np])})
 
 	// The target and why, from the numbers.
 	const mod0, b2b, ch, ring, linux = 1, 2, 3, 4, 5
@@ -506,7 +509,7 @@ func (c *config) altTable() (*table, error) {
 		at(ring, 0).med("mbps")/at(ch, 0).med("mbps"), ref/at(ring, 0).med("mbps")))
 	if len(paths) > linux {
 		t.notes = append(t.notes, fmt.Sprintf("Linux over veth: TCP send %.0f Mbit/s, %.2f× mhistack (mhistack ÷ Linux %.2f); "+
-			"the kernel's TCP segments and coalesces with TSO/GRO over the veth and spends %.0f ms of CPU per Gbit/s.",
+			"the kernel hands TSO-sized segments across the veth rather than MTU-sized packets and spends %.0f ms of CPU per Gbit/s.",
 			at(linux, 0).med("mbps"), at(linux, 0).med("mbps")/ref, ref/at(linux, 0).med("mbps"), at(linux, 0).med("cpu_gbit")))
 	}
 	if skipped != "" {
