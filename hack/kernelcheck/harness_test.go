@@ -172,3 +172,29 @@ func TestResumeFailuresAreToleratedOnlyInsideTheSysErrInM3Window(t *testing.T) {
 		t.Errorf("complaints %q tolerated %q: want the one inside the window tolerated", complaints, tolerated)
 	}
 }
+
+func TestTCPSectionRunsBeforeTheMBIMSectionAndTheAggregationIsReadFromTwoStatsLines(t *testing.T) {
+	e := expectFor(profile(t, "quectel-em1xx"), fakeKO(nil, "MBIM", "IP_HW0_MBIM"))
+	if got := carrierPair(e); got != "IP_HW0_MBIM" {
+		t.Fatalf("carrier pair %q, want IP_HW0_MBIM", got)
+	}
+	e.tcpPort, e.tcpSum = 1234, "abc"
+	s := script(e, 10)
+	tcp, mbim, crash := strings.Index(s, "tcp_section\n"), strings.Index(s, "mbim_section\n"), strings.Index(s, mbimAnchor)
+	if tcp < 0 || mbim < 0 || !(tcp < mbim && mbim < crash) {
+		t.Fatalf("sections at %d (tcp), %d (mbim), %d (SYS_ERR): want tcp < mbim < SYS_ERR", tcp, mbim, crash)
+	}
+	if !strings.Contains(s, "http://198.18.0.1:1234/blob") || !strings.Contains(s, `= "abc"`) {
+		t.Error("the TCP section lacks the blob's URL or sum")
+	}
+	log := `level=INFO msg="carrier stats" channel=IP_HW0_MBIM ul_packets=10 dl_packets=5 dl_frames=5 per_frame=1.0 echoes=5 tcp_flows=0 udp_flows=0 refused=0 dns=0 dropped=0
+level=INFO msg="carrier stats" channel=IP_HW0_MBIM ul_packets=210 dl_packets=3005 dl_frames=155 per_frame=19.4 echoes=5 tcp_flows=1 udp_flows=0 refused=0 dns=0 dropped=2
+`
+	got, ok := aggregation(log)
+	if want := "UL 200 packets; DL 3000 datagrams in 150 NTBs: 20.0 per NTB, 2 dropped"; !ok || got != want {
+		t.Errorf("aggregation: %q, %v; want %q", got, ok, want)
+	}
+	if _, ok := aggregation(log[:strings.Index(log, "\n")+1]); ok {
+		t.Error("aggregation from one stats line: want a failure")
+	}
+}
