@@ -3,8 +3,10 @@
 # `mhictl sim serve` (a vfio-user server hosting mhi/sim) and boots a Debian
 # kernel in QEMU with a vfio-user-pci device connected to it; the guest loads
 # mhi_pci_generic, mhi_net, mhi_wwan_ctrl and mhi_wwan_mbim and checks
-# mission mode, channels, ports, a ping through the data path, SYS_ERR
-# recovery and module unload. The recipe and the QEMU quirks are in
+# mission mode, channels, ports, pings and a 4 MiB TCP transfer each way
+# through the data path (the modem's carrier network forwards 198.18.0.1 to
+# a server the harness runs on this host's 127.0.0.1), SYS_ERR recovery and
+# module unload. The recipe and the QEMU quirks are in
 # shared/docs/kernel-crosscheck.md; the guest checks are in
 # hack/kernelcheck.
 #
