@@ -7,6 +7,7 @@
 //	go run ./hack/bench                                  # all tables, 5 runs
 //	go run ./hack/bench -only refill -runs 7             # one table
 //	go run ./hack/bench -o docs/BENCHMARKS.md -svg-dir docs/bench
+//	go run ./hack/bench -only 5,7 -o docs/BENCHMARKS.md  # replace two tables' sections
 //	go run ./hack/bench -quick                           # CI smoke (~30 s)
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
@@ -32,6 +33,7 @@ type config struct {
 	quick      bool
 	progress   io.Writer
 	verbose    bool // print each run's duration
+	partial    bool // -only: -o replaces these tables' sections and keeps the rest
 	loadBefore string
 }
 
@@ -84,6 +86,7 @@ func main() {
 		c.quick, c.runs, c.dur, c.warm = true, 1, 150*time.Millisecond, 50*time.Millisecond
 	}
 	c.loadBefore = loadavg()
+	c.partial = *only != ""
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -142,7 +145,17 @@ func writeOut(c *config, out, svgDir string, done []*table, took time.Duration) 
 				fatal(err)
 			}
 		}
-		if err := os.WriteFile(out, []byte(c.report(done, rel, took)), 0o644); err != nil {
+		doc := c.report(done, rel, took)
+		if c.partial {
+			old, err := os.ReadFile(out)
+			if err != nil && !os.IsNotExist(err) {
+				fatal(err)
+			}
+			if len(old) > 0 {
+				doc = c.merge(string(old), done, rel, took)
+			}
+		}
+		if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
 			fatal(err)
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -85,4 +86,91 @@ func loaded(avg string) bool {
 		return false
 	}
 	return max(one, five) > float64(runtime.NumCPU())/2
+}
+
+// merge replaces, in the report old, the sections of the tables in done
+// (matched by their number, "## 5."), adds the ones it lacks in number
+// order, regenerates Method and Pending, and notes the partial run in the
+// preamble: -only with -o re-runs some tables without discarding the
+// others.
+func (c *config) merge(old string, done []*table, svgRel string, took time.Duration) string {
+	pre, secs := splitSections(old)
+	fresh := map[string]string{"Method": method + "\n", "Pending": pending}
+	var ids []string
+	for _, t := range done {
+		k := strings.SplitN(t.title, ".", 2)[0]
+		fresh[k] = t.markdown(svgRel)
+		ids = append(ids, k)
+	}
+	seen := map[string]bool{}
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(pre, "\n"), "\n") {
+		if !strings.HasPrefix(l, "* Tables ") || !strings.Contains(l, " re-run on ") { // an earlier partial run's note
+			b.WriteString(l + "\n")
+		}
+	}
+	fmt.Fprintf(&b, "* Tables %s re-run on %s with `-only` (%d runs each, took %v; load average %s at the start, %s at the end); "+
+		"the lines above describe the run that produced the others.\n\n",
+		strings.Join(ids, ", "), time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.runs, took.Round(time.Second), c.loadBefore, loadavg())
+	emit := func(k, text string) {
+		if f, ok := fresh[k]; ok {
+			text = f
+		}
+		seen[k] = true
+		b.WriteString(text)
+	}
+	for _, s := range secs {
+		// Missing tables go before the first section numbered after them
+		// (or before Pending).
+		for _, k := range ids {
+			if !seen[k] && !sectionExists(secs, k) && (s.key == "Pending" || numLess(k, s.key)) {
+				emit(k, "")
+			}
+		}
+		emit(s.key, s.text)
+	}
+	for _, k := range ids {
+		if !seen[k] {
+			emit(k, "")
+		}
+	}
+	return b.String()
+}
+
+type section struct{ key, text string }
+
+// splitSections cuts a report at its "## " headings; a section's key is
+// its table number ("5") or its first word ("Method", "Pending").
+func splitSections(doc string) (pre string, secs []section) {
+	parts := strings.Split(doc, "\n## ")
+	pre = parts[0]
+	for _, p := range parts[1:] {
+		key := strings.Fields(p)[0]
+		key = strings.TrimSuffix(key, ".")
+		secs = append(secs, section{key, "## " + strings.TrimRight(p, "\n") + "\n\n"})
+	}
+	return pre, secs
+}
+
+func sectionExists(secs []section, k string) bool {
+	for _, s := range secs {
+		if s.key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// numLess reports whether table number a comes before section key b (a
+// non-numeric key sorts after every table).
+func numLess(a, b string) bool {
+	x, err1 := strconv.Atoi(a)
+	y, err2 := strconv.Atoi(b)
+	if err1 != nil {
+		return false
+	}
+	if err2 != nil {
+		return b != "Method"
+	}
+	return x < y
 }
