@@ -222,7 +222,7 @@ func connRate(workers int, d, w time.Duration) (sample, error) {
 	var measuring, stop atomic.Bool
 	var mu sync.Mutex
 	var lat []time.Duration
-	var firstErr atomic.Value
+	var firstErr error // under mu
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -235,7 +235,11 @@ func connRate(workers int, d, w time.Duration) (sample, error) {
 				c, err := e.dialTCP(ctx)
 				cancel()
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
 					return
 				}
 				if measuring.Load() {
@@ -256,8 +260,8 @@ func connRate(workers int, d, w time.Duration) (sample, error) {
 	n1, t1 := done.Load(), time.Now()
 	stop.Store(true)
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return nil, err
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	s := sample{"conns_s": float64(n1-n0) / t1.Sub(t0).Seconds()}
 	if len(lat) > 0 {
