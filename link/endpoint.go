@@ -27,6 +27,7 @@ const (
 	DefaultMTU       = 1500
 	DefaultBudget    = 64 // NAPI_POLL_WEIGHT
 	DefaultTXTimeout = 50 * time.Millisecond
+	DefaultDeferPoll = 50 * time.Microsecond // gro_flush_timeout
 )
 
 // RefillMode selects who queues RX buffers (background/mhi-net-rx-refill-thread.txt).
@@ -93,6 +94,17 @@ type Options struct {
 	// NAPI) instead of a dedicated poller goroutine (threaded NAPI,
 	// background/ath10k-threaded-napi.txt).
 	InlinePoll bool
+	// DeferPoll and DeferCount are Linux's gro_flush_timeout and
+	// napi_defer_hard_irqs for the dedicated poller: after a pass that
+	// found work it polls again DeferPoll later without waiting for an
+	// interrupt, until DeferCount passes in a row find nothing. A modem
+	// that defers its MSIs (BEI, 1 ms on SDX55) otherwise leaves a raw-IP
+	// DL ring full and stalled until the next interrupt. Defaults: 50 µs
+	// and 2 (docs/LINK.md has the measurements); a negative DeferPoll
+	// turns it off (every pass then waits for an interrupt). Idle, the
+	// poller still sleeps until an interrupt.
+	DeferPoll  time.Duration
+	DeferCount int
 	// LockOSThread pins the dedicated poller to an OS thread.
 	LockOSThread bool
 	// ThreadHook, when set, locks the dedicated poller and refiller
@@ -271,6 +283,15 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	e.mtu.Store(mtu)
 	if e.opts.TXTimeout <= 0 {
 		e.opts.TXTimeout = DefaultTXTimeout
+	}
+	switch {
+	case e.opts.DeferPoll == 0:
+		e.opts.DeferPoll = DefaultDeferPoll
+	case e.opts.DeferPoll < 0:
+		e.opts.DeferPoll = 0
+	}
+	if e.opts.DeferCount <= 0 {
+		e.opts.DeferCount = 2
 	}
 	if e.opts.GSOMaxSize == 0 {
 		e.opts.GSOMaxSize = stack.GVisorGSOMaxSize

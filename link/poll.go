@@ -32,7 +32,20 @@ func (e *Endpoint) pollLoop() {
 	var backoff time.Duration
 	idle := time.NewTicker(missedIRQInterval)
 	defer idle.Stop()
+	// Deferred polling (Linux's gro_flush_timeout + napi_defer_hard_irqs):
+	// after a pass that found work, poll again after DeferPoll instead of
+	// waiting for the next (moderated) interrupt, until DeferCount passes
+	// in a row find nothing.
+	deferT := time.NewTimer(time.Hour)
+	deferT.Stop()
+	defer deferT.Stop()
+	deferLeft := 0
 	for {
+		var deferC <-chan time.Time
+		if deferLeft > 0 {
+			deferT.Reset(e.opts.DeferPoll)
+			deferC = deferT.C
+		}
 		var retryC <-chan time.Time
 		if e.opts.Refill == RefillInline && e.starved.Load() {
 			backoff = nextBackoff(backoff)
@@ -53,8 +66,16 @@ func (e *Endpoint) pollLoop() {
 			return
 		case <-e.sched:
 		case <-retryC:
+			deferT.Stop()
 			e.refill()
 			continue
+		case <-deferC:
+			// As the idle check: the CAS keeps one owner of a pass; if
+			// an interrupt won it, its token is in sched.
+			if !e.scheduled.CompareAndSwap(false, true) {
+				continue
+			}
+			e.stats.deferredPolls.Add(1)
 		case <-idle.C:
 			// Not scheduled and events waiting: their MSI was lost.
 			// The CAS keeps the NAPI rule (one owner of a pass); if
@@ -65,11 +86,19 @@ func (e *Endpoint) pollLoop() {
 			}
 			e.stats.missedIRQ.Add(1)
 		}
+		deferT.Stop()
 		e.inPass.Store(true)
-		ok := e.run()
+		ok, work := e.run()
 		e.inPass.Store(false)
 		if !ok {
 			return
+		}
+		switch {
+		case e.opts.DeferPoll <= 0:
+		case work > 0:
+			deferLeft = e.opts.DeferCount
+		case deferLeft > 0:
+			deferLeft--
 		}
 	}
 }
@@ -86,13 +115,14 @@ func (e *Endpoint) pollInline() {
 }
 
 // run does poll passes while the poller is scheduled. It returns false if
-// the endpoint is stopping.
-func (e *Endpoint) run() bool {
+// the endpoint is stopping, and the RX work done.
+func (e *Endpoint) run() (ok bool, total int) {
 	for {
 		if e.stopped.Load() {
-			return false
+			return false, total
 		}
 		work := e.poll()
+		total += work
 		if work >= e.budget {
 			// The device has more: poll again without waiting for an
 			// interrupt (with BEI moderation the next MSI may be a
@@ -108,13 +138,13 @@ func (e *Endpoint) run() bool {
 		e.stats.rearms.Add(1)
 		e.scheduled.Store(false)
 		if !e.rx.pending() && !e.dlER.Pending() && !e.ulER.Pending() {
-			return true
+			return true, total
 		}
 		e.stats.rearmRaces.Add(1)
 		if !e.scheduled.CompareAndSwap(false, true) {
 			// An interrupt got in between and scheduled a poll: its
 			// token (or, inline, its goroutine) takes over.
-			return true
+			return true, total
 		}
 	}
 }

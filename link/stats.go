@@ -34,6 +34,9 @@ type Stats struct {
 	// that found events no MSI had announced (a lost MSI; see
 	// missedIRQInterval).
 	MissedInterrupts uint64
+	// DeferredPolls counts passes started by the DeferPoll timer rather
+	// than by an interrupt.
+	DeferredPolls uint64
 	// Polls counts poll passes; BudgetExhausted the passes that did
 	// Budget packets of work and so polled again without re-arming;
 	// Rearms the times the poller went back to waiting for an
@@ -87,7 +90,7 @@ type counters struct {
 	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
-	missedIRQ                                             atomic.Uint64
+	missedIRQ, deferredPolls                              atomic.Uint64
 }
 
 // passCounts is what one poll pass counted.
@@ -142,7 +145,7 @@ func (e *Endpoint) Stats() Stats {
 			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),
 			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(),
 		},
-		Interrupts: c.interrupts.Load(), MissedInterrupts: c.missedIRQ.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
+		Interrupts: c.interrupts.Load(), MissedInterrupts: c.missedIRQ.Load(), DeferredPolls: c.deferredPolls.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
 		Rearms: c.rearms.Load(), RearmRaces: c.rearmRaces.Load(), MaxPassPackets: c.maxPass.Load(),
 		PollNanos: c.pollNanos.Load(), Refills: c.refills.Load(), RefillBuffers: c.refillBuffers.Load(),
 		GROMerges: c.groMerges.Load(),
