@@ -13,6 +13,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -28,7 +29,7 @@ const benchBytes = 64 << 20
 func BenchmarkSingleStreamTCP(b *testing.B) {
 	var modem, pumps time.Duration
 	for b.Loop() {
-		d, _ := modemTransfer(b, stack.Config{}, link.Options{})
+		d, _ := modemTransfer(b, rawIP, stack.Config{}, link.Options{})
 		modem += d
 		pumps += channelTransfer(b)
 	}
@@ -44,23 +45,29 @@ func BenchmarkSingleStreamTCP(b *testing.B) {
 // at a time, side by side in one run, and reports TCP retransmissions
 // per transfer with the throughput.
 func BenchmarkModemTCPOptions(b *testing.B) {
+	// UL aggregation: a GSO batch goes out in NTBs of up to 16
+	// datagrams (what Linux never sends; firmware support unverified).
+	mbimAgg := rigKind{"mbim-ntb-ul-agg", "quectel-rm5xx", "IP_HW0_MBIM", sim.FramingMBIM, mbim.NTB{MaxDatagrams: 16}}
 	for _, c := range []struct {
 		name string
+		kind rigKind
 		cfg  stack.Config
 		lo   link.Options
 	}{
-		{"default", stack.Config{}, link.Options{}},
-		{"gso=gvisor", stack.Config{}, link.Options{GSO: link.GSOGVisor}},
-		{"gso=off", stack.Config{}, link.Options{GSO: link.GSOOff}},
-		{"defer=off", stack.Config{}, link.Options{DeferPoll: -1}},
-		{"rack=on", stack.Config{TCP: stack.TCPOptions{RACK: true}}, link.Options{}},
-		{"cc=reno", stack.Config{TCP: stack.TCPOptions{CongestionControl: "reno"}}, link.Options{}},
+		{"default", rawIP, stack.Config{}, link.Options{}},
+		{"gso=gvisor", rawIP, stack.Config{}, link.Options{GSO: link.GSOGVisor}},
+		{"gso=off", rawIP, stack.Config{}, link.Options{GSO: link.GSOOff}},
+		{"defer=off", rawIP, stack.Config{}, link.Options{DeferPoll: -1}},
+		{"rack=on", rawIP, stack.Config{TCP: stack.TCPOptions{RACK: true}}, link.Options{}},
+		{"cc=reno", rawIP, stack.Config{TCP: stack.TCPOptions{CongestionControl: "reno"}}, link.Options{}},
+		{"mbim-ntb", mbimNTB, stack.Config{}, link.Options{}},
+		{"mbim-ntb-ul-agg", mbimAgg, stack.Config{}, link.Options{TXBufferSize: 24 << 10}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var d time.Duration
 			var rtx uint64
 			for b.Loop() {
-				el, r := modemTransfer(b, c.cfg, c.lo)
+				el, r := modemTransfer(b, c.kind, c.cfg, c.lo)
 				d += el
 				rtx += r
 			}
@@ -73,10 +80,10 @@ func BenchmarkModemTCPOptions(b *testing.B) {
 
 // modemTransfer moves benchBytes from a stack on the emulated modem to a
 // host socket and returns the time and the TCP retransmissions it took.
-func modemTransfer(b *testing.B, cfg stack.Config, lo link.Options) (time.Duration, uint64) {
+func modemTransfer(b *testing.B, k rigKind, cfg stack.Config, lo link.Options) (time.Duration, uint64) {
 	rigLink = lo
 	defer func() { rigLink = link.Options{} }()
-	r := newRig(b, cfg)
+	r := newRigOn(b, cfg, k)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -201,16 +208,19 @@ func channelTransfer(b *testing.B) time.Duration {
 func BenchmarkModemTCPDownload(b *testing.B) {
 	for _, c := range []struct {
 		name string
+		kind rigKind
 		lo   link.Options
 	}{
-		{"default", link.Options{}},
-		{"defer=off", link.Options{DeferPoll: -1}},
-		{"defer=200us", link.Options{DeferPoll: 200 * time.Microsecond}},
+		{"default", rawIP, link.Options{}},
+		{"defer=off", rawIP, link.Options{DeferPoll: -1}},
+		{"defer=200us", rawIP, link.Options{DeferPoll: 200 * time.Microsecond}},
+		{"mbim-ntb", mbimNTB, link.Options{}},
+		{"mbim-ntb,defer=off", mbimNTB, link.Options{DeferPoll: -1}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var d time.Duration
 			for b.Loop() {
-				d += modemDownload(b, c.lo)
+				d += modemDownload(b, c.kind, c.lo)
 			}
 			b.ReportMetric(float64(benchBytes)*8*float64(b.N)/d.Seconds()/1e6, "Mbit/s")
 			b.ReportMetric(0, "ns/op")
@@ -218,10 +228,10 @@ func BenchmarkModemTCPDownload(b *testing.B) {
 	}
 }
 
-func modemDownload(b *testing.B, lo link.Options) time.Duration {
+func modemDownload(b *testing.B, k rigKind, lo link.Options) time.Duration {
 	rigLink = lo
 	defer func() { rigLink = link.Options{} }()
-	r := newRig(b, stack.Config{})
+	r := newRigOn(b, stack.Config{}, k)
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
