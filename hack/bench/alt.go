@@ -44,8 +44,12 @@ const udpPayload = 1400 - 28
 // carrier's TestAddr4.
 func mhistackEnv(so sim.Options) (*altEnv, error) {
 	var violations atomic.Int64
+	var first atomic.Pointer[error]
 	so.Strict = true
-	so.OnViolation = func(error) { violations.Add(1) }
+	so.OnViolation = func(err error) {
+		violations.Add(1)
+		first.CompareAndSwap(nil, &err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := mstack.Open(ctx, mstack.Options{Device: "sim", Sim: mstack.SimOptions{Modem: so}})
@@ -61,7 +65,7 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 		}
 		err := s.Close()
 		if n := violations.Load(); n > 0 && err == nil {
-			err = fmt.Errorf("%d host protocol violations", n)
+			err = fmt.Errorf("%d host protocol violations, the first: %v", n, *first.Load())
 		}
 		return err
 	}
