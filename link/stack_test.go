@@ -15,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
+	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -23,7 +24,13 @@ import (
 // stack does not short-cut local traffic, so every segment (with GSO on
 // the way out and GRO on the way in) crosses the emulated modem.
 func TestGVisorTCPOverTheModemLoopback(t *testing.T) {
-	r := newRig(t, rigOptions{fn: &sim.Loopback{}, noAttach: true})
+	for _, mode := range []link.GSOMode{link.GSOSegment, link.GSOGVisor} {
+		t.Run(mode.String(), func(t *testing.T) { tcpOverTheModemLoopback(t, mode) })
+	}
+}
+
+func tcpOverTheModemLoopback(t *testing.T, mode link.GSOMode) {
+	r := newRig(t, rigOptions{fn: &sim.Loopback{}, noAttach: true, link: link.Options{GSO: mode}})
 	s, a, b := twoAddressStack(t, r.ep)
 	// Destroy removes the NIC, which closes the endpoint (gVisor's Wait
 	// alone would wait forever: link endpoints are stopped by their own
@@ -73,10 +80,22 @@ func TestGVisorTCPOverTheModemLoopback(t *testing.T) {
 		t.Fatalf("received %d bytes, sent %d (equal=%v)", len(rcv), len(data), bytes.Equal(rcv, data))
 	}
 	st := r.ep.Stats()
-	t.Logf("4 MiB in %v (%.0f Mbit/s); link: rx %d tx %d packets, GRO merges %d, ul frames %d, doorbells %d",
-		el, float64(len(data))*8/el.Seconds()/1e6, st.RXPackets, st.TXPackets, st.GROMerges, st.TXFrames, st.TXDoorbells)
+	t.Logf("4 MiB in %v (%.0f Mbit/s); link: rx %d tx %d packets, GRO merges %d, ul frames %d, doorbells %d, GSO segments cut %d",
+		el, float64(len(data))*8/el.Seconds()/1e6, st.RXPackets, st.TXPackets, st.GROMerges, st.TXFrames, st.TXDoorbells, st.TXGSO)
 	if st.RXPackets == 0 || st.TXPackets == 0 {
 		t.Fatal("traffic did not cross the link")
+	}
+	switch mode {
+	case link.GSOSegment:
+		// 4 MiB in one write: TCP hands over 64 KiB segments, each cut
+		// here and sent with one doorbell.
+		if st.TXGSO == 0 || st.TXDoorbells*4 > st.TXPackets {
+			t.Errorf("host GSO: %d segments cut, %d doorbells for %d packets", st.TXGSO, st.TXDoorbells, st.TXPackets)
+		}
+	case link.GSOGVisor:
+		if st.TXGSO != 0 {
+			t.Errorf("gVisor GSO: the endpoint cut %d segments", st.TXGSO)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package stack_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"syscall"
@@ -212,5 +213,44 @@ func TestDialFailsWhenItsAddressIsRemoved(t *testing.T) {
 	}
 	if st := s.Stats(); st.AddressAborts != 1 || st.InFlightDials != 0 || st.ActiveTCPConns != 0 || st.DialFailed != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestCloseReadEndsReadsAndKeepsWriting(t *testing.T) {
+	r := newRig(t, stack.Config{})
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- string(b)
+	}()
+	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CloseRead(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("read after CloseRead: %d, %v; want 0, EOF", n, err)
+	}
+	if _, err := c.Write([]byte("still sending")); err != nil {
+		t.Fatalf("write after CloseRead: %v", err)
+	}
+	c.CloseWrite()
+	if s := <-got; s != "still sending" {
+		t.Fatalf("host received %q", s)
 	}
 }
