@@ -56,7 +56,9 @@
 // switch, so it can be measured (BenchmarkRXOptions): Budget, TXInBudget,
 // Refill (dedicated goroutine, shared Worker, inline in the pass),
 // RefillLevel, InlinePoll (poll on the interrupt goroutine, softirq style,
-// instead of the dedicated poller), MRU. GRO, RX checksum offload (the
+// instead of the dedicated poller), DeferPoll and DeferCount (poll again
+// shortly after a busy pass instead of waiting for the modem's moderated
+// interrupt, like Linux's gro_flush_timeout), MRU. GRO, RX checksum offload (the
 // endpoint validates IPv4/TCP/UDP checksums once and tells gVisor so) and
 // GSO are on by default: the endpoint advertises host GSO and cuts TCP's
 // 64 KiB segments into MSS-sized packets itself while copying them into

@@ -67,8 +67,9 @@ const (
 
 // Options configure an Endpoint. The zero value is the default design:
 // IP_HW0, raw IP, MTU 1500, budget 64, TX completions outside the budget, a
-// dedicated refill goroutine, a threaded poller, GRO and RX checksum
-// offload on, gVisor GSO.
+// dedicated refill goroutine, a threaded poller with deferred polling
+// (50 µs), GRO and RX checksum offload on, host-style GSO segmented in
+// WritePackets.
 type Options struct {
 	// Channel names the data channel pair (default "IP_HW0"; "IP_SW0",
 	// "IP_HW0_MBIM"). Its event rings must serve only this pair.

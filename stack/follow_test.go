@@ -93,11 +93,13 @@ func TestOpenFollowsASessionAddressChange(t *testing.T) {
 	next.IPv4 = netip.MustParsePrefix("10.0.7.9/24")
 	next.IPv6 = netip.MustParsePrefix("2001:db8:65::9/64")
 	next.IPv4DNS = car.IPv4DNS[:1]
+	next.MTU = 1400
 	fn.SetCarrier(next)
 
 	var removed, added []netip.Prefix
 	var dns []netip.Addr
-	waitEvent(t, s.Events(), "address and DNS changes", func(e stack.Event) bool {
+	var mtu uint32
+	waitEvent(t, s.Events(), "address, DNS and MTU changes", func(e stack.Event) bool {
 		switch e.Kind {
 		case stack.EventAddressRemoved:
 			removed = append(removed, e.Prefix)
@@ -105,9 +107,14 @@ func TestOpenFollowsASessionAddressChange(t *testing.T) {
 			added = append(added, e.Prefix)
 		case stack.EventDNSChanged:
 			dns = e.DNS
+		case stack.EventMTUChanged:
+			mtu = e.MTU
 		}
-		return slices.Contains(added, next.IPv4) && slices.Contains(added, next.IPv6) && dns != nil
+		return slices.Contains(added, next.IPv4) && slices.Contains(added, next.IPv6) && dns != nil && mtu != 0
 	})
+	if mtu != 1400 || s.MTU() != 1400 {
+		t.Errorf("MTU event %d, MTU %d, want 1400", mtu, s.MTU())
+	}
 	for _, p := range []netip.Prefix{car.IPv4, car.IPv6} {
 		if !slices.Contains(removed, p) {
 			t.Errorf("no address-removed event for %v (removed %v)", p, removed)
