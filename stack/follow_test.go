@@ -18,10 +18,16 @@ import (
 // openWith is stack.Open on the emulated modem running fn (strict mode),
 // closed at the end of the test.
 func openWith(t *testing.T, fn *sim.MBIMFunction, car sim.Carrier) *stack.Stack {
+	return openOn(t, "", fn, car)
+}
+
+// openOn is openWith on a modem profile ("": Open's default, qcom-sdx55m
+// raw IP; "quectel-rm5xx": MBIM NTBs with DL aggregation).
+func openOn(t *testing.T, profile string, fn *sim.MBIMFunction, car sim.Carrier) *stack.Stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := stack.Open(ctx, stack.Options{APN: "internet", Sim: stack.SimOptions{
+	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, Sim: stack.SimOptions{
 		Modem:    sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 		MBIM:     sim.MBIMConfig{APN: "internet", Carrier: car},
 		Function: fn,
@@ -74,9 +80,15 @@ func echoOnce(t *testing.T, c net.Conn, msg string) {
 }
 
 func TestOpenFollowsASessionAddressChange(t *testing.T) {
+	for _, p := range []struct{ name, profile string }{{"raw-ip", ""}, {"mbim-ntb", "quectel-rm5xx"}} {
+		t.Run(p.name, func(t *testing.T) { followAddressChange(t, p.profile) })
+	}
+}
+
+func followAddressChange(t *testing.T, profile string) {
 	car := sim.DefaultCarrier()
 	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
-	s := openWith(t, fn, car)
+	s := openOn(t, profile, fn, car)
 	ctx := ctxT(t, 10*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
 	dst := netip.AddrPortFrom(sim.TestAddr4, port).String()
