@@ -61,3 +61,16 @@ func checksumOK(p []byte, proto tcpip.NetworkProtocolNumber) bool {
 	xsum := header.PseudoHeaderChecksum(tp, src, dst, uint16(len(seg)))
 	return checksum.Checksum(seg, xsum) == 0xffff
 }
+
+// headerOK is what checksumOK checks when the modem has validated the
+// transport checksum (Span.CsumValid): the IP header is well formed and,
+// for IPv4, its checksum is right (the device vouches for TCP/UDP only, as
+// rmnet's CHECKSUM_UNNECESSARY does; Linux's IP layer still checks the
+// IPv4 header, and gVisor skips it under CapabilityRXChecksumOffload).
+func headerOK(p []byte, proto tcpip.NetworkProtocolNumber) bool {
+	if proto == header.IPv6ProtocolNumber {
+		return header.IPv6(p).IsValid(len(p))
+	}
+	h := header.IPv4(p)
+	return h.IsValid(len(p)) && h.IsChecksumValid()
+}

@@ -211,6 +211,7 @@ type Endpoint struct {
 	rxFn     func(mhi.Completion) // e.rxComplete, bound once
 	txFn     func(mhi.Completion) // e.txComplete, bound once
 	resetRX  atomic.Bool          // SYS_ERR: drop the partial chain
+	kicked   bool                 // the last pass woke the refiller
 	groSink  groSink
 	rxCsum   bool
 	txBudget int

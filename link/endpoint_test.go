@@ -19,6 +19,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -90,6 +91,35 @@ func TestBadChecksumsAndNonIPAreDroppedAndCounted(t *testing.T) {
 	}
 	if s.RXDrops.Checksum != 3 || s.RXDrops.Protocol != 1 {
 		t.Errorf("drops %+v, want 3 checksum and 1 protocol", s.RXDrops)
+	}
+}
+
+// TestQMAPv5ChecksumValidSkipsOnlyTheTransportChecksum: a MAPv5 packet
+// whose checksum header says the modem validated it (csum_valid) is
+// delivered without the endpoint checking its TCP/UDP checksum, as rmnet
+// marks it CHECKSUM_UNNECESSARY; its IPv4 header checksum is still
+// checked; packets without the bit are checked in full.
+func TestQMAPv5ChecksumValidSkipsOnlyTheTransportChecksum(t *testing.T) {
+	good := udp4(t, 1, 200)
+	badUDP := bytes.Clone(good)
+	badUDP[len(badUDP)-1] ^= 0xff // the modem would not have called it valid; the host trusts it
+	badHdr := bytes.Clone(good)
+	badHdr[8] ^= 1 // TTL: the IPv4 header checksum no longer matches
+	good6 := buildPacket(t, "ipv6-udp", 2, 80)
+	frame := encodeFrame(qmap.NewAggregator(qmap.Framing{Version: 5, MaxDatagrams: 5}),
+		[][]byte{badUDP, badHdr, good6, badUDP, good})
+	markCsumValid(t, frame, 0, 1, 2) // not the 4th (bad UDP) nor the 5th
+	g := &sim.Generator{Frames: [][]byte{frame}}
+	r := newRig(t, rigOptions{fn: g, link: link.Options{Framing: qmap.Framing{Version: 5}, NoGRO: true}})
+	g.Add(1)
+	got := r.snk.waitFor(t, 3, 5*time.Second)
+	waitUntil(t, 5*time.Second, "the frame", func() bool { return r.ep.Stats().RXFrames == 1 })
+	s := r.ep.Stats()
+	if len(r.snk.packets()) != 3 || !bytes.Equal(got[0], badUDP) || !bytes.Equal(got[1], good6) || !bytes.Equal(got[2], good) {
+		t.Fatalf("delivered %d packets, want the device-validated two and the good one", r.snk.count())
+	}
+	if s.RXDrops.Checksum != 2 || s.RXChecksumDevice != 2 {
+		t.Errorf("checksum drops %d, device-validated %d; want 2 and 2", s.RXDrops.Checksum, s.RXChecksumDevice)
 	}
 }
 

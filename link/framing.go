@@ -19,6 +19,12 @@ type Span struct {
 	// QMAP command, §4.2): the endpoint passes it to the framing's
 	// Controller instead of the stack.
 	Ctrl bool
+	// CsumValid says the modem validated the packet's TCP/UDP checksum
+	// and found it good (the QMAPv5 checksum header's csum_valid bit,
+	// §4.1; rmnet marks such packets CHECKSUM_UNNECESSARY). The endpoint
+	// then checks only the IPv4 header checksum itself. Framings that
+	// carry no such statement leave it false.
+	CsumValid bool
 }
 
 // SessionEncoder is an Encoder whose frames carry a session (MBIM IP

@@ -14,6 +14,16 @@ import (
 // context reads, ten times a second.
 const missedIRQInterval = 100 * time.Millisecond
 
+// yieldSlice is how long the poller runs full passes back to back before
+// it yields its P to other goroutines (writers, the stack's timers) even
+// when it woke nobody: Go has no need_resched for cond_resched to test, so
+// a time slice stands in for it. Yielding after every full pass cost a
+// thread hand-off each time on a locked poller (Options.LockOSThread,
+// ThreadHook), ~70 ns per packet with 64-packet passes on the 2-core CI
+// machine (BenchmarkRXCost, poller-cpu-ns/pkt); a slice of 100 µs bounds
+// what other goroutines on the poller's P wait and costs ≤ a few %.
+const yieldSlice = 100 * time.Microsecond
+
 // pollLoop is the dedicated poller (threaded NAPI): it sleeps until
 // notify schedules it, then runs passes until one does less than a budget
 // of work and the re-check after re-arming finds nothing. While idle it
@@ -117,19 +127,28 @@ func (e *Endpoint) pollInline() {
 // run does poll passes while the poller is scheduled. It returns false if
 // the endpoint is stopping, and the RX work done.
 func (e *Endpoint) run() (ok bool, total int) {
+	var since time.Time // last yield (or the start)
 	for {
 		if e.stopped.Load() {
 			return false, total
 		}
-		work := e.poll()
+		work, end := e.poll()
 		total += work
+		if since.IsZero() {
+			since = end
+		}
 		if work >= e.budget {
 			// The device has more: poll again without waiting for an
 			// interrupt (with BEI moderation the next MSI may be a
-			// millisecond away). Yield so that writers and the
-			// refiller on the same Ps get to run.
+			// millisecond away). Yield when the pass woke the
+			// refiller (it is runnable on this P, and the DL ring
+			// needs it) or when the poller has held its P for a
+			// slice, so that writers get to run.
 			e.stats.exhausted.Add(1)
-			runtime.Gosched()
+			if e.kicked || end.Sub(since) >= yieldSlice {
+				runtime.Gosched()
+				since = time.Time{}
+			}
 			continue
 		}
 		// napi_complete_done: clear SCHED, then re-check the rings for
@@ -151,9 +170,11 @@ func (e *Endpoint) run() (ok bool, total int) {
 
 // poll is one pass: TX completions first and outside the budget, then up
 // to budget RX packets, one GRO flush, buffers back to the pool in one
-// batch, the refiller woken at its level. It returns the RX work done.
-func (e *Endpoint) poll() int {
+// batch, the refiller woken at its level. It returns the RX work done and
+// when the pass ended; e.kicked says whether it woke the refiller.
+func (e *Endpoint) poll() (int, time.Time) {
 	start := time.Now()
+	e.kicked = false
 	e.stats.polls.Add(1)
 	if e.resetRX.Swap(false) {
 		e.rx.dropChain(e)
@@ -187,10 +208,12 @@ func (e *Endpoint) poll() int {
 			e.refill()
 		} else {
 			e.kickRefill()
+			e.kicked = true
 		}
 	}
-	e.stats.pollNanos.Add(uint64(time.Since(start)))
-	return work
+	end := time.Now()
+	e.stats.pollNanos.Add(uint64(end.Sub(start)))
+	return work, end
 }
 
 // flushGRO delivers everything GRO holds. gro.GRO.Flush at the pinned

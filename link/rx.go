@@ -155,9 +155,9 @@ func (r *rxState) deliver(e *Endpoint, limit int) int {
 			case s.ID == e.session:
 				// The endpoint's own session: the single-session fast
 				// path, through GRO.
-				e.deliverPacket(p, nil)
+				e.deliverPacket(p, s.CsumValid, nil)
 			default:
-				e.deliverSession(s.ID, p)
+				e.deliverSession(s.ID, p, s.CsumValid)
 			}
 			n++
 		}
@@ -237,8 +237,9 @@ func (e *Endpoint) rxRelease(b *pci.Buffer) { e.rxPool.put(b) }
 
 // deliverPacket copies one IP packet out of DMA memory into a gVisor
 // buffer (the only RX copy) and hands it to GRO, or, for another session
-// (sess non-nil), straight to that session's dispatcher.
-func (e *Endpoint) deliverPacket(p []byte, sess *Session) {
+// (sess non-nil), straight to that session's dispatcher. devCsum says the
+// modem validated the transport checksum (Span.CsumValid).
+func (e *Endpoint) deliverPacket(p []byte, devCsum bool, sess *Session) {
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(p) {
 	case header.IPv4Version:
@@ -257,9 +258,17 @@ func (e *Endpoint) deliverPacket(p []byte, sess *Session) {
 		e.pass.dropProto++
 		return
 	}
-	if e.rxCsum && !checksumOK(p, proto) {
-		e.pass.dropCsum++
-		return
+	if e.rxCsum {
+		if devCsum {
+			if !headerOK(p, proto) {
+				e.pass.dropCsum++
+				return
+			}
+			e.pass.rxCsumDevice++
+		} else if !checksumOK(p, proto) {
+			e.pass.dropCsum++
+			return
+		}
 	}
 	if t := e.tap.Load(); t != nil {
 		t.write(p)

@@ -9,7 +9,11 @@ type Stats struct {
 	RXFrames           uint64 // frames completed by the device (after OVERFLOW reassembly)
 	// RXErrors counts malformed frames (Framing.Decode errors).
 	RXErrors uint64
-	RXDrops  RXDrops
+	// RXChecksumDevice counts packets whose TCP/UDP checksum the modem
+	// validated (QMAPv5 csum_valid, Span.CsumValid), so the endpoint did
+	// not (rmnet's csum_ok).
+	RXChecksumDevice uint64
+	RXDrops          RXDrops
 	// RXAllocFail counts refills that found the DMA pool with fewer
 	// buffers than the DL ring had free descriptors (Linux rx_alloc_fail
 	// in spirit): the refiller retries with back-off.
@@ -90,7 +94,7 @@ type counters struct {
 	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
-	missedIRQ, deferredPolls                              atomic.Uint64
+	missedIRQ, deferredPolls, rxCsumDevice                atomic.Uint64
 }
 
 // passCounts is what one poll pass counted.
@@ -98,6 +102,7 @@ type passCounts struct {
 	rxPackets, rxBytes, rxFrames, rxErrors                      uint64
 	dropOversize, dropTruncated, dropProto, dropCsum, dropNoAtt uint64
 	dropBacklog, groIn, groOut, dropSession, control            uint64
+	rxCsumDevice                                                uint64
 }
 
 func (c *counters) publish(p *passCounts) {
@@ -118,6 +123,7 @@ func (c *counters) publish(p *passCounts) {
 	add(&c.dropBacklog, p.dropBacklog)
 	add(&c.dropSession, p.dropSession)
 	add(&c.control, p.control)
+	add(&c.rxCsumDevice, p.rxCsumDevice)
 	if p.groIn > p.groOut {
 		// Packets GRO holds at the end of a pass are flushed in it, so
 		// in − out is what it merged.
@@ -131,7 +137,7 @@ func (e *Endpoint) Stats() Stats {
 	c := &e.stats
 	return Stats{
 		RXPackets: c.rxPackets.Load(), RXBytes: c.rxBytes.Load(), RXFrames: c.rxFrames.Load(),
-		RXErrors: c.rxErrors.Load(), RXAllocFail: c.rxAllocFail.Load(),
+		RXErrors: c.rxErrors.Load(), RXAllocFail: c.rxAllocFail.Load(), RXChecksumDevice: c.rxCsumDevice.Load(),
 		RXDrops: RXDrops{
 			Oversize: c.dropOversize.Load(), Truncated: c.dropTruncated.Load(),
 			Protocol: c.dropProto.Load(), Checksum: c.dropCsum.Load(),

@@ -84,7 +84,8 @@ func PutHeader(b []byte, h Header) {
 // bytes are tolerated as alignment. version 5 requires the NEXT_HDR
 // checksum header on data packets (rmnet rejects v5 data without it) and
 // refuses any other v5 header type (coalescing is never requested);
-// version 1 refuses NEXT_HDR. On damage it returns the packets found
+// version 1 refuses NEXT_HDR. A v5 packet whose csum_info has the VALID
+// bit (the modem validated its TCP/UDP checksum) gets Span.CsumValid. On damage it returns the packets found
 // before it and an error wrapping link.ErrBadFrame or link.ErrRunt. The
 // loop advances at least 4 bytes per step, so it ends; it never
 // allocates when spans has room.
@@ -113,6 +114,7 @@ func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
 			off += hdr + h.Len
 			continue
 		}
+		csumValid := false
 		switch {
 		case h.NextHdr && version == 5:
 			if len(rest) < hdr+V5HeaderLen {
@@ -122,6 +124,7 @@ func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
 			if info>>1 != v5TypeCsum || info&1 != 0 {
 				return spans, fmt.Errorf("%w: MAPv5 header type %d at %d", link.ErrBadFrame, info>>1, off)
 			}
+			csumValid = rest[hdr+1]&v5CsumValid != 0
 			hdr += V5HeaderLen
 		case h.NextHdr:
 			return spans, fmt.Errorf("%w: NEXT_HDR on a MAPv%d frame at %d", link.ErrBadFrame, version, off)
@@ -134,7 +137,7 @@ func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
 		if h.Pad >= h.Len {
 			return spans, fmt.Errorf("%w: pad %d of PKT_LEN %d at %d", link.ErrBadFrame, h.Pad, h.Len, off)
 		}
-		spans = append(spans, link.Span{Off: off + hdr, Len: h.Len - h.Pad, ID: h.MuxID})
+		spans = append(spans, link.Span{Off: off + hdr, Len: h.Len - h.Pad, ID: h.MuxID, CsumValid: csumValid})
 		off += hdr + h.Len
 	}
 	return spans, nil

@@ -46,7 +46,8 @@ func TestDecodeV1(t *testing.T) {
 
 func TestDecodeV5(t *testing.T) {
 	spans, err := qmap.Decode(dlV5, 5, nil)
-	want := []link.Span{{Off: 8, Len: 5, ID: 0x81}, {Off: 24, Len: 4, ID: 1}}
+	// The first packet's checksum header says the modem validated it.
+	want := []link.Span{{Off: 8, Len: 5, ID: 0x81, CsumValid: true}, {Off: 24, Len: 4, ID: 1}}
 	if err != nil || len(spans) != 2 || spans[0] != want[0] || spans[1] != want[1] {
 		t.Fatalf("Decode = %v, %v", spans, err)
 	}
