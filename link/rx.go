@@ -286,6 +286,22 @@ func (e *Endpoint) deliverPacket(p []byte, devCsum bool, sess *Session) {
 		return
 	}
 	e.pass.groIn++
-	e.gro.Enqueue(pkt)
+	if tcp(p, proto) {
+		e.gro.Enqueue(pkt)
+	} else {
+		// GRO merges TCP only and hands anything else straight to its
+		// dispatcher (gro.dispatch4/6, after parsing the headers
+		// again): do that here, at the same point of the packet order.
+		e.groSink.DeliverNetworkPacket(proto, pkt)
+	}
 	pkt.DecRef()
+}
+
+// tcp reports whether the IP packet p (at least its minimum header) may
+// carry TCP: what GRO can merge.
+func tcp(p []byte, proto tcpip.NetworkProtocolNumber) bool {
+	if proto == header.IPv4ProtocolNumber {
+		return tcpip.TransportProtocolNumber(header.IPv4(p).Protocol()) == header.TCPProtocolNumber
+	}
+	return tcpip.TransportProtocolNumber(header.IPv6(p).NextHeader()) == header.TCPProtocolNumber
 }
