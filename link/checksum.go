@@ -2,8 +2,9 @@ package link
 
 import (
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/mhistack/mhistack/link/internal/csum"
 )
 
 // checksumOK validates, once and on the contiguous DMA copy, what the
@@ -59,7 +60,7 @@ func checksumOK(p []byte, proto tcpip.NetworkProtocolNumber) bool {
 		return true // ICMP and others validate their own
 	}
 	xsum := header.PseudoHeaderChecksum(tp, src, dst, uint16(len(seg)))
-	return checksum.Checksum(seg, xsum) == 0xffff
+	return csum.Checksum(seg, xsum) == 0xffff
 }
 
 // headerOK is what checksumOK checks when the modem has validated the

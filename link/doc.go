@@ -26,7 +26,9 @@
 //     one batch; wake the refiller if the DL ring has RefillLevel free
 //     descriptors. A pass that used its whole budget is followed by
 //     another without sleeping (with 1 ms interrupt moderation the next
-//     MSI may be a millisecond away); otherwise the poller clears
+//     MSI may be a millisecond away), yielding the P only when the pass
+//     woke the refiller or the poller has run for a slice (yieldSlice,
+//     100 µs); otherwise the poller clears
 //     "scheduled", re-checks both rings for events that raced in, and
 //     sleeps.
 //   - The refiller (like Linux's mhi-net-rx thread): woken at the refill
@@ -59,7 +61,8 @@
 // instead of the dedicated poller), DeferPoll and DeferCount (poll again
 // shortly after a busy pass instead of waiting for the modem's moderated
 // interrupt, like Linux's gro_flush_timeout), MRU. GRO, RX checksum offload (the
-// endpoint validates IPv4/TCP/UDP checksums once and tells gVisor so) and
+// endpoint validates IPv4/TCP/UDP checksums once, or trusts the modem's
+// QMAPv5 csum_valid for TCP/UDP, and tells gVisor so) and
 // GSO are on by default: the endpoint advertises host GSO and cuts TCP's
 // 64 KiB segments into MSS-sized packets itself while copying them into
 // DMA (Options.GSO; GSOGVisor lets TCP split them instead). See

@@ -145,7 +145,9 @@ type Options struct {
 	// bad packets and advertises CapabilityRXChecksumOffload, so GRO and
 	// the stack do not validate them again. Transport checksums of IP
 	// fragments are then not validated at all (as with any
-	// RX-checksum-offloading NIC that skips fragments).
+	// RX-checksum-offloading NIC that skips fragments). A packet whose
+	// framing says the modem validated its TCP/UDP checksum (QMAPv5
+	// csum_valid, Span.CsumValid) gets only its IPv4 header checked.
 	NoChecksumOffload bool
 	// GSO selects TCP segmentation offload: GSOSegment (default; the
 	// endpoint cuts TCP's large segments itself as it copies them into
