@@ -21,6 +21,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
@@ -112,6 +113,8 @@ type CarrierNetwork struct {
 	wg     sync.WaitGroup
 
 	rx       chan *stack.PacketBuffer // Receive → rxLoop
+	gro      gro.GRO                  // rxLoop's only
+	groSink  groSink                  // rxLoop's only
 	quit     chan struct{}            // closed by Close
 	dnsConns []*gonet.UDPConn
 	echo     []byte        // echo reply being built; only Receive (the device goroutine) uses it
@@ -135,10 +138,13 @@ type CarrierStats struct {
 	// the echo replies the network answers itself, outside DLPackets:
 	// they go back one UL transfer at a time.
 	ULPackets, DLPackets, DLFrames, Echoes uint64
+	// BadChecksums counts UL packets dropped for a wrong IPv4 header,
+	// TCP or UDP checksum (within ULPackets).
+	BadChecksums uint64
 }
 
 type carrierCounters struct {
-	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes atomic.Uint64
+	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -170,6 +176,9 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn := &CarrierNetwork{opts: opts, log: opts.Logger, flows: map[io.Closer]struct{}{},
 		rx: make(chan *stack.PacketBuffer, 512), quit: make(chan struct{})}
 	cn.ep = &carrierLink{cn: cn, mtu: opts.Carrier.MTU}
+	cn.groSink.cn = cn
+	cn.gro.Init(true)
+	cn.gro.Dispatcher = &cn.groSink
 	if opts.Framing != FramingRawIP {
 		cn.echoFr = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
 		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
@@ -243,7 +252,8 @@ func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
-		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load()}
+		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
+		BadChecksums: c.badChecksum.Load()}
 }
 
 // Start implements Function.
@@ -329,25 +339,96 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	}
 }
 
+// rxBudget is how many UL packets rxLoop takes from the queue before it
+// flushes GRO: a batch is what has piled up while gVisor was busy with
+// the previous one, as NAPI polls up to its budget per pass.
+const rxBudget = 64
+
 // rxLoop hands the host's packets to gVisor on the carrier's own
-// goroutine, so that whatever gVisor writes inline (RSTs, ICMP errors)
-// may wait for DL room without stalling the device goroutine. (No GRO
-// here: with gVisor's GRO at the pinned version the carrier lost
-// segments under bidirectional load and TCP stalled in timeouts.)
+// goroutine, so that whatever gVisor writes inline (RSTs, ICMP errors,
+// ACKs) may wait for DL room without stalling the device goroutine. It
+// takes what has queued up, up to rxBudget packets, through GRO and
+// flushes GRO once per batch, so the carrier's TCP receives a burst of a
+// flow's in-order segments as one (a network's receiving servers run GRO
+// too); a lone packet is delivered at once.
 func (cn *CarrierNetwork) rxLoop() {
 	defer cn.wg.Done()
 	for {
 		select {
 		case pkt := <-cn.rx:
-			if d := cn.ep.disp.Load(); d != nil {
-				(*d).DeliverNetworkPacket(pkt.NetworkProtocolNumber, pkt)
+			cn.enqueueGRO(pkt)
+		batch:
+			for range rxBudget - 1 {
+				select {
+				case pkt := <-cn.rx:
+					cn.enqueueGRO(pkt)
+				default:
+					break batch
+				}
 			}
-			pkt.DecRef()
+			cn.flushGRO()
 		case <-cn.quit:
+			cn.flushGRO()
 			return
 		}
 	}
 }
+
+// enqueueGRO validates pkt's checksums (see ulChecksumOK) and hands it
+// to GRO; a packet that fails is dropped and counted, as the stack would
+// have.
+func (cn *CarrierNetwork) enqueueGRO(pkt *stack.PacketBuffer) {
+	// One chunk (receivePacket made it from one slice): no copy.
+	p, _ := pkt.Data().PullUp(pkt.Data().Size())
+	if !ulChecksumOK(p, pkt.NetworkProtocolNumber) {
+		cn.stats.badChecksum.Add(1)
+		pkt.DecRef()
+		return
+	}
+	pkt.RXChecksumValidated = true
+	cn.groSink.in++
+	cn.gro.Enqueue(pkt)
+	pkt.DecRef()
+}
+
+// flushGRO delivers everything GRO holds. gro.GRO.Flush at the pinned
+// gVisor delivers only the first packet of each bucket (it walks the list
+// with Next after removing the element, which clears the link), so it is
+// repeated until a call delivers nothing; a bucket holds at most 8.
+//
+// GRO was once tried here and taken out because the carrier lost
+// segments and stalled. Two things caused it: a single Flush left
+// segments in GRO until more traffic came, and merged segments were
+// dropped as malformed, because GRO does not rewrite the checksums of
+// what it merges and gVisor's NIC sets RXChecksumValidated from the
+// link's capabilities, so a NIC without CapabilityRXChecksumOffload
+// checks them again (hence ulChecksumOK).
+func (cn *CarrierNetwork) flushGRO() {
+	for range 9 {
+		before := cn.groSink.out
+		cn.gro.Flush()
+		if cn.groSink.out == before {
+			return
+		}
+	}
+}
+
+// groSink is the dispatcher GRO delivers to: the carrier's stack, with
+// counts of the packets that went into GRO and came out (rxLoop's only;
+// in − out is what GRO merged or holds).
+type groSink struct {
+	cn      *CarrierNetwork
+	in, out uint64
+}
+
+func (s *groSink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	s.out++
+	if d := s.cn.ep.disp.Load(); d != nil {
+		(*d).DeliverNetworkPacket(proto, pkt)
+	}
+}
+
+func (s *groSink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
 
 // Dial opens a connection from the carrier network to the host's stack:
 // network is "tcp" or "udp", addr one of the host's addresses and a
@@ -496,13 +577,24 @@ func (cn *CarrierNetwork) forwardTCP(r *tcp.ForwarderRequest) {
 			gc.Close()
 		})
 	}
+	// Each direction ends its destination's write side at a clean end
+	// of its source, so half-close travels through the network.
 	up := make(chan struct{})
 	go func() {
 		defer cn.wg.Done()
 		defer close(up)
-		relay(hc, gc, reset)
+		hcw, ok := hc.(halfCloser)
+		if err := copyToHost(hc, ep, &wq); err != nil || !ok {
+			reset()
+			return
+		}
+		hcw.CloseWrite()
 	}()
-	relay(gc, hc, reset)
+	if err := copyFromHost(ep, &wq, hc); err != nil {
+		reset()
+	} else {
+		ep.Shutdown(tcpip.ShutdownWrite)
+	}
 	// A half-closed flow keeps running in the other direction: the flow
 	// ends when both copies have.
 	<-up
@@ -511,18 +603,6 @@ func (cn *CarrierNetwork) forwardTCP(r *tcp.ForwarderRequest) {
 
 // halfCloser is a connection that can end its write side.
 type halfCloser interface{ CloseWrite() error }
-
-// relay copies src to dst and then ends dst's write side, so half-close
-// travels through the network. When the copy fails it calls reset.
-func relay(dst, src net.Conn, reset func()) {
-	buf := make([]byte, 256<<10)
-	_, err := io.CopyBuffer(dst, src, buf)
-	if hc, ok := dst.(halfCloser); ok && err == nil {
-		hc.CloseWrite()
-		return
-	}
-	reset()
-}
 
 // forwardUDP runs inline for the first datagram of a flow gVisor has no
 // endpoint for.
@@ -668,19 +748,21 @@ type carrierLink struct {
 	agg  dlAgg     // DL aggregation on a framed pair
 }
 
-func (l *carrierLink) MTU() uint32                                  { return l.mtu }
-func (l *carrierLink) SetMTU(mtu uint32)                            { l.mtu = mtu }
-func (l *carrierLink) MaxHeaderLength() uint16                      { return 0 }
-func (l *carrierLink) LinkAddress() tcpip.LinkAddress               { return "" }
-func (l *carrierLink) SetLinkAddress(tcpip.LinkAddress)             {}
-func (l *carrierLink) Capabilities() stack.LinkEndpointCapabilities { return stack.CapabilityNone }
-func (l *carrierLink) IsAttached() bool                             { return l.disp.Load() != nil }
-func (l *carrierLink) Wait()                                        {}
-func (l *carrierLink) ARPHardwareType() header.ARPHardwareType      { return header.ARPHardwareNone }
-func (l *carrierLink) AddHeader(*stack.PacketBuffer)                {}
-func (l *carrierLink) ParseHeader(*stack.PacketBuffer) bool         { return true }
-func (l *carrierLink) Close()                                       {}
-func (l *carrierLink) SetOnCloseAction(func())                      {}
+func (l *carrierLink) MTU() uint32                      { return l.mtu }
+func (l *carrierLink) SetMTU(mtu uint32)                { l.mtu = mtu }
+func (l *carrierLink) MaxHeaderLength() uint16          { return 0 }
+func (l *carrierLink) LinkAddress() tcpip.LinkAddress   { return "" }
+func (l *carrierLink) SetLinkAddress(tcpip.LinkAddress) {}
+func (l *carrierLink) Capabilities() stack.LinkEndpointCapabilities {
+	return stack.CapabilityRXChecksumOffload // rxLoop validates: ulChecksumOK
+}
+func (l *carrierLink) IsAttached() bool                        { return l.disp.Load() != nil }
+func (l *carrierLink) Wait()                                   {}
+func (l *carrierLink) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+func (l *carrierLink) AddHeader(*stack.PacketBuffer)           {}
+func (l *carrierLink) ParseHeader(*stack.PacketBuffer) bool    { return true }
+func (l *carrierLink) Close()                                  {}
+func (l *carrierLink) SetOnCloseAction(func())                 {}
 
 // GSOMaxSize and SupportedGSO: gVisor GSO, so the carrier's TCP builds
 // 64 KiB batches and splits them itself (fewer stack passes per byte).
