@@ -744,7 +744,7 @@ type carrierLink struct {
 	mtu  uint32
 	port atomic.Pointer[Port]
 	disp atomic.Pointer[stack.NetworkDispatcher]
-	pool sync.Pool // *[]byte of 64 KiB: Port.Send copies, so one per writer at a time
+	pool sync.Pool // *dlWriter: Port.Send copies, so one per writer at a time
 	agg  dlAgg     // DL aggregation on a framed pair
 }
 
@@ -764,10 +764,31 @@ func (l *carrierLink) ParseHeader(*stack.PacketBuffer) bool    { return true }
 func (l *carrierLink) Close()                                  {}
 func (l *carrierLink) SetOnCloseAction(func())                 {}
 
-// GSOMaxSize and SupportedGSO: gVisor GSO, so the carrier's TCP builds
-// 64 KiB batches and splits them itself (fewer stack passes per byte).
+// GSOMaxSize and SupportedGSO: host GSO, so the carrier's TCP hands the
+// link segments of up to 64 KiB, cut into MSS-sized packets as they are
+// copied out (carrier_gso.go).
 func (l *carrierLink) GSOMaxSize() uint32               { return 1 << 16 }
-func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.GVisorGSOSupported }
+func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSupported }
+
+// dlWriter is what one WritePackets call works with.
+type dlWriter struct {
+	seg dlSegmenter
+	buf []byte // one DL packet (raw IP)
+}
+
+func (l *carrierLink) writer() *dlWriter {
+	w, _ := l.pool.Get().(*dlWriter)
+	if w == nil {
+		w = &dlWriter{buf: make([]byte, 1<<16)}
+	}
+	return w
+}
+
+// put returns w to the pool without the packet it last walked.
+func (l *carrierLink) put(w *dlWriter) {
+	w.seg.pkt, w.seg.view = nil, nil
+	l.pool.Put(w)
+}
 
 func (l *carrierLink) Attach(d stack.NetworkDispatcher) {
 	if d == nil {
@@ -785,27 +806,32 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 	if l.cn.opts.Framing != FramingRawIP {
 		return l.writeFramed(pkts)
 	}
-	bp, _ := l.pool.Get().(*[]byte)
-	if bp == nil {
-		b := make([]byte, 0, 1<<16)
-		bp = &b
-	}
-	defer l.pool.Put(bp)
+	w := l.writer()
+	defer l.put(w)
+	seg := &w.seg
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		b := (*bp)[:0]
-		for _, s := range pkt.AsSlices() {
-			b = append(b, s...)
-		}
-		*bp = b
-		if err := l.send(p, b); err != nil {
+		if !seg.reset(pkt) {
 			l.cn.stats.dropped.Add(1)
-			if n == 0 {
-				return 0, &tcpip.ErrNoBufferSpace{}
-			}
-			return n, nil
+			n++
+			continue
 		}
-		l.cn.stats.dl.Add(1)
+		for !seg.done() {
+			size := seg.next()
+			if size > len(w.buf) {
+				w.buf = make([]byte, size)
+			}
+			b := w.buf[:size]
+			seg.write(b)
+			if err := l.send(p, b); err != nil {
+				l.cn.stats.dropped.Add(1)
+				if n == 0 {
+					return 0, &tcpip.ErrNoBufferSpace{}
+				}
+				return n, nil
+			}
+			l.cn.stats.dl.Add(1)
+		}
 		n++
 	}
 	return n, nil
@@ -911,6 +937,9 @@ func (a *dlAgg) close() {
 func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	a := &l.agg
 	session := uint8(l.cn.session.Load())
+	w := l.writer()
+	defer l.put(w)
+	seg := &w.seg
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i, pkt := range pkts.AsSlice() {
@@ -920,59 +949,67 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 			}
 			return i, nil
 		}
-		size := pkt.Size()
-		for {
-			fr := a.cur
-			if !fr.open {
-				fr.enc.Begin(fr.buf)
-				fr.open, fr.n = true, 0
-			}
-			fr.enc.SetSession(session)
-			if dst := fr.enc.Add(size); dst != nil {
-				copyPacket(dst, pkt)
-				fr.n++
-				switch {
-				case fr.n >= a.maxD: // full: no need to wait for the timer
-					a.push(fr)
-				case fr.n == 1:
-					a.first = time.Now()
-					a.wake() // the sender arms the flush timer
-				}
-				break
-			}
-			if fr.n == 0 {
-				// Larger than an empty frame of MaxBytes (a ping with
-				// a large MTU): it travels alone in a frame of its own
-				// size, as a modem whose MTU exceeds its aggregation
-				// size sends it.
-				big := NewFramer(a.framing, 1, size+64)
-				big.oneOff = true
-				big.enc.Begin(big.buf)
-				big.open = true
-				big.enc.SetSession(session)
-				if dst := big.enc.Add(size); dst != nil {
-					copyPacket(dst, pkt)
-					big.n = 1
-					a.push(big)
-				} else {
-					l.cn.stats.dropped.Add(1)
-				}
-				break
-			}
-			// No room for this packet: the frame goes, the packet
-			// starts the next one.
-			if !a.push(fr) {
-				break
-			}
+		if !seg.reset(pkt) {
+			l.cn.stats.dropped.Add(1)
+			continue
+		}
+		for !seg.done() && !a.closed {
+			l.addFramed(seg, session)
 		}
 	}
 	return pkts.Len(), nil
 }
 
-func copyPacket(dst []byte, pkt *stack.PacketBuffer) {
-	off := 0
-	for _, sl := range pkt.AsSlices() {
-		off += copy(dst[off:], sl)
+// addFramed adds the next piece of seg's packet to the frame being
+// filled, pushing frames as they fill; a.mu is held.
+func (l *carrierLink) addFramed(seg *dlSegmenter, session uint8) {
+	a := &l.agg
+	size := seg.next()
+	for {
+		fr := a.cur
+		if !fr.open {
+			fr.enc.Begin(fr.buf)
+			fr.open, fr.n = true, 0
+		}
+		fr.enc.SetSession(session)
+		if dst := fr.enc.Add(size); dst != nil {
+			seg.write(dst)
+			fr.n++
+			switch {
+			case fr.n >= a.maxD: // full: no need to wait for the timer
+				a.push(fr)
+			case fr.n == 1:
+				a.first = time.Now()
+				a.wake() // the sender arms the flush timer
+			}
+			return
+		}
+		if fr.n == 0 {
+			// Larger than an empty frame of MaxBytes (a ping with a
+			// large MTU): it travels alone in a frame of its own size,
+			// as a modem whose MTU exceeds its aggregation size sends
+			// it.
+			big := NewFramer(a.framing, 1, size+64)
+			big.oneOff = true
+			big.enc.Begin(big.buf)
+			big.open = true
+			big.enc.SetSession(session)
+			if dst := big.enc.Add(size); dst != nil {
+				seg.write(dst)
+				big.n = 1
+				a.push(big)
+			} else {
+				seg.skip()
+				l.cn.stats.dropped.Add(1)
+			}
+			return
+		}
+		// No room for this piece: the frame goes, the piece starts the
+		// next one.
+		if !a.push(fr) {
+			seg.skip()
+			return
+		}
 	}
 }
 

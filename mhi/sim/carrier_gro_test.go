@@ -215,3 +215,67 @@ func TestCarrierUploadArrivesIntactThroughGRO(t *testing.T) {
 	}
 	goleak.VerifyNone(t, ignore)
 }
+
+// TestCarrierCutsAGSOSegmentIntoMSSPackets: a 64 KiB-class host-GSO
+// segment from the carrier's TCP comes out as MSS-sized packets with
+// consecutive sequence numbers, IP IDs, PSH and FIN on the last only, and
+// correct checksums; a skipped (dropped) piece leaves the next one intact.
+func TestCarrierCutsAGSOSegmentIntoMSSPackets(t *testing.T) {
+	const mss = 1000
+	payload := make([]byte, 10*mss+123)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	src, dst := tcpip.AddrFrom4(TestAddr4.As4()), tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4())
+	newPkt := func() *stack.PacketBuffer {
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 60, Payload: buffer.MakeWithData(payload)})
+		tcp := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize))
+		tcp.Encode(&header.TCPFields{SrcPort: 80, DstPort: 40000, SeqNum: 5000, AckNum: 1, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck | header.TCPFlagPsh | header.TCPFlagFin, WindowSize: 1000})
+		ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(pkt.Size()), ID: 100, TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src, DstAddr: dst})
+		pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+		pkt.GSOOptions = stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, MSS: mss, L3HdrLen: header.IPv4MinimumSize, MaxSize: 1 << 16}
+		return pkt
+	}
+	pkt := newPkt()
+	defer pkt.DecRef()
+	var s dlSegmenter
+	if !s.reset(pkt) {
+		t.Fatal("reset refused a TCPv4 GSO packet")
+	}
+	var got []byte
+	for i := 0; !s.done(); i++ {
+		b := make([]byte, s.next())
+		s.write(b)
+		if !ulChecksumOK(b, header.IPv4ProtocolNumber) {
+			t.Fatalf("piece %d: bad checksum", i)
+		}
+		ip := header.IPv4(b)
+		tcp := header.TCP(b[header.IPv4MinimumSize:])
+		last := i == 10
+		wantFlags := header.TCPFlagAck
+		if last {
+			wantFlags |= header.TCPFlagPsh | header.TCPFlagFin
+		}
+		if tcp.SequenceNumber() != uint32(5000+i*mss) || ip.ID() != uint16(100+i) || tcp.Flags() != wantFlags {
+			t.Errorf("piece %d: seq %d, id %d, flags %v; want %d, %d, %v", i, tcp.SequenceNumber(), ip.ID(), tcp.Flags(), 5000+i*mss, 100+i, wantFlags)
+		}
+		if n := len(tcp.Payload()); n != mss && !last || last && n != 123 {
+			t.Errorf("piece %d: %d bytes of payload", i, n)
+		}
+		got = append(got, tcp.Payload()...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Errorf("the pieces carry %d bytes, not the segment's %d", len(got), len(payload))
+	}
+
+	pkt2 := newPkt()
+	defer pkt2.DecRef()
+	s.reset(pkt2)
+	s.skip()
+	b := make([]byte, s.next())
+	s.write(b)
+	if tcp := header.TCP(b[header.IPv4MinimumSize:]); tcp.SequenceNumber() != 5000+mss || !bytes.Equal(tcp.Payload(), payload[mss:2*mss]) || !ulChecksumOK(b, header.IPv4ProtocolNumber) {
+		t.Errorf("after a skipped piece: seq %d, payload or checksum wrong", tcp.SequenceNumber())
+	}
+}
