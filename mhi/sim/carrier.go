@@ -773,13 +773,13 @@ func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSu
 // dlWriter is what one WritePackets call works with.
 type dlWriter struct {
 	seg dlSegmenter
-	buf []byte // one DL packet (raw IP)
+	buf []byte // one DL packet (raw IP), grown on demand
 }
 
 func (l *carrierLink) writer() *dlWriter {
 	w, _ := l.pool.Get().(*dlWriter)
 	if w == nil {
-		w = &dlWriter{buf: make([]byte, 1<<16)}
+		w = new(dlWriter)
 	}
 	return w
 }
@@ -819,7 +819,7 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 		for !seg.done() {
 			size := seg.next()
 			if size > len(w.buf) {
-				w.buf = make([]byte, size)
+				w.buf = make([]byte, max(size, 2048))
 			}
 			b := w.buf[:size]
 			seg.write(b)

@@ -40,9 +40,12 @@ func copyToHost(hc net.Conn, ep tcpip.Endpoint, wq *waiter.Queue) error {
 	entry, ready := waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
+	// One writer for the flow: as an io.Writer it escapes, so a new one
+	// per read would be an allocation per read.
+	w := new(tcpip.SliceWriter)
 	for {
-		w := tcpip.SliceWriter(buf)
-		res, err := ep.Read(&w, tcpip.ReadOptions{})
+		*w = buf
+		res, err := ep.Read(w, tcpip.ReadOptions{})
 		switch err.(type) {
 		case nil:
 			// Receive-buffer moderation, as gonet's Read does it: the
