@@ -240,13 +240,15 @@ func TestFaultStormThroughTheProxy(t *testing.T) {
 	}
 
 	type figure struct {
-		name          string
-		held, recover time.Duration
+		name                  string
+		before, held, recover time.Duration
 	}
 	var figures []figure
 	for k, f := range stormFaults {
 		mid := int64(k+1)*segment - segment/2
+		tw := time.Now()
 		waitAll("before "+f.name, func(d, u int64) bool { return d >= mid && u >= mid })
+		before := time.Since(tw)
 		t0 := time.Now()
 		f.inject(t, p, func() { g.release(int64(k+2) * segment) })
 		held := time.Since(t0)
@@ -259,9 +261,10 @@ func TestFaultStormThroughTheProxy(t *testing.T) {
 		waitAll("after "+f.name, func(d, u int64) bool {
 			return (d >= d0+step || d == per) && (u >= u0+step || u == per)
 		})
-		figures = append(figures, figure{f.name, held, time.Since(t1)})
+		figures = append(figures, figure{f.name, before, held, time.Since(t1)})
 	}
 	g.release(per)
+	tailStart := time.Now()
 	for range 2 {
 		select {
 		case err := <-errs:
@@ -274,11 +277,12 @@ func TestFaultStormThroughTheProxy(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
+	elapsedTail := time.Since(tailStart)
 
 	var tab strings.Builder
-	fmt.Fprintf(&tab, "\n| Fault | Fault lasted | Recovery (next 256 KiB both ways) |\n|---|---|---|\n")
+	fmt.Fprintf(&tab, "\n| Fault | Stream reached its start after | Fault lasted | Recovery (next 256 KiB both ways) |\n|---|---|---|---|\n")
 	for _, f := range figures {
-		fmt.Fprintf(&tab, "| %s | %v | %v |\n", f.name, f.held.Round(100*time.Microsecond), f.recover.Round(100*time.Microsecond))
+		fmt.Fprintf(&tab, "| %s | %v | %v | %v |\n", f.name, f.before.Round(time.Millisecond), f.held.Round(100*time.Microsecond), f.recover.Round(100*time.Microsecond))
 	}
 	t.Log(tab.String())
 	cs, ls, ss := p.ctrl.Stats(), p.ep.Stats(), p.st.Stats()
@@ -292,10 +296,12 @@ func TestFaultStormThroughTheProxy(t *testing.T) {
 		t.Errorf("%d DMA buffers mapped after the storm, %d before", n, mapped)
 	}
 
+	t0 := time.Now()
 	dc.Close()
 	uc.Close()
 	p.close()
 	srv.close()
+	t.Logf("last fault to end of transfer %v; teardown %v", elapsedTail.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	if got := p.mappedAtPowerDown.Load(); got != refAtPowerDown {
 		t.Errorf("%d DMA buffers still mapped at power-down, %d in the reference pipeline", got, refAtPowerDown)
 	}
