@@ -221,44 +221,68 @@ func TestCarrierUploadArrivesIntactThroughGRO(t *testing.T) {
 // consecutive sequence numbers, IP IDs, PSH and FIN on the last only, and
 // correct checksums; a skipped (dropped) piece leaves the next one intact.
 func TestCarrierCutsAGSOSegmentIntoMSSPackets(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		name := "ipv4"
+		if v6 {
+			name = "ipv6"
+		}
+		t.Run(name, func(t *testing.T) { testGSOCut(t, v6) })
+	}
+}
+
+func testGSOCut(t *testing.T, v6 bool) {
 	const mss = 1000
 	payload := make([]byte, 10*mss+123)
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
-	src, dst := tcpip.AddrFrom4(TestAddr4.As4()), tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4())
+	proto, l3 := header.IPv4ProtocolNumber, header.IPv4MinimumSize
+	if v6 {
+		proto, l3 = header.IPv6ProtocolNumber, header.IPv6MinimumSize
+	}
 	newPkt := func() *stack.PacketBuffer {
 		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 60, Payload: buffer.MakeWithData(payload)})
 		tcp := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize))
 		tcp.Encode(&header.TCPFields{SrcPort: 80, DstPort: 40000, SeqNum: 5000, AckNum: 1, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck | header.TCPFlagPsh | header.TCPFlagFin, WindowSize: 1000})
-		ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
-		ip.Encode(&header.IPv4Fields{TotalLength: uint16(pkt.Size()), ID: 100, TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src, DstAddr: dst})
-		pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
-		pkt.GSOOptions = stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, MSS: mss, L3HdrLen: header.IPv4MinimumSize, MaxSize: 1 << 16}
+		g := stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, MSS: mss, L3HdrLen: uint16(l3), MaxSize: 1 << 16}
+		if v6 {
+			src, dst := tcpip.AddrFrom16(TestAddr6.As16()), tcpip.AddrFrom16(DefaultCarrier().IPv6.Addr().As16())
+			ip := header.IPv6(pkt.NetworkHeader().Push(header.IPv6MinimumSize))
+			ip.Encode(&header.IPv6Fields{PayloadLength: uint16(pkt.Size() - header.IPv6MinimumSize), TransportProtocol: header.TCPProtocolNumber, HopLimit: 64, SrcAddr: src, DstAddr: dst})
+			g.Type = stack.GSOTCPv6
+		} else {
+			src, dst := tcpip.AddrFrom4(TestAddr4.As4()), tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4())
+			ip := header.IPv4(pkt.NetworkHeader().Push(header.IPv4MinimumSize))
+			ip.Encode(&header.IPv4Fields{TotalLength: uint16(pkt.Size()), ID: 100, TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src, DstAddr: dst})
+		}
+		pkt.NetworkProtocolNumber = proto
+		pkt.GSOOptions = g
 		return pkt
 	}
 	pkt := newPkt()
 	defer pkt.DecRef()
 	var s dlSegmenter
 	if !s.reset(pkt) {
-		t.Fatal("reset refused a TCPv4 GSO packet")
+		t.Fatal("reset refused a TCP GSO packet")
 	}
 	var got []byte
 	for i := 0; !s.done(); i++ {
 		b := make([]byte, s.next())
 		s.write(b)
-		if !ulChecksumOK(b, header.IPv4ProtocolNumber) {
+		if !ulChecksumOK(b, proto) {
 			t.Fatalf("piece %d: bad checksum", i)
 		}
-		ip := header.IPv4(b)
-		tcp := header.TCP(b[header.IPv4MinimumSize:])
+		tcp := header.TCP(b[l3:])
 		last := i == 10
 		wantFlags := header.TCPFlagAck
 		if last {
 			wantFlags |= header.TCPFlagPsh | header.TCPFlagFin
 		}
-		if tcp.SequenceNumber() != uint32(5000+i*mss) || ip.ID() != uint16(100+i) || tcp.Flags() != wantFlags {
-			t.Errorf("piece %d: seq %d, id %d, flags %v; want %d, %d, %v", i, tcp.SequenceNumber(), ip.ID(), tcp.Flags(), 5000+i*mss, 100+i, wantFlags)
+		if tcp.SequenceNumber() != uint32(5000+i*mss) || tcp.Flags() != wantFlags {
+			t.Errorf("piece %d: seq %d, flags %v; want %d, %v", i, tcp.SequenceNumber(), tcp.Flags(), 5000+i*mss, wantFlags)
+		}
+		if !v6 && header.IPv4(b).ID() != uint16(100+i) {
+			t.Errorf("piece %d: IP ID %d, want %d", i, header.IPv4(b).ID(), 100+i)
 		}
 		if n := len(tcp.Payload()); n != mss && !last || last && n != 123 {
 			t.Errorf("piece %d: %d bytes of payload", i, n)
@@ -275,7 +299,7 @@ func TestCarrierCutsAGSOSegmentIntoMSSPackets(t *testing.T) {
 	s.skip()
 	b := make([]byte, s.next())
 	s.write(b)
-	if tcp := header.TCP(b[header.IPv4MinimumSize:]); tcp.SequenceNumber() != 5000+mss || !bytes.Equal(tcp.Payload(), payload[mss:2*mss]) || !ulChecksumOK(b, header.IPv4ProtocolNumber) {
+	if tcp := header.TCP(b[l3:]); tcp.SequenceNumber() != 5000+mss || !bytes.Equal(tcp.Payload(), payload[mss:2*mss]) || !ulChecksumOK(b, proto) {
 		t.Errorf("after a skipped piece: seq %d, payload or checksum wrong", tcp.SequenceNumber())
 	}
 }
