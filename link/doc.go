@@ -44,7 +44,11 @@
 // call. When TX buffers or UL ring slots run out it reaps UL completions
 // itself and waits, reaping every 50 µs, up to TXTimeout; it never waits
 // for the poller, so a poller that writes cannot deadlock. It fails with
-// tcpip.ErrNoBufferSpace rather than dropping silently.
+// tcpip.ErrNoBufferSpace rather than dropping silently. That wait is a
+// driver's stopped queue: give the NIC a queueing discipline (gVisor's
+// fifo, as package stack does) so that it runs on the queue's goroutine,
+// not on TCP goroutines shared by many connections nor on the poller,
+// which must keep draining the DL ring meanwhile.
 //
 // A frame may carry many packets (aggregation): the frame is decoded once
 // and its packets are delivered over as many passes as the budget needs, so

@@ -55,6 +55,9 @@ func BenchmarkModemTCPOptions(b *testing.B) {
 		lo   link.Options
 	}{
 		{"default", rawIP, stack.Config{}, link.Options{}},
+		{"txqueue=none", rawIP, stack.Config{TXQueueLen: -1}, link.Options{}},
+		{"txqueue=1000", rawIP, stack.Config{TXQueueLen: 1000}, link.Options{}},
+		{"txqueue=10000", rawIP, stack.Config{TXQueueLen: 10000}, link.Options{}},
 		{"gso=gvisor", rawIP, stack.Config{}, link.Options{GSO: link.GSOGVisor}},
 		{"gso=off", rawIP, stack.Config{}, link.Options{GSO: link.GSOOff}},
 		{"defer=off", rawIP, stack.Config{}, link.Options{DeferPoll: -1}},

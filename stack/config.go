@@ -33,6 +33,19 @@ type Config struct {
 
 	// NoGSO turns off gVisor GSO even when the link supports it.
 	NoGSO bool
+	// TXQueueLen is the length, in packets, of the transmit queue in
+	// front of the link (gVisor's fifo queueing discipline; Linux's
+	// txqueuelen and qdisc): the stack's goroutines queue their packets
+	// and return, and one goroutine hands them to the link in batches,
+	// waiting for the modem's UL ring itself. A packet that finds the
+	// queue full is dropped (TCP retransmits it) and counted in
+	// Stats.TXDroppedNoBufferSpace. Default 10000 (docs/STACK.md,
+	// "Transmit queue": Linux's 1000 relies on TCP Small Queues, which
+	// gVisor lacks); a negative value removes the queue, and every sender
+	// then writes to the link directly and may wait there for ring space
+	// (up to the link's TXTimeout), holding up the TCP goroutines it
+	// shares with other connections.
+	TXQueueLen int
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -70,6 +83,10 @@ type TCPOptions struct {
 	// TimeWait shortens TIME-WAIT (default gVisor's 60 s).
 	TimeWait time.Duration
 }
+
+// DefaultTXQueueLen is Config.TXQueueLen's default: ten packets for each
+// of 1,000 busy connections.
+const DefaultTXQueueLen = 10000
 
 // BufferRange is a TCP buffer size range in bytes.
 type BufferRange struct{ Min, Default, Max int }
@@ -125,6 +142,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Limits.MaxPendingAccept <= 0 {
 		c.Limits.MaxPendingAccept = 1024
+	}
+	if c.TXQueueLen == 0 {
+		c.TXQueueLen = DefaultTXQueueLen
 	}
 	if len(c.Routes) == 0 {
 		c.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}

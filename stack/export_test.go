@@ -19,3 +19,7 @@ func NewWithClosers(ep gstack.LinkEndpoint, cfg Config, closers ...func() error)
 	s.closers = closers
 	return s, nil
 }
+
+// ClosingForTest reports whether Close has begun (the transmit queue's
+// writer knows it).
+func (s *Stack) ClosingForTest() bool { return s.txw != nil && s.txw.closing.Load() }

@@ -33,6 +33,7 @@ type Stack struct {
 	cfg Config
 	gs  *gstack.Stack
 	tap *tap
+	txw *txWriter // the transmit queue's writer (nil without a queue)
 	log *slog.Logger
 
 	// closers run at Close after the gVisor stack is gone (Open's
@@ -89,7 +90,14 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	if cfg.MTU != 0 {
 		ep.SetMTU(cfg.MTU)
 	}
-	if err := s.gs.CreateNIC(nicID, s.tap); err != nil {
+	var nicOpts gstack.NICOptions
+	if cfg.TXQueueLen > 0 {
+		nicOpts.QDisc, s.txw = newTXQueue(s.tap, cfg.TXQueueLen)
+	}
+	if err := s.gs.CreateNICWithOptions(nicID, s.tap, nicOpts); err != nil {
+		if nicOpts.QDisc != nil {
+			nicOpts.QDisc.Close()
+		}
 		s.gs.Destroy()
 		return nil, fmt.Errorf("stack: create NIC: %s", err)
 	}
@@ -163,6 +171,9 @@ func (s *Stack) Close() error {
 	s.mu.Unlock()
 	if tr != nil {
 		tr.CloseIdleConnections()
+	}
+	if s.txw != nil {
+		s.txw.closing.Store(true)
 	}
 	s.gs.Close()
 	// Wait removes the NIC: Attach(nil) stops the link's workers, then

@@ -25,7 +25,10 @@ type Stats struct {
 	// change).
 	AddressAborts uint64
 
-	// Packets and bytes through the NIC, and packets the link refused.
+	// Packets and bytes through the NIC, and packets dropped because
+	// the transmit queue was full (Config.TXQueueLen; without a queue,
+	// packets the link refused). Link.TXDrops has what the link itself
+	// refused.
 	RXPackets, RXBytes, TXPackets, TXBytes, TXDroppedNoBufferSpace uint64
 	// TCP counters: segments, retransmits, timeouts, resets.
 	TCPSegmentsSent, TCPSegmentsReceived, TCPRetransmits, TCPTimeouts, TCPResetsSent, TCPResetsReceived uint64

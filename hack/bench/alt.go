@@ -42,6 +42,12 @@ const udpPayload = 1400 - 28
 // session, link endpoint on IP_HW0, the carrier network behind the
 // modem); the peer is a host socket on 127.0.0.1, reached through the
 // carrier's TestAddr4.
+// benchTXQueueLen and benchTXTimeout are -txqueuelen and -txtimeout.
+var (
+	benchTXQueueLen int
+	benchTXTimeout  time.Duration
+)
+
 func mhistackEnv(so sim.Options) (*altEnv, error) {
 	var violations atomic.Int64
 	var first atomic.Pointer[error]
@@ -52,7 +58,8 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := mstack.Open(ctx, mstack.Options{Device: "sim", Sim: mstack.SimOptions{Modem: so}})
+	s, err := mstack.Open(ctx, mstack.Options{Device: "sim", Sim: mstack.SimOptions{Modem: so},
+		Config: mstack.Config{TXQueueLen: benchTXQueueLen}, Link: link.Options{TXTimeout: benchTXTimeout}})
 	if err != nil {
 		return nil, err
 	}

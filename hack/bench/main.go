@@ -33,6 +33,7 @@ type config struct {
 	quick      bool
 	progress   io.Writer
 	verbose    bool // print each run's duration
+	linger0    bool // table 7: close the streams with linger 0 before Stack.Close
 	partial    bool // -only: -o replaces these tables' sections and keeps the rest
 	loadBefore string
 }
@@ -65,6 +66,9 @@ func main() {
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
 	verbose := flag.Bool("v", false, "print how long each run took")
+	flag.IntVar(&benchTXQueueLen, "txqueuelen", 0, "package stack's Config.TXQueueLen for the stack.Open rows (0: its default)")
+	flag.DurationVar(&benchTXTimeout, "txtimeout", 0, "the link's Options.TXTimeout for the stack.Open rows (0: its default)")
+	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.Parse()
 	if *memprofile != "" {
@@ -81,7 +85,7 @@ func main() {
 		}()
 	}
 
-	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr, verbose: *verbose}
+	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr, verbose: *verbose, linger0: *linger0}
 	if *quick {
 		c.quick, c.runs, c.dur, c.warm = true, 1, 150*time.Millisecond, 50*time.Millisecond
 	}
@@ -176,7 +180,7 @@ func (c *config) runAll(names []string, fn func(i int) (sample, error)) ([]serie
 			t0 := time.Now()
 			s, err := fn(i)
 			if c.verbose {
-				fmt.Fprintf(c.progress, "bench:   %s: %v\n", n, time.Since(t0).Round(time.Millisecond))
+				fmt.Fprintf(c.progress, "bench:   %s: %v %s\n", n, time.Since(t0).Round(time.Millisecond), s)
 			}
 			if err != nil {
 				fmt.Fprintf(c.progress, "bench:   %s run %d: %v\n", n, r+1, err)

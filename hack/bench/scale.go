@@ -92,7 +92,7 @@ func closeAll(cs []net.Conn) {
 // chunks to its host socket, and measures the aggregate for the window d
 // after warm-up w; the process's peak RSS is reset before the stack is
 // built.
-func manyStreams(n int, d, w time.Duration) (sample, error) {
+func manyStreams(n int, d, w time.Duration, linger0 bool) (sample, error) {
 	resetPeakRSS()
 	e, err := mhistackEnv(sim.Options{})
 	if err != nil {
@@ -150,14 +150,16 @@ func manyStreams(n int, d, w time.Duration) (sample, error) {
 	s["open_s"] = open.Seconds()
 	s["peak_rss_mib"] = float64(procStatusKB("VmHWM")) / 1024
 	stop.Store(true)
-	// Abortive close (linger 0), as a server shutting down would: a
-	// graceful one leaves every connection's full send buffer for
-	// Stack.Close to abort, one RST at a time, each waiting for the full
-	// UL ring (11–30 s for 1,000 connections, more than the whole table
-	// may take).
-	for _, c := range clients {
-		if l, ok := c.(interface{ SetLinger(int) error }); ok {
-			l.SetLinger(0)
+	// A graceful close, the busy send buffers still full: Stack.Close
+	// then aborts each connection with an RST, which goes through the
+	// stack's transmit queue (before it, each RST waited in the link
+	// for the full UL ring: 11–30 s for 1,000 connections; -linger0
+	// closes abortively instead).
+	if linger0 {
+		for _, c := range clients {
+			if l, ok := c.(interface{ SetLinger(int) error }); ok {
+				l.SetLinger(0)
+			}
 		}
 	}
 	closeAll(clients)
@@ -319,7 +321,7 @@ func (c *config) scaleTable() (*table, error) {
 	res, err := c.runAll(names, func(i int) (sample, error) {
 		switch i {
 		case 0:
-			return manyStreams(streams, c.dur, c.warm)
+			return manyStreams(streams, c.dur, c.warm, c.linger0)
 		case 1:
 			e, err := mhistackEnv(sim.Options{})
 			if err != nil {
@@ -357,16 +359,20 @@ func (c *config) scaleTable() (*table, error) {
 		header: []string{"measurement", "metric", "median (min–max)"},
 	}
 	sn := fmt.Sprintf("%d concurrent streams (the stack sends)", streams)
+	closeRow := "Stack.Close right after closing them (graceful close, send buffers full), s"
+	if c.linger0 {
+		closeRow = "Stack.Close right after closing them with linger 0, s"
+	}
 	in := fmt.Sprintf("%d idle connections through the modem", idle)
 	t.rows = [][]string{
 		{sn, "aggregate Mbit/s", st.medRange("mbps", 0)},
 		{"", "Jain's fairness index", st.medRange("jain", 3)},
 		{"", fmt.Sprintf("time to open the %d connections, s", streams), st.medRange("open_s", 2)},
 		{"", "peak RSS of the process, MiB", st.medRange("peak_rss_mib", 0)},
-		{"", "Stack.Close right after closing them with linger 0, s", st.medRange("close_s", 2)},
+		{"", closeRow, st.medRange("close_s", 2)},
 		{"", "process CPU, ms/s", st.medRange("proc_ms", 0)},
 		{"", "TCP retransmits/s (the stack's)", st.medRange("retrans_s", 0)},
-		{"", "packets/s the link refused (UL ring full past TXTimeout)", st.medRange("refused_s", 0)},
+		{"", "packets/s dropped (TX queue full, or refused by the link without one)", st.medRange("refused_s", 0)},
 		{in, "Go heap + stacks per connection, KiB", im.medRange("heap_kib", 1)},
 		{"", "goroutines per connection", im.medRange("goroutines", 1)},
 		{fmt.Sprintf("%d idle connections, channel.Endpoint pair", idle), "Go heap + stacks per connection (two stack endpoints), KiB", ic.medRange("heap_kib", 1)},
@@ -382,10 +388,10 @@ func (c *config) scaleTable() (*table, error) {
 		"meanwhile the stack retransmits %.0f segments/s ", streams, st.med("mbps"), minOf(st.values("mbps")),
 		maxOf(st.values("mbps")), st.med("jain"), st.med("retrans_s"))
 	if st.med("refused_s") > 0 {
-		streamsNote += fmt.Sprintf("and the link refuses %.0f packets/s (WritePackets gives up after TXTimeout with the UL "+
-			"ring full, and gVisor drops what was refused). ", st.med("refused_s"))
+		streamsNote += fmt.Sprintf("and %.0f packets/s are dropped for a full transmit queue (package stack's "+
+			"Config.TXQueueLen; TCP retransmits them). ", st.med("refused_s"))
 	} else {
-		streamsNote += "while the link refuses none, so those are losses or timeouts past the link (the modem's DL queue, " +
+		streamsNote += "while nothing is dropped before the link, so those are losses or timeouts past it (the modem's DL queue, " +
 			"the carrier network) or spurious. "
 	}
 	streamsNote += fmt.Sprintf("Peak RSS: %.0f MiB; for scale, %d connections × package stack's default send buffer "+

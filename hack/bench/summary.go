@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -9,6 +10,15 @@ import (
 
 // sample is one run's metrics by name.
 type sample map[string]float64
+
+// String lists the metrics sorted by name (the -v progress lines).
+func (s sample) String() string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(s)) {
+		fmt.Fprintf(&b, " %s=%.4g", k, s[k])
+	}
+	return b.String()
+}
 
 // series collects the runs of one configuration.
 type series []sample
