@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi"
@@ -122,19 +120,6 @@ func openPipelineWith(t testing.TB, cfg stack.Config, configure func(*proxy.Serv
 	p.mbim = p.modem.Function("MBIM").(*sim.MBIMFunction)
 	p.carrier = p.modem.Function("IP_HW0").(*sim.CarrierNetwork)
 	p.ep = linkEndpoint(t, st)
-	// The carrier network terminates TCP with a gVisor forwarder, not a
-	// listener, and gVisor hands a SYN that hits a TIME-WAIT endpoint to
-	// a new connection only when a listener exists. When the host server
-	// closes first, the carrier holds the 4-tuple in TIME-WAIT (60 s by
-	// default), and a stack that reuses the ephemeral port meanwhile
-	// (it holds no TIME-WAIT itself as the passive closer) sees its SYNs
-	// vanish until the dial times out: 304 of 5,605 dials in a minute of
-	// churn. A real server accepts such a SYN (RFC 6191), so the
-	// emulated one gets a short TIME-WAIT here.
-	tw := tcpip.TCPTimeWaitTimeoutOption(time.Second)
-	if err := p.carrier.GVisor().SetTransportProtocolOption(tcp.ProtocolNumber, &tw); err != nil {
-		t.Fatalf("carrier TIME-WAIT: %s", err)
-	}
 	p.ctrl.Subscribe(func(e mhi.Event) {
 		if e.Kind == mhi.EventPowerDown {
 			p.mappedAtPowerDown.Store(int64(p.dev.MappedBuffers()))

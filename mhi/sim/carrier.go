@@ -141,10 +141,13 @@ type CarrierStats struct {
 	// BadChecksums counts UL packets dropped for a wrong IPv4 header,
 	// TCP or UDP checksum (within ULPackets).
 	BadChecksums uint64
+	// TimeWaitReused counts the host's SYNs that took over a 4-tuple
+	// the carrier held in TIME-WAIT (see takeOverTimeWait).
+	TimeWaitReused uint64
 }
 
 type carrierCounters struct {
-	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum atomic.Uint64
+	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -253,7 +256,7 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
-		BadChecksums: c.badChecksum.Load()}
+		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load()}
 }
 
 // Start implements Function.
@@ -386,6 +389,7 @@ func (cn *CarrierNetwork) enqueueGRO(pkt *stack.PacketBuffer) {
 		return
 	}
 	pkt.RXChecksumValidated = true
+	cn.takeOverTimeWait(p, pkt.NetworkProtocolNumber)
 	cn.groSink.in++
 	cn.gro.Enqueue(pkt)
 	pkt.DecRef()
