@@ -122,7 +122,8 @@ type CarrierNetwork struct {
 	echoFr   *Framer       // frames echo replies on a framed pair; only Receive uses it
 	session  atomic.Uint32 // MBIM session of the host's last UL packet: DL goes to it
 
-	stats carrierCounters
+	stats  carrierCounters
+	chunks relayChunks // the forwarded flows' relay chunks
 }
 
 // CarrierStats are the network's counters.
@@ -144,6 +145,10 @@ type CarrierStats struct {
 	// TimeWaitReused counts the host's SYNs that took over a 4-tuple
 	// the carrier held in TIME-WAIT (see takeOverTimeWait).
 	TimeWaitReused uint64
+	// RelayChunks is how many 256 KiB relay chunks the forwarded TCP
+	// flows hold now: a direction holds one only while it has data to
+	// move, so idle flows hold none.
+	RelayChunks int64
 }
 
 type carrierCounters struct {
@@ -256,7 +261,8 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
-		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load()}
+		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(),
+		RelayChunks: cn.chunks.held.Load()}
 }
 
 // Start implements Function.
@@ -588,13 +594,13 @@ func (cn *CarrierNetwork) forwardTCP(r *tcp.ForwarderRequest) {
 		defer cn.wg.Done()
 		defer close(up)
 		hcw, ok := hc.(halfCloser)
-		if err := copyToHost(hc, ep, &wq); err != nil || !ok {
+		if err := copyToHost(&cn.chunks, hc, ep, &wq); err != nil || !ok {
 			reset()
 			return
 		}
 		hcw.CloseWrite()
 	}()
-	if err := copyFromHost(ep, &wq, hc); err != nil {
+	if err := copyFromHost(&cn.chunks, ep, &wq, hc); err != nil {
 		reset()
 	} else {
 		ep.Shutdown(tcpip.ShutdownWrite)

@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
@@ -50,6 +51,14 @@ type carrierHost struct {
 }
 
 func newCarrierHost(t *testing.T, k carrierPair, opts CarrierOptions) *carrierHost {
+	t.Helper()
+	return newCarrierHostWith(t, k, opts, false)
+}
+
+// newCarrierHostWith is newCarrierHost whose stack has the carrier's
+// IPv6 address as well when v6 (without duplicate address detection, so
+// that it is usable at once).
+func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 bool) *carrierHost {
 	t.Helper()
 	p, ok := mhi.Lookup(k.profile)
 	if !ok {
@@ -87,8 +96,12 @@ func newCarrierHost(t *testing.T, k carrierPair, opts CarrierOptions) *carrierHo
 	if err != nil {
 		t.Fatal(err)
 	}
+	protos := []stack.NetworkProtocolFactory{ipv4.NewProtocol}
+	if v6 {
+		protos = append(protos, ipv6.NewProtocolWithOptions(ipv6.Options{DADConfigs: stack.DADConfigurations{DupAddrDetectTransmits: 0}}))
+	}
 	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
+		NetworkProtocols:   protos,
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
 	})
 	if err := s.CreateNIC(1, ep); err != nil {
@@ -98,7 +111,15 @@ func newCarrierHost(t *testing.T, k carrierPair, opts CarrierOptions) *carrierHo
 	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
 		t.Fatal(err)
 	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+	routes := []tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}}
+	if v6 {
+		addr6 := tcpip.AddrFrom16(DefaultCarrier().IPv6.Addr().As16())
+		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber, AddressWithPrefix: addr6.WithPrefix()}, stack.AddressProperties{}); err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: 1})
+	}
+	s.SetRouteTable(routes)
 	t.Cleanup(func() {
 		s.Close()
 		s.Wait()

@@ -13,6 +13,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 )
 
 // TestCarrierAcceptsASYNOnAPortItHoldsInTimeWait: the host's stack dials
@@ -25,20 +26,31 @@ import (
 // carrier's 60 s TIME-WAIT, and the test failed at its first dial.
 func TestCarrierAcceptsASYNOnAPortItHoldsInTimeWait(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	pairs := []carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", FramingRawIP, nil, 0}, framedPairs[0]}
-	for _, k := range pairs {
-		t.Run(k.name, func(t *testing.T) {
-			h := newCarrierHost(t, k, CarrierOptions{})
-			testTimeWaitChurn(t, h)
+	rawIP := carrierPair{"raw-ip", "qcom-sdx55m", "IP_HW0", FramingRawIP, nil, 0}
+	for _, c := range []struct {
+		k  carrierPair
+		v6 bool
+	}{{rawIP, false}, {framedPairs[0], false}, {rawIP, true}} {
+		name := c.k.name + "/ipv4"
+		if c.v6 {
+			name = c.k.name + "/ipv6"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newCarrierHostWith(t, c.k, CarrierOptions{}, c.v6)
+			testTimeWaitChurn(t, h, c.v6)
 		})
 	}
 	goleak.VerifyNone(t, ignore)
 }
 
-func testTimeWaitChurn(t *testing.T, h *carrierHost) {
+func testTimeWaitChurn(t *testing.T, h *carrierHost, v6 bool) {
 	const ports, rounds = 4, 25
 	const bye = "bye"
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, to, src, proto := "127.0.0.1:0", TestAddr4, DefaultCarrier().IPv4.Addr(), ipv4.ProtocolNumber
+	if v6 {
+		lo, to, src, proto = "[::1]:0", TestAddr6, DefaultCarrier().IPv6.Addr(), ipv6.ProtocolNumber
+	}
+	l, err := net.Listen("tcp", lo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +69,7 @@ func testTimeWaitChurn(t *testing.T, h *carrierHost) {
 			c.Close()
 		}
 	})
-	dst := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(TestAddr4.As4()), Port: uint16(l.Addr().(*net.TCPAddr).Port)}
-	src := tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4())
+	dst := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(to.AsSlice()), Port: uint16(l.Addr().(*net.TCPAddr).Port)}
 	failed := 0
 	for r := range rounds {
 		errs := make([]error, ports)
@@ -70,8 +81,8 @@ func testTimeWaitChurn(t *testing.T, h *carrierHost) {
 				// does not give up waits for it (60 s).
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
-				la := tcpip.FullAddress{NIC: 1, Addr: src, Port: uint16(40000 + i)}
-				c, err := gonet.DialTCPWithBind(ctx, h.s, la, dst, ipv4.ProtocolNumber)
+				la := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(src.AsSlice()), Port: uint16(40000 + i)}
+				c, err := gonet.DialTCPWithBind(ctx, h.s, la, dst, proto)
 				if err != nil {
 					errs[i] = fmt.Errorf("round %d, port %d: dial: %w", r, la.Port, err)
 					return

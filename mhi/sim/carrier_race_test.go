@@ -1,0 +1,7 @@
+//go:build race
+
+package sim
+
+// underRace: sync.Pool drops a quarter of its Puts under the race
+// detector, so a pooled chunk is allocated again now and then.
+const underRace = true
