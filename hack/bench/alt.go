@@ -526,9 +526,10 @@ func (c *config) altTable() (*table, error) {
 	if skipped != "" {
 		t.notes = append(t.notes, skipped)
 	}
-	t.notes = append(t.notes, fmt.Sprintf("UDP: writes that return are counted as sent; mhistack's UL ring blocks a writer "+
-		"when full (backpressure) while channel.Endpoint drops when its queue is full, so loss shows where each path "+
-		"sheds load. Medians of delivered Mbit/s: mhistack %.0f, channel pair %.0f, ideal ring %.0f.",
+	t.notes = append(t.notes, fmt.Sprintf("UDP: writes that return are counted as sent. Package stack puts a transmit queue "+
+		"(Config.TXQueueLen, gVisor's fifo qdisc) in front of the link and drops when it is full, as channel.Endpoint "+
+		"drops when its queue is full; neither slows the writer down, so loss shows where each path sheds load, and "+
+		"a UDP sender through mhistack has to pace itself as on any lossy link. Medians of delivered Mbit/s: mhistack %.0f, channel pair %.0f, ideal ring %.0f.",
 		at(0, 2).med("mbps"), at(ch, 2).med("mbps"), at(ring, 2).med("mbps")))
 	return t, nil
 }
