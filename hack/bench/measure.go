@@ -11,6 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -19,12 +20,17 @@ import (
 // traffic from a writer into the generator's sink, for a window after a
 // warm-up.
 type linkRun struct {
-	size, perFrame int  // DL UDP packet size and packets per frame; perFrame 0: no DL
-	tx             bool // a writer sends 1400-byte UDP packets UL in batches of 32
-	lo             link.Options
-	so             sim.Options
-	shared         bool // refill on a link.Worker (Options.Refill = RefillShared)
-	hog            bool // a CPU hog process runs meanwhile
+	size, perFrame int // DL UDP packet size and packets per frame; perFrame 0: no DL
+	// qmap is the MAP framing of aggregated DL frames (perFrame > 1); the
+	// endpoint's lo.Framing must match it. csumValid: MAPv5 packets say
+	// the modem validated their checksums.
+	qmap      qmap.Framing
+	csumValid bool
+	tx        bool // a writer sends 1400-byte UDP packets UL in batches of 32
+	lo        link.Options
+	so        sim.Options
+	shared    bool // refill on a link.Worker (Options.Refill = RefillShared)
+	hog       bool // a CPU hog process runs meanwhile
 }
 
 // txBatch is the writer's WritePackets batch: gVisor's GSO and qdisc hand
@@ -51,7 +57,11 @@ func (lr linkRun) measure(d, w time.Duration) (sample, error) {
 	}
 	g := &sim.Generator{}
 	if lr.perFrame > 0 {
-		g.Frames = udpFrames(8, lr.perFrame, lr.size)
+		frames, err := udpFrames(8, lr.perFrame, lr.size, lr.qmap, lr.csumValid)
+		if err != nil {
+			return nil, err
+		}
+		g.Frames = frames
 	}
 	r, err := newRig(g, lr.so, lo)
 	if err != nil {
@@ -139,6 +149,9 @@ func (lr linkRun) measure(d, w time.Duration) (sample, error) {
 	}
 	if lr.shared {
 		s["refill_ms"] = ms(link.RoleWorker)
+	}
+	if n := b.st.RXPackets - a.st.RXPackets; n > 0 {
+		s["csum_dev"] = float64(b.st.RXChecksumDevice-a.st.RXChecksumDevice) / float64(n)
 	}
 	if rxP > 0 {
 		s["host_ns"] = float64(b.st.PollNanos-a.st.PollNanos) / rxP

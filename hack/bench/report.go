@@ -33,7 +33,7 @@ func (c *config) report(done []*table, svgRel string, took time.Duration) string
 		b.WriteString(t.markdown(svgRel))
 	}
 	b.WriteString(pending)
-	return b.String()
+	return strings.TrimRight(b.String(), "\n") + "\n"
 }
 
 const method = `## Method
@@ -44,9 +44,10 @@ const method = `## Method
   moderation) with the options under test. The modem, the host engine, the endpoint and the traffic all
   run in this one process on the machine's cores: the numbers are the whole system's, the modem's
   emulation included, not the host path alone.
-* **Traffic.** DL: ` + "`sim.Generator`" + ` sends pre-built frames (UDP datagrams with valid checksums) as fast
-  as the host posts buffers; it never drops (it retries), so "drops" counts the endpoint's drops and the
-  modem's DL queue drops. UL: a writer calls ` + "`WritePackets`" + ` with batches of 32 packets and the
+* **Traffic.** DL: ` + "`sim.Generator`" + ` sends pre-built frames (UDP datagrams with valid checksums: raw IP,
+  or for table 3 QMAP aggregates built by ` + "`link/qmap`" + `'s aggregator) as fast as the host posts
+  buffers; it never drops (it retries), so "drops" counts the endpoint's drops and the modem's DL queue
+  drops. UL: a writer calls ` + "`WritePackets`" + ` with batches of 32 packets and the
   generator consumes them. RX tables deliver into a counting dispatcher (the link and the MHI host are
   measured, not a transport stack); TCP tables run a gVisor stack whose two addresses both sit on the
   modem's NIC, so every segment crosses the modem (UL, the modem's loopback, DL).
@@ -71,12 +72,10 @@ const method = `## Method
   the same table (same run), not runs on different days.
 `
 
-const pending = `## Pending
-
-* Table 3 uses a QMAP-style framing local to the bench and the generator's pre-built aggregates, not
-  link/qmap and the modem's own DL aggregation (issue 6); both have landed since, and the table has
-  not been moved onto them yet.
-`
+// pending lists what the tables do not measure yet, as a "## Pending"
+// section; empty now. merge regenerates it, so an empty one removes the
+// section from an older report.
+const pending = ""
 
 // loaded reports whether a /proc/loadavg triple shows a 1- or 5-minute
 // load above half the cores.
@@ -134,7 +133,7 @@ func (c *config) merge(old string, done []*table, svgRel string, took time.Durat
 			emit(k, "")
 		}
 	}
-	return b.String()
+	return strings.TrimRight(b.String(), "\n") + "\n"
 }
 
 type section struct{ key, text string }

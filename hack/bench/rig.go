@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -126,83 +126,46 @@ func udp4(seq, size int) []byte {
 	return b
 }
 
-// qmapLike is a minimal QMAP-style aggregation framing for the MRU table:
-// each IP packet is preceded by a 4-byte MAP header (pad/flags, mux ID,
-// big-endian payload length), as in rmnet's QMAPv1. It stands in for
-// link/qmap (issue 6), which had not landed when this table was written;
-// the cost per packet it adds to the host is the same order (one header
-// parse per packet).
-type qmapLike struct{}
-
-const qmapHeader = 4
-
-func (qmapLike) Name() string  { return "qmap-like" }
-func (qmapLike) Overhead() int { return qmapHeader }
-
-func (qmapLike) Decode(frame []byte, spans []link.Span) ([]link.Span, error) {
-	for off := 0; off < len(frame); {
-		if len(frame)-off < qmapHeader {
-			return spans, link.ErrRunt
-		}
-		n := int(binary.BigEndian.Uint16(frame[off+2:]))
-		off += qmapHeader
-		if n == 0 || n > len(frame)-off {
-			return spans, link.ErrBadFrame
-		}
-		spans = append(spans, link.Span{Off: off, Len: n})
-		off += n
-	}
-	return spans, nil
-}
-
-func (qmapLike) NewEncoder() link.Encoder { return &qmapEncoder{} }
-
-type qmapEncoder struct {
-	buf []byte
-	off int
-}
-
-func (e *qmapEncoder) Begin(buf []byte) { e.buf, e.off = buf, 0 }
-
-func (e *qmapEncoder) Add(n int) []byte {
-	if n <= 0 || n > 0xffff || n > len(e.buf)-e.off-qmapHeader {
-		return nil
-	}
-	h := e.buf[e.off:]
-	h[0], h[1] = 0, 1
-	binary.BigEndian.PutUint16(h[2:], uint16(n))
-	dst := e.buf[e.off+qmapHeader : e.off+qmapHeader+n]
-	e.off += qmapHeader + n
-	return dst
-}
-
-func (e *qmapEncoder) End() int { n := e.off; e.buf, e.off = nil, 0; return n }
-
-// aggregate builds one qmapLike frame of pkts.
-func aggregate(pkts [][]byte) []byte {
-	var f []byte
-	for _, p := range pkts {
-		f = append(f, 0, 1)
-		f = binary.BigEndian.AppendUint16(f, uint16(len(p)))
-		f = append(f, p...)
-	}
-	return f
-}
+// mapCsumValid is csum_valid in byte 1 of the MAPv5 checksum header
+// (mbim-qmap-qmi.md §4.1): the modem validated the packet's TCP/UDP
+// checksum and found it good.
+const mapCsumValid = 0x80
 
 // udpFrames returns nFrames distinct DL frames of perFrame UDP packets of
-// size bytes each: raw IP when perFrame is 1, else qmapLike aggregates.
-func udpFrames(nFrames, perFrame, size int) [][]byte {
+// size bytes each: raw IP when perFrame is 1, else aggregates built by
+// link/qmap's aggregator (the emulated modem's DL aggregator) in the
+// MAP version of f. With csumValid every MAPv5 packet carries
+// csum_valid, as a modem with DL checksum offload sends it.
+func udpFrames(nFrames, perFrame, size int, f qmap.Framing, csumValid bool) ([][]byte, error) {
 	frames := make([][]byte, nFrames)
-	for f := range frames {
-		pkts := make([][]byte, perFrame)
-		for i := range pkts {
-			pkts[i] = udp4(f*perFrame+i, size)
-		}
+	buf := make([]byte, link.MaxFrame)
+	var spans []link.Span
+	for fi := range frames {
 		if perFrame == 1 {
-			frames[f] = pkts[0]
-		} else {
-			frames[f] = aggregate(pkts)
+			frames[fi] = udp4(fi, size)
+			continue
 		}
+		f.MaxDatagrams = perFrame
+		a := qmap.NewAggregator(f)
+		a.Begin(buf)
+		for i := range perFrame {
+			dst := a.Add(size)
+			if dst == nil {
+				return nil, fmt.Errorf("%d packets of %d bytes do not fit one %s frame", perFrame, size, f.Name())
+			}
+			copy(dst, udp4(fi*perFrame+i, size))
+		}
+		frame := append([]byte(nil), buf[:a.End()]...)
+		if csumValid && f.Version == 5 {
+			var err error
+			if spans, err = qmap.Decode(frame, 5, spans[:0]); err != nil {
+				return nil, err
+			}
+			for _, sp := range spans {
+				frame[sp.Off-qmap.V5HeaderLen+1] |= mapCsumValid
+			}
+		}
+		frames[fi] = frame
 	}
-	return frames
+	return frames, nil
 }

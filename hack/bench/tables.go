@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -169,24 +170,40 @@ var (
 // default in the netdev thread: "a maximum of 32 packets per buffer").
 const aggregation = 32
 
-// mruTable is table 3: packet size × MRU with 32-datagram aggregation.
+// pieces is the TREs one MAPv5 frame of 32 size-byte datagrams takes at
+// MRU mru (the modem's OVERFLOW chain).
+func pieces(size, mru int) int {
+	return (aggregation*(size+qmap.HeaderLen+qmap.V5HeaderLen) + mru - 1) / mru
+}
+
+// mruTable is table 3: packet size × MRU with 32-datagram aggregation,
+// on link/qmap's MAPv5 framing with csum_valid (what QMAP modems with DL
+// checksum offload send), plus MAPv1 at the 32768-byte MRU, where the
+// host validates every checksum itself.
 func (c *config) mruTable() (*table, error) {
 	sizes, ms := mruSizes, mrus
 	if c.quick {
 		sizes, ms = []int{64, 1500}, []int{3500, 32768}
 	}
-	type cfg struct{ size, mru int }
+	ref := ms[len(ms)-1]
+	type cfg struct{ size, mru, version int }
 	var cfgs []cfg
 	var names []string
 	for _, m := range ms {
 		for _, s := range sizes {
-			cfgs = append(cfgs, cfg{s, m})
-			names = append(names, fmt.Sprintf("%dB MRU %d", s, m))
+			cfgs = append(cfgs, cfg{s, m, 5})
+			names = append(names, fmt.Sprintf("%dB MRU %d MAPv5", s, m))
 		}
+	}
+	for _, s := range sizes {
+		cfgs = append(cfgs, cfg{s, ref, 1})
+		names = append(names, fmt.Sprintf("%dB MRU %d MAPv1", s, ref))
 	}
 	res, err := c.runAll(names, func(i int) (sample, error) {
 		k := cfgs[i]
-		lr := linkRun{size: k.size, perFrame: aggregation, lo: link.Options{Framing: qmapLike{}, MRU: k.mru}}
+		f := qmap.Framing{Version: k.version}
+		lr := linkRun{size: k.size, perFrame: aggregation, qmap: f, csumValid: k.version == 5,
+			lo: link.Options{Framing: f, MRU: k.mru}}
 		return lr.measure(c.dur, c.warm)
 	})
 	if err != nil {
@@ -196,49 +213,62 @@ func (c *config) mruTable() (*table, error) {
 		title: "3. MRU: packet size × MRU with 32-datagram aggregation",
 		intro: "`background/mhi-pci-generic-mru.txt`: with 3500-byte buffers a modem aggregating 32 datagrams per buffer " +
 			"fell from 44% to 22% of line rate between 1262- and 1263-byte packets; with 32 KiB buffers the cliff went away. " +
-			"Here the generator sends frames of 32 UDP datagrams of the given IP size in a QMAP-style framing (4-byte " +
-			"MAP header per datagram; a stand-in for link/qmap, see Method); a frame larger than the host's buffer is " +
-			"split by the modem over several TREs (OVERFLOW events) and reassembled by the endpoint. The emulated " +
-			"modem has no line rate of its own — it sends as fast as the host posts buffers — so each cell is " +
-			"packets/s and, in brackets, its ratio to the 32768-byte MRU at the same size; host ns/pkt is the poller's " +
-			"thread CPU per packet (decode, checksum, GRO, copy, reassembly).",
+			"Here the generator sends frames of 32 UDP datagrams of the given IP size built by link/qmap's aggregator " +
+			"(the emulated modem's DL aggregator) and the endpoint decodes them with `qmap.Framing` of the same version. " +
+			"The MRU columns are MAPv5 (MAP header + checksum-offload header, 8 bytes per datagram) with csum_valid set " +
+			"on every packet, as an MHI QMAP modem with DL checksum offload sends the packets whose checksum it " +
+			"validated; the endpoint then checks only the IPv4 header checksum. The MAPv1 columns (4-byte MAP header, " +
+			"no checksum statement: the host validates every UDP checksum) are at MRU 32768 only. A frame larger " +
+			"than the host's buffer is split by the modem over several TREs (OVERFLOW events) and reassembled by the " +
+			"endpoint. The emulated modem has no line rate of its own — it sends as fast as the host posts buffers — so " +
+			"each cell is packets/s and, in brackets, its ratio to MAPv5 at the 32768-byte MRU at the same size; host " +
+			"ns/pkt is the poller's thread CPU per packet (decode, checksum, GRO, copy, reassembly).",
 		header: []string{"IP size"},
 	}
 	for _, m := range ms {
 		t.header = append(t.header, fmt.Sprintf("MRU %d: Mpkt/s (× 32K)", m), fmt.Sprintf("MRU %d host ns/pkt", m))
 	}
-	idx := func(size, mru int) int {
+	t.header = append(t.header, fmt.Sprintf("MAPv1 MRU %d: Mpkt/s (× v5)", ref), fmt.Sprintf("MAPv1 MRU %d host ns/pkt", ref))
+	idx := func(size, mru, version int) int {
 		for i, k := range cfgs {
-			if k.size == size && k.mru == mru {
+			if k.size == size && k.mru == mru && k.version == version {
 				return i
 			}
 		}
 		return -1
 	}
-	ref := ms[len(ms)-1]
-	lines := make([][]float64, len(ms))
+	v5 := func(size, mru int) series { return res[idx(size, mru, 5)] }
+	v1 := func(size int) series { return res[idx(size, ref, 1)] }
+	cell := func(s series, base float64) string {
+		return fmt.Sprintf("%s (%.2f)", s.scaled("rx_kpps", 1e-3).medRange("rx_kpps", 2), s.med("rx_kpps")/base)
+	}
+	lines := make([][]float64, len(ms)+1)
 	xs := make([]float64, len(sizes))
 	for si, size := range sizes {
 		xs[si] = float64(size)
 		row := []string{fmt.Sprint(size)}
-		base := res[idx(size, ref)].med("rx_kpps")
+		base := v5(size, ref).med("rx_kpps")
 		for mi, m := range ms {
-			s := res[idx(size, m)]
-			kp := s.med("rx_kpps")
-			row = append(row, fmt.Sprintf("%s (%.2f)", s.scaled("rx_kpps", 1e-3).medRange("rx_kpps", 2), kp/base), s.medRange("poll_cpu_ns", 0))
-			lines[mi] = append(lines[mi], kp/1e3)
+			s := v5(size, m)
+			row = append(row, cell(s, base), s.medRange("poll_cpu_ns", 0))
+			lines[mi] = append(lines[mi], s.med("rx_kpps")/1e3)
 		}
+		s := v1(size)
+		row = append(row, cell(s, base), s.medRange("poll_cpu_ns", 0))
+		lines[len(ms)] = append(lines[len(ms)], s.med("rx_kpps")/1e3)
 		t.rows = append(t.rows, row)
 	}
 	var ln []string
 	for _, m := range ms {
 		ln = append(ln, fmt.Sprintf("MRU %d", m))
 	}
+	ln = append(ln, fmt.Sprintf("v1 MRU %d", ref))
 	t.plots = append(t.plots, plot{file: "mru.svg", alt: "packets/s vs packet size per MRU",
-		svg: lineChart("DL packets/s, 32 datagrams per frame (median)", "IP packet size (bytes)", "Mpkt/s", xs, ln, lines)})
+		svg: lineChart("DL packets/s, 32 datagrams per QMAP frame (median; MAPv5 unless v1)", "IP packet size (bytes)", "Mpkt/s", xs, ln, lines)})
 	// Target: host cost ≤ 150 ns per RX packet with 32-datagram
 	// aggregation, at MTU 1500 (the 32K MRU column, 1500-byte packets).
-	host := res[idx(sizes[len(sizes)-1], ref)].med("poll_cpu_ns")
+	big, small := sizes[len(sizes)-1], sizes[0]
+	host := v5(big, ref).med("poll_cpu_ns")
 	verdict := "met"
 	if host > 150 {
 		verdict = fmt.Sprintf("missed by %.0f ns (%.0f%%)", host-150, 100*(host-150)/150)
@@ -254,19 +284,40 @@ func (c *config) mruTable() (*table, error) {
 	}
 	t.notes = append(t.notes, fmt.Sprintf("%d of %d runs saw the RX pool run dry (rx_alloc_fail > 0). The ranges are wide "+
 		"because the modem, the host and outside load share two cores; read the medians, and the plot, for the shape.", starved, total))
-	small := res[idx(sizes[0], ref)].med("poll_cpu_ns")
+	// The endpoint's own count of packets whose checksum it left to the
+	// modem shows that csum_valid reached it (MAPv5) and that nothing
+	// else claims it (MAPv1).
+	dev5, dev1 := 1.0, 0.0
+	for i, k := range cfgs {
+		for _, v := range res[i].values("csum_dev") {
+			if k.version == 5 {
+				dev5 = math.Min(dev5, v)
+			} else {
+				dev1 = math.Max(dev1, v)
+			}
+		}
+	}
+	t.notes = append(t.notes, fmt.Sprintf("Checksums left to the modem (the endpoint's RXChecksumDevice over its RX packets): "+
+		"at least %.1f%% in every MAPv5 run, at most %.1f%% in every MAPv1 run.", 100*dev5, 100*dev1))
+	hostSmall := v5(small, ref).med("poll_cpu_ns")
 	t.notes = append(t.notes, fmt.Sprintf("Target: link+mhi host cost ≤ 150 ns per RX packet with 32-datagram aggregation "+
-		"(MTU 1500) — %d-byte packets at MRU %d: %.0f ns of poller CPU per packet: %s. At %d bytes the same path costs %.0f ns, "+
-		"so about %.0f ns of the %d-byte figure scales with the bytes (the one copy out of DMA memory and the UDP checksum "+
-		"validation over the payload); the rest is per packet (decode, GRO, gVisor buffer).",
-		sizes[len(sizes)-1], ref, host, verdict, sizes[0], small, host-small, sizes[len(sizes)-1]))
+		"(MTU 1500) — %d-byte packets at MRU %d, MAPv5 with csum_valid: %.0f ns of poller CPU per packet: %s. At %d bytes the "+
+		"same path costs %.0f ns, so about %.0f ns of the %d-byte figure scales with the bytes (the copy out of DMA memory, and "+
+		"the reassembly copy of each frame, which the modem chains over %d buffers of %d bytes); the rest is per packet "+
+		"(decode, IPv4 header checksum, GRO, gVisor buffer).",
+		big, ref, host, verdict, small, hostSmall, host-hostSmall, big, pieces(big, ref), ref))
+	h1, h1Small := v1(big).med("poll_cpu_ns"), v1(small).med("poll_cpu_ns")
+	t.notes = append(t.notes, fmt.Sprintf("MAPv1 at MRU %d (the host validates every UDP checksum): %.0f ns per packet at %d bytes "+
+		"(%+.0f ns against MAPv5 with csum_valid) and %.0f ns at %d bytes (%+.0f ns); packets/s at %d bytes %.2f× MAPv5's. "+
+		"The difference is what the modem's checksum validation saves the host, within the spread of the runs.",
+		ref, h1, big, h1-host, h1Small, small, h1Small-hostSmall, big, v1(big).med("rx_kpps")/v5(big, ref).med("rx_kpps")))
 	if len(ms) > 1 {
 		lo := ms[0]
 		t.notes = append(t.notes, fmt.Sprintf("Small MRU: at %d bytes MRU %d reaches %.2f× the packets/s of MRU %d: each 32-datagram frame "+
 			"is a chain of OVERFLOW pieces that occupies up to %d ring slots and is copied once more to reassemble it, so the 127-slot ring "+
 			"turns over per fewer packets and every ring cycle waits for the moderated interrupt.",
-			sizes[len(sizes)-1], lo, res[idx(sizes[len(sizes)-1], lo)].med("rx_kpps")/res[idx(sizes[len(sizes)-1], ref)].med("rx_kpps"),
-			ref, (aggregation*(sizes[len(sizes)-1]+qmapHeader)+lo-1)/lo))
+			big, lo, v5(big, lo).med("rx_kpps")/v5(big, ref).med("rx_kpps"),
+			ref, pieces(big, lo)))
 		t.notes = append(t.notes, "No cliff between 1262 and 1263 bytes is expected here: the emulated modem always puts 32 datagrams in a "+
 			"frame and chains it over as many buffers as it needs, while the modem in the netdev thread packed fewer datagrams per buffer "+
 			"once they no longer fitted. What the table shows is the cost of a small MRU (chains, reassembly, ring slots), which is the "+
