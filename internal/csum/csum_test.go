@@ -6,7 +6,7 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 
-	"github.com/mhistack/mhistack/link/internal/csum"
+	"github.com/mhistack/mhistack/internal/csum"
 )
 
 // same reports whether two one's complement sums are equal (0x0000 and
