@@ -3,7 +3,6 @@ package vfiouser
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,131 +14,213 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 )
 
-// mapping is one DMA_MAP window: [iova, iova+size) of client memory.
+// fileKey names one client file (the same memfd arrives as a new
+// descriptor with every DMA_MAP) and how it is mapped.
+type fileKey struct {
+	dev, ino uint64
+	rw       bool
+}
+
+// fileMap is one shared mapping of a whole client file, used by every DMA
+// window into it. A client behind a vIOMMU (QEMU intel-iommu with
+// caching-mode=on) forwards each guest IOMMU page as its own DMA_MAP: tens
+// of thousands of 4 KiB windows into the same guest-RAM memfd. Mapping the
+// file once keeps that to one mmap (one VMA) instead of one per page, which
+// would also run into vm.max_map_count.
+type fileMap struct {
+	key  fileKey
+	mem  []byte // the file from offset 0, as mmap returned it
+	refs int    // windows using mem
+}
+
+// mapping is one DMA window: [iova, iova+size) of client memory, at off in
+// file. Adjacent windows into contiguous file ranges with the same access
+// are merged.
 type mapping struct {
 	iova, size uint64
 	writable   bool
-	mem        []byte // the window, inside region; nil without a descriptor
-	region     []byte // what mmap returned (page-aligned), for munmap
+	file       *fileMap // nil: mapped without a descriptor
+	off        uint64
 }
 
-// dmaTable is the device's view of client memory: the DMA maps, sorted by
-// IOVA and disjoint. Model goroutines read it under the read lock for the
-// whole of each access, so DMA_UNMAP (write lock, then munmap) waits out
-// accesses in flight, as vfio-user.rst requires before the reply.
+func (m *mapping) end() uint64 { return m.iova + m.size }
+
+// mem is the window's memory; nil without a descriptor.
+func (m *mapping) mem() []byte {
+	if m.file == nil {
+		return nil
+	}
+	return m.file.mem[m.off : m.off+m.size]
+}
+
+// dmaTable is the device's view of client memory: the DMA windows, sorted
+// by IOVA and disjoint, with the files they map. Model goroutines read it
+// under the read lock for the whole of each access, so DMA_UNMAP (write
+// lock, then munmap) waits out accesses in flight, as vfio-user.rst
+// requires before the reply.
+//
+// Lookups are binary searches (windows.go); DMA_MAP merges a window that
+// continues its neighbour; DMA_UNMAP of a range removes every window
+// inside it.
 type dmaTable struct {
-	mu   sync.RWMutex
-	maps []mapping
+	mu    sync.RWMutex
+	maps  windows
+	files map[fileKey]*fileMap
 }
 
-// find returns the mapping containing [iova, iova+n). The caller holds mu.
-func (t *dmaTable) find(iova uint64, n int) (*mapping, bool) {
-	i := sort.Search(len(t.maps), func(i int) bool { return t.maps[i].iova > iova })
-	if i == 0 {
-		return nil, false
+// release drops one window's reference on its file and unmaps the file
+// when it was the last. The caller holds mu for writing: no access can be
+// inside the memory.
+func (t *dmaTable) release(f *fileMap) {
+	if f == nil {
+		return
 	}
-	m := &t.maps[i-1]
-	off := iova - m.iova
-	if off >= m.size || uint64(n) > m.size-off {
-		return nil, false
+	f.refs--
+	if f.refs > 0 {
+		return
 	}
-	return m, true
+	if t.files[f.key] == f {
+		delete(t.files, f.key)
+	}
+	_ = unix.Munmap(f.mem)
 }
 
 // clear unmaps everything.
 func (t *dmaTable) clear() {
 	t.mu.Lock()
-	maps := t.maps
-	t.maps = nil
-	t.mu.Unlock()
-	for _, m := range maps {
-		if m.region != nil {
-			_ = unix.Munmap(m.region)
-		}
-	}
+	defer t.mu.Unlock()
+	t.maps.each(func(m *mapping) { t.release(m.file) })
+	t.maps = windows{}
+}
+
+// windows returns how many windows the table holds.
+func (t *dmaTable) windows() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.maps.len()
 }
 
 // dmaMap handles DMA_MAP: record the window and, when it came with a
-// descriptor, map it shared so the device's DMA is a memory access.
+// descriptor, map its file shared so the device's DMA is a memory access.
 func (s *Server) dmaMap(m *message) ([]byte, syscall.Errno) {
 	r, err := decodeDMAMap(m.body)
 	if err != nil {
 		return nil, syscall.EINVAL
 	}
-	if len(m.fds) > 1 || r.Size == 0 || r.Addr+r.Size < r.Addr || r.Flags&^(dmaFlagRead|dmaFlagWrite) != 0 {
+	if len(m.fds) > 1 || r.Size == 0 || r.Addr+r.Size < r.Addr || r.Offset+r.Size < r.Offset || r.Flags&^(dmaFlagRead|dmaFlagWrite) != 0 {
 		return nil, syscall.EINVAL
 	}
-	mp := mapping{iova: r.Addr, size: r.Size, writable: r.Flags&dmaFlagWrite != 0}
-	if fd := m.takeFD(0); fd >= 0 {
-		region, mem, err := mmapWindow(fd, r.Offset, r.Size, mp.writable)
-		unix.Close(fd) // the mapping keeps the memory alive
-		if err != nil {
-			s.log.Warn("DMA_MAP: cannot map the client's memory", "iova", fmt.Sprintf("%#x", r.Addr), "size", r.Size, "err", err)
-			return nil, errnoOf(err)
-		}
-		mp.region, mp.mem = region, mem
-	}
+	mp := mapping{iova: r.Addr, size: r.Size, writable: r.Flags&dmaFlagWrite != 0, off: r.Offset}
+	fd := m.takeFD(0)
 	t := &s.dma
 	t.mu.Lock()
-	errno := t.insert(mp)
+	errno := t.mapWindow(mp, fd)
 	t.mu.Unlock()
+	if fd >= 0 {
+		unix.Close(fd) // the file mapping keeps the memory alive
+	}
 	if errno != 0 {
-		if mp.region != nil {
-			_ = unix.Munmap(mp.region)
+		if errno != syscall.EEXIST && errno != syscall.ENOSPC {
+			s.log.Warn("DMA_MAP: cannot map the client's memory", "iova", fmt.Sprintf("%#x", r.Addr), "size", r.Size, "err", errno)
 		}
 		return nil, errno
 	}
 	s.stats.dmaMaps.Add(1)
-	s.log.Debug("DMA_MAP", "iova", fmt.Sprintf("%#x", r.Addr), "size", r.Size, "fd", mp.mem != nil, "writable", mp.writable)
+	s.log.Debug("DMA_MAP", "iova", fmt.Sprintf("%#x", r.Addr), "size", r.Size, "fd", fd >= 0, "writable", mp.writable)
 	return nil, 0
 }
 
-// insert adds mp; overlapping an existing map is EEXIST (vfio-user.rst
-// DMA_MAP). The caller holds mu.
-func (t *dmaTable) insert(mp mapping) syscall.Errno {
-	if len(t.maps) >= maxDMAMaps {
+// mapWindow adds mp, backed by fd (-1: none). Overlapping an existing
+// window is EEXIST (vfio-user.rst DMA_MAP, as VFIO type1). The caller
+// holds mu for writing.
+func (t *dmaTable) mapWindow(mp mapping, fd int) syscall.Errno {
+	w := &t.maps
+	p := w.seek(mp.iova)
+	if w.valid(p) && w.at(p).iova < mp.end() {
+		return syscall.EEXIST
+	}
+	if fd >= 0 {
+		f, err := t.file(fd, mp.off, mp.size, mp.writable)
+		if err != nil {
+			return errnoOf(err)
+		}
+		mp.file = f
+	}
+	// Continue the window before (ascending pages of contiguous RAM) or
+	// the one after.
+	if pp, ok := w.prev(p); ok && mergeable(w.at(pp), &mp) {
+		prev := w.at(pp)
+		prev.size += mp.size
+		t.release(mp.file)
+		if w.valid(p) && mergeable(prev, w.at(p)) {
+			prev.size += w.at(p).size
+			t.release(w.at(p).file)
+			w.remove(p, 1)
+		}
+		return 0
+	}
+	if w.valid(p) && mergeable(&mp, w.at(p)) {
+		next := w.at(p)
+		next.iova, next.off, next.size = mp.iova, mp.off, next.size+mp.size
+		t.release(mp.file)
+		return 0
+	}
+	if w.len() >= maxDMAMaps {
+		t.release(mp.file)
 		return syscall.ENOSPC
 	}
-	i := sort.Search(len(t.maps), func(i int) bool { return t.maps[i].iova >= mp.iova })
-	if i < len(t.maps) && t.maps[i].iova < mp.iova+mp.size {
-		return syscall.EEXIST
-	}
-	if i > 0 && t.maps[i-1].iova+t.maps[i-1].size > mp.iova {
-		return syscall.EEXIST
-	}
-	t.maps = append(t.maps, mapping{})
-	copy(t.maps[i+1:], t.maps[i:])
-	t.maps[i] = mp
+	w.insert(p, mp)
 	return 0
 }
 
-// mmapWindow maps size bytes at offset of fd. mmap wants a page-aligned
-// offset, so the region starts at the page below and the window is sliced
-// out of it. The file must hold the whole window: touching a mapping past
-// the end of a file is SIGBUS, which a client must not be able to cause.
-func mmapWindow(fd int, offset, size uint64, writable bool) (region, mem []byte, err error) {
+// mergeable reports whether b continues a: adjacent in IOVA, contiguous in
+// the same file (or both without one), same access.
+func mergeable(a, b *mapping) bool {
+	if a.end() != b.iova || a.writable != b.writable || a.file != b.file {
+		return false
+	}
+	return a.file == nil || a.off+a.size == b.off
+}
+
+// file returns the shared mapping of fd's file holding [off, off+size),
+// with one more reference. The file must hold the whole window: touching
+// a mapping past the end of a file is SIGBUS, which a client must not be
+// able to cause. The caller holds mu for writing.
+func (t *dmaTable) file(fd int, off, size uint64, writable bool) (*fileMap, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if offset+size < offset || st.Size < 0 || offset+size > uint64(st.Size) {
-		return nil, nil, fmt.Errorf("window [%#x,+%#x) beyond the end of the %d-byte file: %w", offset, size, st.Size, syscall.EINVAL)
+	if st.Size < 0 || off+size > uint64(st.Size) {
+		return nil, fmt.Errorf("window [%#x,+%#x) beyond the end of the %d-byte file: %w", off, size, st.Size, syscall.EINVAL)
 	}
-	pg := uint64(unix.Getpagesize())
-	start := offset &^ (pg - 1)
-	length := offset - start + size
-	if length > 1<<46 || length != uint64(int(length)) {
-		return nil, nil, syscall.ENOMEM
+	key := fileKey{dev: uint64(st.Dev), ino: st.Ino, rw: writable}
+	if f := t.files[key]; f != nil && uint64(len(f.mem)) >= off+size {
+		f.refs++
+		return f, nil
+	}
+	// A new file, or one that grew since it was mapped: map all of it
+	// (the older mapping stays until its windows are gone).
+	if uint64(st.Size) > 1<<46 || uint64(st.Size) != uint64(int(st.Size)) {
+		return nil, syscall.ENOMEM
 	}
 	prot := unix.PROT_READ
 	if writable {
 		prot |= unix.PROT_WRITE
 	}
-	region, err = unix.Mmap(fd, int64(start), int(length), prot, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, int(st.Size), prot, unix.MAP_SHARED)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return region, region[offset-start:], nil
+	f := &fileMap{key: key, mem: mem, refs: 1}
+	if t.files == nil {
+		t.files = make(map[fileKey]*fileMap)
+	}
+	if old := t.files[key]; old != nil {
+		delete(t.files, key) // lives on through its windows
+	}
+	t.files[key] = f
+	return f, nil
 }
 
 // errnoOf returns the errno inside err for the error reply (EINVAL when
@@ -152,8 +233,15 @@ func errnoOf(err error) syscall.Errno {
 	return syscall.EINVAL
 }
 
-// dmaUnmap handles DMA_UNMAP: the range must match an earlier map exactly
-// (vfio-user.rst), or flags say "all". The reply echoes the request.
+// dmaUnmap handles DMA_UNMAP with VFIO type1 semantics: every window
+// inside [addr, addr+size) goes, however many there are; a range with
+// nothing mapped in it succeeds. QEMU behind a vIOMMU with caching-mode
+// sends each guest IOTLB invalidation as one large power-of-two range
+// (0x0+0x80000000, …) over the page windows it mapped one by one. A window
+// that straddles the range's edge keeps its part outside the range: windows
+// are merged, so the table cannot tell an original DMA_MAP from a merged
+// run, and type1's refusal to bisect one cannot be reproduced. The reply
+// echoes the request.
 func (s *Server) dmaUnmap(m *message) ([]byte, syscall.Errno) {
 	r, err := decodeDMAUnmap(m.body)
 	if err != nil || r.Flags&^dmaUnmapKnown != 0 {
@@ -168,21 +256,67 @@ func (s *Server) dmaUnmap(m *message) ([]byte, syscall.Errno) {
 		t.clear()
 		return r.encode(), 0
 	}
+	if r.Size == 0 || r.Addr+r.Size < r.Addr {
+		return nil, syscall.EINVAL
+	}
 	t.mu.Lock()
-	i := sort.Search(len(t.maps), func(i int) bool { return t.maps[i].iova >= r.Addr })
-	if i == len(t.maps) || t.maps[i].iova != r.Addr || t.maps[i].size != r.Size {
-		t.mu.Unlock()
-		return nil, syscall.ENOENT
-	}
-	region := t.maps[i].region
-	t.maps = append(t.maps[:i], t.maps[i+1:]...)
 	// Unmapped under the lock: no access can be inside the memory now,
-	// and none can start until the window is gone from the table.
-	if region != nil {
-		_ = unix.Munmap(region)
-	}
+	// and none can start until the windows are gone from the table.
+	n, errno := t.unmapRange(r.Addr, r.Addr+r.Size)
 	t.mu.Unlock()
+	if errno != 0 {
+		return nil, errno
+	}
+	s.stats.dmaUnmapped.Add(uint64(n))
+	s.log.Debug("DMA_UNMAP", "iova", fmt.Sprintf("%#x", r.Addr), "size", r.Size, "windows", n)
 	return r.encode(), 0
+}
+
+// unmapRange removes [lo, hi) from the table and returns how many windows
+// were touched. The caller holds mu for writing.
+func (t *dmaTable) unmapRange(lo, hi uint64) (int, syscall.Errno) {
+	w := &t.maps
+	p := w.seek(lo)
+	if !w.valid(p) || w.at(p).iova >= hi {
+		return 0, 0
+	}
+	n := 0
+	if m := w.at(p); m.iova < lo {
+		if m.end() > hi {
+			// The range is inside one window: keep both ends.
+			if w.len() >= maxDMAMaps {
+				return 0, syscall.ENOSPC
+			}
+			tail := *m
+			cut := hi - m.iova
+			tail.iova, tail.off, tail.size = hi, m.off+cut, m.size-cut
+			if tail.file != nil {
+				tail.file.refs++
+			}
+			m.size = lo - m.iova
+			w.insert(w.next(p), tail)
+			return 1, 0
+		}
+		m.size = lo - m.iova // keep the head
+		n++
+		p = w.next(p)
+	}
+	full, q := 0, p
+	for w.valid(q) && w.at(q).end() <= hi {
+		t.release(w.at(q).file)
+		full++
+		q = w.next(q)
+	}
+	if w.valid(q) && w.at(q).iova < hi {
+		m := w.at(q) // keep the tail
+		cut := hi - m.iova
+		m.iova, m.off, m.size = hi, m.off+cut, m.size-cut
+		n++
+	}
+	if full > 0 {
+		w.remove(p, full)
+	}
+	return n + full, 0
 }
 
 // Fault reasons beyond vpci's (which this server also uses: "unmapped",
@@ -192,70 +326,121 @@ const (
 	reasonReadOnly = "write to a read-only DMA map"
 )
 
-// lockRange checks a device access of n bytes at iova and returns the
-// client memory it reaches with the table read-locked; the caller copies
-// and then calls s.dma.mu.RUnlock. On error nothing is locked.
-func (s *Server) lockRange(iova uint64, n int, write, word bool) ([]byte, error) {
+// lockRange checks a device access of n bytes at iova, which may run over
+// several adjacent windows (a buffer the guest mapped page by page through
+// its IOMMU), and returns the index of the window holding its first byte
+// with the table read-locked; the caller copies (copyFrom, copyTo) and
+// then calls s.dma.mu.RUnlock. On error nothing is locked.
+func (s *Server) lockRange(iova uint64, n int, write, word bool) (pos, error) {
 	if s.closed.Load() {
-		return nil, pci.ErrClosed
+		return pos{}, pci.ErrClosed
 	}
 	reason := ""
 	switch {
 	case s.offline.Load():
 		// The client is gone; the model's last accesses are nobody's
 		// fault (the model treats this reason as quiet).
-		return nil, vpci.Fault{IOVA: iova, Len: n, Write: write, Reason: "device removed"}
+		return pos{}, vpci.Fault{IOVA: iova, Len: n, Write: write, Reason: "device removed"}
 	case s.cmd.Load()&pci.CmdBusMaster == 0:
 		reason = "bus master disabled"
 	case word && iova%4 != 0:
 		reason = "unaligned"
+	case n < 0 || iova+uint64(n) < iova:
+		reason = "unmapped"
 	default:
 		s.dma.mu.RLock()
-		mp, ok := s.dma.find(iova, n)
-		switch {
-		case !ok:
-			reason = "unmapped"
-		case mp.mem == nil:
-			reason = reasonNoFD
-		case write && !mp.writable:
-			reason = reasonReadOnly
-		default:
-			off := iova - mp.iova
-			mem := mp.mem[off : off+uint64(n)]
-			if word && uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%4 != 0 {
-				// A window at an odd file offset: no atomic access.
-				reason = "unaligned"
-				break
-			}
-			return mem, nil
+		p, r := s.dma.check(iova, uint64(n), write, word)
+		if r == "" {
+			return p, nil
 		}
+		reason = r
 		s.dma.mu.RUnlock()
 	}
-	return nil, s.record(vpci.Fault{IOVA: iova, Len: n, Write: write, Reason: reason})
+	return pos{}, s.record(vpci.Fault{IOVA: iova, Len: n, Write: write, Reason: reason})
+}
+
+// check validates [iova, iova+n) against the windows and returns the
+// position of the first, or why the access is refused. The caller holds
+// mu.
+func (t *dmaTable) check(iova, n uint64, write, word bool) (pos, string) {
+	w := &t.maps
+	first := w.seek(iova)
+	at, end := iova, iova+n
+	for p := first; ; p = w.next(p) {
+		if !w.valid(p) || w.at(p).iova > at {
+			return pos{}, "unmapped"
+		}
+		mp := w.at(p)
+		switch {
+		case mp.file == nil:
+			return pos{}, reasonNoFD
+		case write && !mp.writable:
+			return pos{}, reasonReadOnly
+		}
+		if mp.end() >= end {
+			break
+		}
+		if word {
+			// A 32-bit access is one load or store: it cannot be
+			// split between two windows.
+			return pos{}, "unaligned"
+		}
+		at = mp.end()
+	}
+	if word && uintptr(unsafe.Pointer(t.word(first, iova)))%4 != 0 {
+		// A window at an odd file offset: no atomic access.
+		return pos{}, "unaligned"
+	}
+	return first, ""
+}
+
+// copyOut copies the client memory at iova, starting in window p, into
+// buf; copyIn copies buf into it. lockRange has checked the range; the
+// caller holds mu.
+func (t *dmaTable) copyOut(p pos, iova uint64, buf []byte) {
+	for len(buf) > 0 {
+		mp := t.maps.at(p)
+		n := copy(buf, mp.mem()[iova-mp.iova:])
+		buf, iova, p = buf[n:], iova+uint64(n), t.maps.next(p)
+	}
+}
+
+func (t *dmaTable) copyIn(p pos, iova uint64, buf []byte) {
+	for len(buf) > 0 {
+		mp := t.maps.at(p)
+		n := copy(mp.mem()[iova-mp.iova:], buf)
+		buf, iova, p = buf[n:], iova+uint64(n), t.maps.next(p)
+	}
+}
+
+// word returns the 32-bit word at iova in window p.
+func (t *dmaTable) word(p pos, iova uint64) *uint32 {
+	mp := t.maps.at(p)
+	return (*uint32)(unsafe.Pointer(&mp.file.mem[mp.off+(iova-mp.iova)]))
 }
 
 // hostPort is the Host the model sees.
 type hostPort struct{ s *Server }
 
-func (h *hostPort) DMARead(iova uint64, p []byte) error {
-	mem, err := h.s.lockRange(iova, len(p), false, false)
+func (h *hostPort) DMARead(iova uint64, buf []byte) error {
+	p, err := h.s.lockRange(iova, len(buf), false, false)
 	if err != nil {
 		return err
 	}
-	copy(p, mem)
+	h.s.dma.copyOut(p, iova, buf)
 	h.s.dma.mu.RUnlock()
-	h.s.stats.dmaRead.Add(uint64(len(p)))
+	h.s.stats.dmaRead.Add(uint64(len(buf)))
 	return nil
 }
 
-func (h *hostPort) DMAWrite(iova uint64, p []byte) error {
-	mem, err := h.s.lockRange(iova, len(p), true, false)
+func (h *hostPort) DMAWrite(iova uint64, buf []byte) error {
+	p, err := h.s.lockRange(iova, len(buf), true, false)
 	if err != nil {
 		return err
 	}
-	copy(mem, p)
+	h.s.dma.copyIn(p, iova, buf)
 	h.s.dma.mu.RUnlock()
-	h.s.stats.dmaWritten.Add(uint64(len(p)))
+	h.s.stats.dmaWritten.Add(uint64(len(buf)))
 	return nil
 }
 
@@ -263,22 +448,22 @@ func (h *hostPort) DMAWrite(iova uint64, p []byte) error {
 // to the guest CPUs (an aligned 4-byte load or store; the guest reads ring
 // pointers with READ_ONCE-style loads): a ring pointer is never seen torn.
 func (h *hostPort) DMARead32(iova uint64) (uint32, error) {
-	mem, err := h.s.lockRange(iova, 4, false, true)
+	p, err := h.s.lockRange(iova, 4, false, true)
 	if err != nil {
 		return 0, err
 	}
-	v := atomic.LoadUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(mem))))
+	v := atomic.LoadUint32(h.s.dma.word(p, iova))
 	h.s.dma.mu.RUnlock()
 	h.s.stats.dmaRead.Add(4)
 	return v, nil
 }
 
 func (h *hostPort) DMAWrite32(iova uint64, v uint32) error {
-	mem, err := h.s.lockRange(iova, 4, true, true)
+	p, err := h.s.lockRange(iova, 4, true, true)
 	if err != nil {
 		return err
 	}
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(mem))), v)
+	atomic.StoreUint32(h.s.dma.word(p, iova), v)
 	h.s.dma.mu.RUnlock()
 	h.s.stats.dmaWritten.Add(4)
 	return nil

@@ -73,9 +73,12 @@ const (
 	// maxMsgFDs is how many descriptors one message may carry (QEMU
 	// proposes 16 and splits SET_IRQS accordingly).
 	maxMsgFDs = 16
-	// maxDMAMaps bounds the DMA table; QEMU maps a few dozen sections
-	// for a guest with sub-4 GiB RAM (kernel-crosscheck.md §3: 31).
-	maxDMAMaps = 4096
+	// maxDMAMaps bounds the DMA table. Without a vIOMMU QEMU maps a few
+	// dozen RAM sections; behind intel-iommu with caching-mode=on it maps
+	// every guest IOMMU page on its own (4 KiB each): 65536 windows are
+	// 256 MiB of scattered guest pages (adjacent ones merge), about 3 MiB
+	// of table.
+	maxDMAMaps = 65536
 	// pageSize is the only DMA page size announced (pgsizes).
 	pageSize = 4096
 )

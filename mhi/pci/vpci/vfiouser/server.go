@@ -102,6 +102,7 @@ type counters struct {
 	mmioReads, mmioWrites, mmioUnclaimed             atomic.Uint64
 	configReads, configWrites                        atomic.Uint64
 	dmaRead, dmaWritten, dmaFaults, dmaMaps          atomic.Uint64
+	dmaUnmapped                                      atomic.Uint64
 	msiRaised, msiDelivered, msiDropped, deviceReset atomic.Uint64
 }
 
@@ -117,10 +118,15 @@ type Stats struct {
 	// MMIOUnclaimed counts BAR accesses the server answered itself
 	// (all-ones reads, dropped writes): not 4 bytes naturally aligned,
 	// memory decoding off, or the function in D3hot.
-	MMIOUnclaimed   uint64
-	ConfigReads     uint64
-	ConfigWrites    uint64
-	DMAMaps         uint64 // DMA_MAP requests accepted
+	MMIOUnclaimed uint64
+	ConfigReads   uint64
+	ConfigWrites  uint64
+	DMAMaps       uint64 // DMA_MAP requests accepted
+	// DMAUnmapped counts windows removed (or cut) by DMA_UNMAP ranges.
+	DMAUnmapped uint64
+	// DMAWindows is how many DMA windows are mapped now (adjacent maps
+	// of contiguous memory count once).
+	DMAWindows      int
 	DMABytesRead    uint64 // guest memory read by the device
 	DMABytesWritten uint64 // guest memory written by the device
 	DMAFaults       uint64 // refused DMA transactions (the latest are in Faults)
@@ -325,6 +331,7 @@ func (s *Server) Stats() Stats {
 		DMAMaps: c.dmaMaps.Load(), DMABytesRead: c.dmaRead.Load(), DMABytesWritten: c.dmaWritten.Load(),
 		DMAFaults: c.dmaFaults.Load(), MSIRaised: c.msiRaised.Load(), MSIDelivered: c.msiDelivered.Load(),
 		MSIDropped: c.msiDropped.Load(), DeviceResets: c.deviceReset.Load(),
+		DMAUnmapped: c.dmaUnmapped.Load(), DMAWindows: s.dma.windows(),
 	}
 }
 

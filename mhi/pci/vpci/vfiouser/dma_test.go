@@ -1,0 +1,223 @@
+package vfiouser
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+)
+
+// What QEMU's vfio-user client sends for a guest behind intel-iommu with
+// caching-mode=on: every page the guest's IOMMU maps arrives as its own
+// 4 KiB DMA_MAP (guest pages are scattered in RAM, so nothing merges),
+// and an IOTLB invalidation arrives as one DMA_UNMAP of a large
+// power-of-two range over whatever is mapped inside. The table must hold
+// tens of thousands of page windows, DMA must cross page windows, and the
+// range unmap must remove them all so that a second process can map the
+// same IOVAs again. Before the fix the table refused map 4097 (ENOSPC),
+// a DMA over two page windows faulted, and the range unmap was ENOENT.
+func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
+	r := newRig(t)
+	c, h := r.cl, r.model.host
+	c.negotiate()
+	c.enableDevice()
+	const (
+		pages     = 20000
+		filePages = 32768 // 128 MiB of sparse guest RAM
+		base      = 0x600000
+	)
+	fd, ram := memfd(t, filePages*pageSize)
+	// Page i of the IOVA range is file page (i*7919) mod filePages: no
+	// two IOVA neighbours are file neighbours. Half the pages arrive in
+	// descending order, the rest ascending, so inserts land anywhere.
+	filePage := func(i int) uint64 { return uint64(i*7919%filePages) * pageSize }
+	order := make([]int, 0, pages)
+	for i := pages/2 - 1; i >= 0; i-- {
+		order = append(order, i)
+	}
+	for i := pages / 2; i < pages; i++ {
+		order = append(order, i)
+	}
+	for _, i := range order {
+		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, filePage(i), base+uint64(i)*pageSize, pageSize), fd)
+	}
+	if st := r.srv.Stats(); st.DMAWindows != pages {
+		t.Fatalf("%d windows after %d scattered page maps", st.DMAWindows, pages)
+	}
+
+	// A 32 KiB buffer over nine page windows (not page-aligned).
+	src := make([]byte, 32<<10)
+	for i := range src {
+		src[i] = byte(i * 31)
+	}
+	iova := uint64(base + 9999*pageSize + 100)
+	if err := h.DMAWrite(iova, src); err != nil {
+		t.Fatalf("DMA write over page windows: %v", err)
+	}
+	for off := 0; off < len(src); {
+		a := iova + uint64(off)
+		page := int((a - base) / pageSize)
+		in := a % pageSize
+		n := min(int(pageSize-in), len(src)-off)
+		if got := ram[filePage(page)+in : filePage(page)+in+uint64(n)]; !bytes.Equal(got, src[off:off+n]) {
+			t.Fatalf("IOVA %#x: guest page %d does not hold the written bytes", a, page)
+		}
+		off += n
+	}
+	back := make([]byte, len(src))
+	if err := h.DMARead(iova, back); err != nil || !bytes.Equal(back, src) {
+		t.Fatalf("DMA read over page windows: %v, equal %v", err, bytes.Equal(back, src))
+	}
+	if err := h.DMAWrite32(base+123*pageSize+pageSize-4, 7); err != nil {
+		t.Fatal(err)
+	}
+	r.expectFault(t, h.DMARead(base+pages*pageSize-8, back[:16]), "unmapped") // runs off the end
+
+	// The guest's invalidations: [0, 2 GiB) then [2 GiB, 3 GiB).
+	rep := c.call(cmdDMAUnmap, unmapReq(0, 0, 0x80000000))
+	if string(rep) != string(unmapReq(0, 0, 0x80000000)) {
+		t.Errorf("DMA_UNMAP reply %x does not echo the request", rep)
+	}
+	c.call(cmdDMAUnmap, unmapReq(0, 0x80000000, 0x40000000)) // nothing inside: still success
+	st := r.srv.Stats()
+	if st.DMAWindows != 0 || st.DMAUnmapped != pages {
+		t.Fatalf("after the range unmaps: %d windows left, %d unmapped (want 0, %d)", st.DMAWindows, st.DMAUnmapped, pages)
+	}
+	r.expectFault(t, h.DMARead(iova, back[:8]), "unmapped")
+	if n := r.srv.dma.fileMaps(); n != 0 {
+		t.Errorf("%d file mappings left after every window is gone", n)
+	}
+
+	// The next process on the device maps the same IOVAs again.
+	for i := range 64 {
+		if _, errno := c.try(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, filePage(i), base+uint64(i)*pageSize, pageSize), fd); errno != 0 {
+			t.Fatalf("remap of page %d after the range unmap: %v", i, errno)
+		}
+	}
+	if err := h.DMARead(base, back); err != nil {
+		t.Error(err)
+	}
+}
+
+// Page maps that continue each other in IOVA and in the file merge into one
+// window (what a guest without an IOMMU or with huge contiguous buffers
+// produces), from either side; an unmap in the middle splits the window,
+// and DMA over the hole is refused.
+func TestContiguousPageMapsMergeAndAnUnmapSplitsThem(t *testing.T) {
+	r := newRig(t)
+	c, h := r.cl, r.model.host
+	c.negotiate()
+	c.enableDevice()
+	fd, ram := memfd(t, 64*pageSize)
+	for i := uint64(0); i < 16; i++ { // ascending
+		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, i*pageSize, 0x10000+i*pageSize, pageSize), fd)
+	}
+	for i := uint64(31); i >= 17; i-- { // descending, then the gap
+		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, i*pageSize, 0x10000+i*pageSize, pageSize), fd)
+	}
+	if n := r.srv.Stats().DMAWindows; n != 2 {
+		t.Fatalf("%d windows, want 2", n)
+	}
+	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 16*pageSize, 0x10000+16*pageSize, pageSize), fd)
+	// A read-only page and one at another file offset do not merge.
+	c.call(cmdDMAMap, mapReq(dmaFlagRead, 32*pageSize, 0x10000+32*pageSize, pageSize), fd)
+	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 40*pageSize, 0x10000+33*pageSize, pageSize), fd)
+	if n := r.srv.Stats().DMAWindows; n != 3 {
+		t.Fatalf("%d windows, want 3 (pages 0-31 merged, the read-only page, the far page)", n)
+	}
+	if _, errno := c.try(cmdDMAMap, mapReq(dmaFlagRead, 0, 0x10000+5*pageSize, 2*pageSize), fd); errno != syscall.EEXIST {
+		t.Errorf("map over a merged window: errno %v, want EEXIST", errno)
+	}
+	buf := bytes.Repeat([]byte{0xa5}, 32*pageSize)
+	if err := h.DMAWrite(0x10000, buf); err != nil || !bytes.Equal(ram[:32*pageSize], buf) {
+		t.Fatalf("DMA over the merged window: %v", err)
+	}
+
+	c.call(cmdDMAUnmap, unmapReq(0, 0x10000+8*pageSize, pageSize))
+	if n := r.srv.Stats().DMAWindows; n != 4 {
+		t.Fatalf("%d windows after unmapping a middle page, want 4", n)
+	}
+	r.expectFault(t, h.DMARead(0x10000+8*pageSize, buf[:4]), "unmapped")
+	r.expectFault(t, h.DMARead(0x10000+7*pageSize, buf[:2*pageSize]), "unmapped")
+	if err := h.DMARead(0x10000+9*pageSize, buf[:23*pageSize]); err != nil {
+		t.Errorf("the tail of the split window: %v", err)
+	}
+	if err := h.DMAWrite(0x10000+7*pageSize, buf[:pageSize]); err != nil {
+		t.Errorf("the head of the split window: %v", err)
+	}
+	r.expectFault(t, h.DMAWrite(0x10000+31*pageSize, buf[:2*pageSize]), reasonReadOnly)
+	c.call(cmdDMAUnmap, unmapReq(dmaUnmapAll, 0, 0))
+	if r.srv.dma.fileMaps() != 0 || r.srv.Stats().DMAWindows != 0 {
+		t.Error("UNMAP_ALL left windows or file mappings")
+	}
+}
+
+// The window store against a page bitmap under random maps and range
+// unmaps: the same coverage, sorted disjoint windows, no two that should
+// have merged, and accesses allowed exactly where every page is mapped.
+func TestDMATableMatchesAPageModelUnderRandomMapsAndUnmaps(t *testing.T) {
+	const pages = 4096
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tb dmaTable
+	var mapped [pages]bool
+	for op := range 20000 {
+		a := rng.IntN(pages)
+		n := 1 + rng.IntN(min(pages-a, 1+rng.IntN(64)))
+		lo, hi := uint64(a)*pageSize, uint64(a+n)*pageSize
+		if rng.IntN(3) > 0 {
+			free := true
+			for p := a; p < a+n; p++ {
+				free = free && !mapped[p]
+			}
+			errno := tb.mapWindow(mapping{iova: lo, size: hi - lo, writable: true}, -1)
+			if free != (errno == 0) || (!free && errno != syscall.EEXIST) {
+				t.Fatalf("op %d: map pages [%d,%d): errno %v, free %v", op, a, a+n, errno, free)
+			}
+			if free {
+				for p := a; p < a+n; p++ {
+					mapped[p] = true
+				}
+			}
+		} else {
+			if _, errno := tb.unmapRange(lo, hi); errno != 0 {
+				t.Fatalf("op %d: unmap: %v", op, errno)
+			}
+			for p := a; p < a+n; p++ {
+				mapped[p] = false
+			}
+		}
+		if op%97 != 0 {
+			continue
+		}
+		var got [pages]bool
+		var prev *mapping
+		tb.maps.each(func(m *mapping) {
+			if m.size == 0 || m.iova%pageSize != 0 || m.size%pageSize != 0 || m.end() > pages*pageSize {
+				t.Fatalf("op %d: bad window %+v", op, *m)
+			}
+			if prev != nil && (prev.end() > m.iova || mergeable(prev, m)) {
+				t.Fatalf("op %d: windows %+v and %+v overlap or should have merged", op, *prev, *m)
+			}
+			for p := m.iova / pageSize; p < m.end()/pageSize; p++ {
+				got[p] = true
+			}
+			prev = m
+		})
+		if got != mapped {
+			t.Fatalf("op %d: the table's coverage differs from the page model", op)
+		}
+		// No descriptor: the access is refused at its first byte, as
+		// reasonNoFD when that page is mapped, else "unmapped".
+		_, reason := tb.check(lo, hi-lo, false, false)
+		if want := map[bool]string{true: reasonNoFD, false: "unmapped"}[mapped[a]]; reason != want {
+			t.Fatalf("op %d: check [%d,%d) = %q, want %q", op, a, a+n, reason, want)
+		}
+	}
+}
+
+// fileMaps returns how many client files the table has mapped.
+func (t *dmaTable) fileMaps() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.files)
+}
