@@ -239,6 +239,9 @@ func (ch *Channel) clearContextLocked() {
 }
 
 // Stop sends STOP_CHAN. Queued buffers stay queued; Start resumes.
+// Completions the device posted before it stopped are still delivered
+// (with their lengths); Queue is refused until Start. Linux never stops a
+// channel in normal operation; Reset is what a client uses to tear down.
 func (ch *Channel) Stop(ctx context.Context) error {
 	if !ch.running() {
 		return fmt.Errorf("mhi: stop %s: %w", ch, ErrNotRunning)
@@ -439,7 +442,11 @@ func (ch *Channel) complete(e Element, fn func(Completion)) bool {
 		// SUCCESS and errors release nothing (§3.5).
 		return false
 	}
-	if ChanState(ch.state.Load()) != ChanEnabled || ch.ring.n == 0 {
+	// A STOPped channel's ring stays: completions the device posted
+	// before it stopped still release their buffers and move rp, or the
+	// first event after Start would walk over them (and report DL
+	// lengths it never read).
+	if st := ChanState(ch.state.Load()); (st != ChanEnabled && st != ChanStop) || ch.ring.n == 0 {
 		return true // channel being reset: dropped, not invalid
 	}
 	t, ok := ch.ring.index(e.Ptr)

@@ -508,7 +508,11 @@ func (c *Controller) Subscribe(fn func(Event)) (cancel func()) {
 	}
 }
 
-// operational returns nil when the controller can run channel commands.
+// operationalLocked returns nil when the controller can run channel
+// commands: in mission mode, or in the SBL once the device reached M0
+// there (Linux creates the SBL EE's channel devices, SAHARA, at the SBL
+// transition, before mission mode). Channel.Start checks the channel's own
+// EE mask.
 func (c *Controller) operationalLocked() error {
 	switch {
 	case c.closed:
@@ -517,10 +521,12 @@ func (c *Controller) operationalLocked() error {
 		return ErrRemoved
 	case c.pm == pmSysErrProcess || c.pm == pmFatal:
 		return ErrSysErr
-	case !c.mission:
-		return fmt.Errorf("%w: not in mission mode (pm %s)", ErrState, c.pm)
+	case c.mission:
+		return nil
+	case c.ee == EESBL && (c.pm == pmM0 || c.pm == pmM2):
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: not in mission mode or M0 in the SBL (pm %s, EE %s)", ErrState, c.pm, c.ee)
 }
 
 // doorbellAllowedLocked reports whether the host may ring doorbells now

@@ -1,6 +1,10 @@
 package mhi
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
 
 // Sentinel errors; every error the engine returns wraps one of these (or
 // a pci error) and names the device and channel.
@@ -23,4 +27,8 @@ var (
 	ErrProtocol = errors.New("mhi: protocol error")
 	// ErrFirmware: a BHI/BHIe download failed.
 	ErrFirmware = errors.New("mhi: firmware download failed")
+	// ErrBusy: Suspend found UL transfers the device has not completed
+	// (Linux mhi_pm_suspend's -EBUSY); the device stays in M0, retry
+	// later. It wraps syscall.EBUSY.
+	ErrBusy = fmt.Errorf("mhi: transfers pending: %w", syscall.EBUSY)
 )

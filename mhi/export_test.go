@@ -56,3 +56,15 @@ func EventRingForTest(er *EventRing) (base uint64, n int) { return er.ring.base,
 
 // CmdRingForTest is RingForTest for the command ring.
 func CmdRingForTest(c *Controller) (base uint64, n int) { return c.cmd.ring.base, int(c.cmd.ring.n) }
+
+// PendingEventsForTest counts the events the device has posted on er that
+// the host has not consumed yet.
+func PendingEventsForTest(er *EventRing) int {
+	er.mu.Lock()
+	defer er.mu.Unlock()
+	dev, ok := er.ring.index(er.c.evCtx.Load64(er.ctxOff + CtxRP))
+	if !ok || !er.active {
+		return 0
+	}
+	return int(er.ring.pending(er.rp, dev))
+}

@@ -282,8 +282,8 @@ func (c *Controller) intvec() {
 // --- control events ----------------------------------------------------------
 
 // onStateChange handles a STATE_CHANGE event from the control ring. It
-// reports whether the caller must re-ring every doorbell (M0 reached again
-// in mission mode); the caller does so once it holds no ring lock.
+// reports whether the caller must re-ring the doorbells (M0 entered); the
+// caller does so once it holds no ring lock.
 func (c *Controller) onStateChange(s State) (reRing bool) {
 	c.mu.Lock()
 	if s != StateSysErr {
@@ -298,7 +298,10 @@ func (c *Controller) onStateChange(s State) (reRing bool) {
 		case pmPOR, pmM0, pmM2, pmM3, pmM3Exit:
 			c.pm = pmM0
 		}
-		reRing = c.mission && prev != pmM0
+		// Every M0 entry re-rings, in any EE (Linux
+		// mhi_pm_m0_transition): channels started in SBL have TREs
+		// queued while in M3 as well.
+		reRing = prev != pmM0
 	case StateM1:
 		// The device went idle; acknowledge with M2 (§4.6).
 		if c.pm == pmM0 {
@@ -339,14 +342,19 @@ func (c *Controller) onEE(e EE) {
 	c.mu.Unlock()
 }
 
-// reRingAll runs after an M0 transition in mission mode: event-ring and
-// command doorbells, burst channels back in doorbell mode, and every
-// channel with queued TREs rung (Linux mhi_pm_m0_transition).
+// reRingAll runs after an M0 transition (Linux mhi_pm_m0_transition):
+// in mission mode the event-ring and command doorbells; in every EE burst
+// channels back in doorbell mode and every channel with queued TREs rung.
 func (c *Controller) reRingAll() {
-	for _, er := range c.events {
-		er.ringDoorbell()
+	c.mu.Lock()
+	mission := c.mission
+	c.mu.Unlock()
+	if mission {
+		for _, er := range c.events {
+			er.ringDoorbell()
+		}
+		c.cmd.reRing(c)
 	}
-	c.cmd.reRing(c)
 	for _, ch := range c.channels {
 		ch.reRing()
 	}
@@ -508,7 +516,9 @@ func (c *Controller) rewindRings() {
 
 // Suspend moves the device to M3 (§4.6): write MHICTRL = M3 and wait for
 // STATE_CHANGE(M3). Running channels become SUSPENDED on the device;
-// their TREs stay queued.
+// their TREs stay queued. Like Linux mhi_pm_suspend, it refuses while UL
+// transfers are outstanding: the error wraps ErrBusy (and syscall.EBUSY),
+// the device stays in M0, and the caller retries once they completed.
 func (c *Controller) Suspend(ctx context.Context) error {
 	c.mu.Lock()
 	if err := c.operationalLocked(); err != nil {
@@ -518,6 +528,10 @@ func (c *Controller) Suspend(ctx context.Context) error {
 	if c.pm != pmM0 && c.pm != pmM2 {
 		c.mu.Unlock()
 		return fmt.Errorf("mhi: %s: suspend from %s: %w", c.name, c.pm, ErrState)
+	}
+	if ch := c.pendingULLocked(); ch != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: suspend: %s has %d UL transfers outstanding: %w", c.name, ch, ch.Outstanding(), ErrBusy)
 	}
 	c.pm = pmM3Enter
 	c.mu.Unlock()
@@ -533,6 +547,19 @@ func (c *Controller) Suspend(ctx context.Context) error {
 	}
 	c.stats.Suspends.Add(1)
 	c.emit(Event{Kind: EventSuspended})
+	return nil
+}
+
+// pendingULLocked returns a UL channel with TREs the device has not
+// completed (Linux pending_pkts counts UL packets only: DL channels always
+// have receive buffers queued), or nil.
+func (c *Controller) pendingULLocked() *Channel {
+	for num := 0; num < MaxChannels; num++ {
+		ch := c.channels[num]
+		if ch != nil && !ch.Inbound() && ch.Outstanding() > 0 {
+			return ch
+		}
+	}
 	return nil
 }
 

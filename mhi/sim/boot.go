@@ -165,7 +165,7 @@ func (m *Modem) bhieDownload() {
 // host reads it in its mission-mode transition), then EE_EVENT(AMSS).
 func (m *Modem) sblDone() {
 	m.sblUntil = zeroTime
-	if m.ee != mhi.EESBL {
+	if m.ee != mhi.EESBL || m.opts.StayInSBL {
 		return
 	}
 	if m.boot.fullBootChain && !m.boot.bhieDone {

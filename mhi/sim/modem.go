@@ -85,6 +85,11 @@ type Options struct {
 	// SBLTime is how long the SBL runs after M0 before it reports AMSS
 	// (default 5 ms).
 	SBLTime time.Duration
+	// StayInSBL keeps a modem booted from PBL in the SBL for good: it
+	// never reports AMSS, so the host's power-up waits for mission mode
+	// while the SBL's channels (SAHARA) run, as during a firmware upload
+	// over SAHARA.
+	StayInSBL bool
 	// LoseFirmwareOnSysErr makes the modem come back in PBL after a
 	// SYS_ERR recovery reset (the host must download again).
 	LoseFirmwareOnSysErr bool
