@@ -19,7 +19,8 @@
 //
 //   - The poller (threaded NAPI; Options.LockOSThread pins it). One pass:
 //     drain the UL event ring and free TX buffers (outside the budget:
-//     TX liberation is cheap and frees what writers wait for); deliver up
+//     TX liberation is cheap and frees what writers wait for; on an event
+//     ring that UL and DL share only DL events are charged); deliver up
 //     to Budget RX packets, polling the DL event ring once; feed each
 //     packet, copied once out of DMA memory into a gVisor buffer, to
 //     gVisor's GRO; flush GRO once; return the DMA buffers to the pool in

@@ -89,7 +89,8 @@ type Options struct {
 	Budget int
 	// TXInBudget counts TX completions against the budget (the stmmac
 	// patch that netdev rejected; background/stmmac-napi-tx-budget.txt)
-	// instead of draining them first and for free.
+	// instead of draining them first and for free. Without it, a pair
+	// whose UL and DL share an event ring charges only DL events.
 	TXInBudget bool
 	// InlinePoll polls on the controller's interrupt goroutine (softirq
 	// NAPI) instead of a dedicated poller goroutine (threaded NAPI,

@@ -32,3 +32,22 @@ func BuffersHomeForTest(e *Endpoint) (rx, rxAll, tx, txAll int) {
 	}
 	return e.buffersHome()
 }
+
+// HoldPollerForTest takes the NAPI SCHED bit as an interrupt would, so that
+// no pass runs (interrupts and idle checks find the poller scheduled)
+// until ReleasePollerForTest; it reports false while a pass owns it.
+func HoldPollerForTest(e *Endpoint) bool { return e.scheduled.CompareAndSwap(false, true) }
+
+// PassForTest runs one poll pass on the caller, which holds the poller
+// (HoldPollerForTest), and returns the work it did.
+func PassForTest(e *Endpoint) int {
+	work, _ := e.poll()
+	return work
+}
+
+// ReleasePollerForTest gives the SCHED bit back and schedules a pass for
+// whatever arrived meanwhile.
+func ReleasePollerForTest(e *Endpoint) {
+	e.scheduled.Store(false)
+	e.notify()
+}

@@ -192,9 +192,15 @@ func (e *Endpoint) poll() (int, time.Time) {
 	work += e.rx.deliver(e, e.budget-work)
 	if work < e.budget {
 		// One Poll per pass: the event ring doorbell is rung once. At
-		// most one event per remaining packet of budget, so the
-		// frames it completes fit the backlog.
-		e.dlER.Poll(e.budget-work, e.rxFn)
+		// most one DL event per remaining packet of budget, so the
+		// frames it completes fit the backlog. On a ring shared with
+		// UL, the TX completions on it are free too (unless
+		// TXInBudget): only DL events are charged.
+		if e.shared && !e.opts.TXInBudget {
+			e.dlER.PollCharged(e.budget-work, e.dl, e.rxFn)
+		} else {
+			e.dlER.Poll(e.budget-work, e.rxFn)
+		}
 		work += e.rx.deliver(e, e.budget-work)
 	}
 	e.flushGRO()

@@ -145,10 +145,11 @@ func (er *EventRing) interrupt() {
 		return
 	}
 	var reRing bool
-	n := er.process(int(er.ring.n), func(e Element) {
+	n := er.process(int(er.ring.n), func(e Element) bool {
 		if er.dispatchManaged(e) {
 			reRing = true
 		}
+		return true
 	})
 	if reRing {
 		// Outside the ring lock: re-ringing takes every ring's lock.
@@ -163,11 +164,25 @@ func (er *EventRing) interrupt() {
 
 // Poll processes up to budget events (each may complete several buffers)
 // and calls fn for every completed buffer, then rings the ring's doorbell
-// once. It returns the number of events processed; fewer than budget means
-// the ring was empty when Poll looked. Only one goroutine may poll a ring
+// once. It returns the number of events processed; fewer than budget (and
+// than the ring's size, the most one call reads) means the ring was empty
+// when Poll looked. Only one goroutine may poll a ring
 // at a time; fn may queue buffers on any channel.
 func (er *EventRing) Poll(budget int, fn func(Completion)) int {
-	return er.process(budget, func(e Element) { er.dispatchData(e, fn) })
+	return er.process(budget, func(e Element) bool { er.dispatchData(e, fn); return true })
+}
+
+// PollCharged is Poll for a ring that several channels complete on (a
+// pair whose UL and DL share an event ring): only events of channel
+// charge count against budget, as NAPI counts only RX work; the others
+// (UL completions) are handled for free, at most one ring's worth of
+// events per call in all. It returns the number of charged events.
+func (er *EventRing) PollCharged(budget int, charge *Channel, fn func(Completion)) int {
+	num := charge.cfg.Num
+	return er.process(budget, func(e Element) bool {
+		er.dispatchData(e, fn)
+		return e.Type() == TypeTxEvent && int(e.Chan()) == num
+	})
 }
 
 // Pending reports whether the device has posted events not yet consumed
@@ -194,9 +209,11 @@ func (er *EventRing) deviceRP() (uint32, bool) {
 }
 
 // process is the consumer loop shared by managed and polled rings: read
-// up to budget events between the local rp and the device's rp (re-read
-// when caught up), hand each slot back, then one doorbell.
-func (er *EventRing) process(budget int, handle func(Element)) int {
+// events between the local rp and the device's rp (re-read when caught
+// up) until budget of them were charged (handle reports whether an event
+// counts) or one ring's worth was read, hand each slot back, then one
+// doorbell. It returns the charged events.
+func (er *EventRing) process(budget int, handle func(Element) bool) int {
 	er.mu.Lock()
 	defer er.mu.Unlock()
 	if !er.active || budget <= 0 {
@@ -206,8 +223,8 @@ func (er *EventRing) process(budget int, handle func(Element)) int {
 	if !ok {
 		return 0
 	}
-	n := 0
-	for n < budget {
+	n, read := 0, uint32(0)
+	for n < budget && read < er.ring.n {
 		if er.rp == dev {
 			if dev, ok = er.deviceRP(); !ok || er.rp == dev {
 				break
@@ -216,16 +233,18 @@ func (er *EventRing) process(budget int, handle func(Element)) int {
 		e := DecodeElement(er.ring.element(er.rp))
 		er.rp = er.ring.next(er.rp)
 		er.wp = er.ring.next(er.wp)
-		n++
-		handle(e)
+		read++
+		if handle(e) {
+			n++
+		}
 		if !er.active {
 			// A handler rewound the ring (SYS_ERR seen mid-pass).
 			return n
 		}
 	}
-	if n > 0 {
-		er.events.Add(uint64(n))
-		er.c.stats.Events.Add(uint64(n))
+	if read > 0 {
+		er.events.Add(uint64(read))
+		er.c.stats.Events.Add(uint64(read))
 		er.c.evCtx.Store64(er.ctxOff+CtxWP, er.ring.iova(er.wp))
 		er.doorbellLocked()
 	}
