@@ -46,6 +46,7 @@ type rigOptions struct {
 	sim      sim.Options
 	link     link.Options
 	noAttach bool
+	timeout  time.Duration // the controller's command timeout (default 3 s)
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -76,7 +77,11 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		t.Fatalf("emulated %s: %v", name, err)
 	}
 	r.dev, r.m = dev, m
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
+	timeout := o.timeout
+	if timeout == 0 {
+		timeout = 3 * time.Second
+	}
+	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: timeout})
 	if err != nil {
 		dev.Close()
 		t.Fatalf("mhi.New: %v", err)

@@ -68,8 +68,13 @@ type Channel struct {
 	claim  bool
 
 	state   atomic.Uint32 // ChanState, host view
-	started bool          // a client started it (restart after recovery)
+	started bool          // the client wants it running (recovery restarts it)
 	down    error         // why the channel last went down (for Queue errors)
+	// op is the Start, Stop, Reset or recovery restart in flight; the
+	// next one waits for it (begin). A channel has one command in flight
+	// at a time, and a second Reset never returns before the first has
+	// handed every buffer back.
+	op *chanOp
 
 	queued, completed, doorbells, bytes atomic.Uint64
 }
@@ -79,8 +84,45 @@ type slot struct {
 	n   int
 }
 
+// chanOp is one state change of a channel in flight; done is closed when
+// it ends.
+type chanOp struct {
+	reset bool
+	done  chan struct{}
+}
+
+// begin waits until no other state change of ch is in flight and makes a
+// new one current; end finishes it. When ctx ends first, begin returns the
+// operation still in flight with the error.
+func (ch *Channel) begin(ctx context.Context, reset bool) (*chanOp, *chanOp, error) {
+	op := &chanOp{reset: reset, done: make(chan struct{})}
+	for {
+		ch.mu.Lock()
+		cur := ch.op
+		if cur == nil {
+			ch.op = op
+			ch.mu.Unlock()
+			return op, nil, nil
+		}
+		ch.mu.Unlock()
+		select {
+		case <-cur.done:
+		case <-ctx.Done():
+			return nil, cur, ctx.Err()
+		}
+	}
+}
+
+func (ch *Channel) end(op *chanOp) {
+	ch.mu.Lock()
+	ch.op = nil
+	ch.mu.Unlock()
+	close(op.done)
+}
+
 // Channel claims channel num for a client and returns it. A channel can
 // have one client; claiming a stopped channel again replaces the options.
+// A channel that runs, or whose Reset has not finished, is in use.
 func (c *Controller) Channel(num int, opts ChannelOptions) (*Channel, error) {
 	ch := c.channels[num]
 	if ch == nil {
@@ -88,7 +130,7 @@ func (c *Controller) Channel(num int, opts ChannelOptions) (*Channel, error) {
 	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.claim && ChanState(ch.state.Load()) == ChanEnabled {
+	if ch.claim && (ChanState(ch.state.Load()) == ChanEnabled || ch.op != nil) {
 		return nil, fmt.Errorf("mhi: %s: channel %d (%s) is in use", c.name, num, ch.cfg.Name)
 	}
 	ch.claim = true
@@ -152,8 +194,14 @@ func (ch *Channel) running() bool { return ChanState(ch.state.Load()) == ChanEna
 
 // Start sends START_CHAN and waits for its completion (mhi-protocol.md
 // §4.7). A channel started from DISABLED gets a fresh, empty ring. Start
-// UL before DL, as Linux does.
+// UL before DL, as Linux does. A Start, Stop or Reset still in flight on
+// the channel is waited for first.
 func (ch *Channel) Start(ctx context.Context) error {
+	op, _, err := ch.begin(ctx, false)
+	if err != nil {
+		return fmt.Errorf("mhi: start %s: %w", ch, err)
+	}
+	defer ch.end(op)
 	if err := ch.start(ctx); err != nil {
 		return err
 	}
@@ -161,6 +209,26 @@ func (ch *Channel) Start(ctx context.Context) error {
 	ch.started = true
 	ch.mu.Unlock()
 	return nil
+}
+
+// restart is SYS_ERR recovery's Start: it starts the channel only if its
+// client still wants it running when recovery gets to it. A client that
+// reset (closed) the channel during recovery keeps it released, and one
+// that resets it while this START is in flight finds it running, waits
+// for it (begin) and resets it.
+func (ch *Channel) restart(ctx context.Context) error {
+	op, _, err := ch.begin(ctx, false)
+	if err != nil {
+		return fmt.Errorf("mhi: restart %s: %w", ch, err)
+	}
+	defer ch.end(op)
+	ch.mu.Lock()
+	want := ch.started
+	ch.mu.Unlock()
+	if !want {
+		return nil
+	}
+	return ch.start(ctx)
 }
 
 func (ch *Channel) start(ctx context.Context) error {
@@ -243,6 +311,11 @@ func (ch *Channel) clearContextLocked() {
 // (with their lengths); Queue is refused until Start. Linux never stops a
 // channel in normal operation; Reset is what a client uses to tear down.
 func (ch *Channel) Stop(ctx context.Context) error {
+	op, _, err := ch.begin(ctx, false)
+	if err != nil {
+		return fmt.Errorf("mhi: stop %s: %w", ch, err)
+	}
+	defer ch.end(op)
 	if !ch.running() {
 		return fmt.Errorf("mhi: stop %s: %w", ch, ErrNotRunning)
 	}
@@ -255,34 +328,79 @@ func (ch *Channel) Stop(ctx context.Context) error {
 
 // Reset sends RESET_CHAN and tears the channel down: events still in the
 // event ring for it are marked stale, and every queued buffer goes back to
-// ChannelOptions.Release. On a command failure the host resets its side
-// anyway, like Linux.
+// ChannelOptions.Release exactly once. When Reset returns, the buffers are
+// back, whoever took the channel down: a Reset still in flight (from
+// another goroutine, PowerDown or Close) is waited for, and a channel taken
+// down by SYS_ERR gets its buffers back once the MHI reset has stopped the
+// device's DMA (docs/RELIABILITY.md, "The recovery sequence"). On a command
+// failure the host resets its side anyway, like Linux. The channel stays
+// released: SYS_ERR recovery does not restart it.
 func (ch *Channel) Reset(ctx context.Context) error {
-	st := ChanState(ch.state.Load())
-	if st == ChanDisabled {
-		return nil
-	}
-	// Drop further events for the channel before the device confirms.
-	ch.state.Store(uint32(ChanDisabled))
-	err := ch.c.command(ctx, TypeResetCmd, ch.cfg.Num)
-	ch.er.markStale(ch.cfg.Num)
-	ch.abort(ErrNotRunning)
 	ch.mu.Lock()
 	ch.started = false
 	ch.mu.Unlock()
+	op, cur, err := ch.begin(ctx, true)
+	if err != nil {
+		if cur.reset {
+			// The reset in flight will take the channel down; the
+			// buffers come back now, as after a command timeout.
+			ch.abort(ErrNotRunning)
+		}
+		return fmt.Errorf("mhi: reset %s: waiting for the %s in flight: %w", ch, opName(cur), err)
+	}
+	defer ch.end(op)
+	if ChanState(ch.state.Load()) != ChanDisabled {
+		// Drop further events for the channel before the device
+		// confirms.
+		ch.state.Store(uint32(ChanDisabled))
+		err = ch.c.command(ctx, TypeResetCmd, ch.cfg.Num)
+		ch.er.markStale(ch.cfg.Num)
+	}
+	// Down already (SYS_ERR, removal, power-down), or the command
+	// failed: the device may still hold buffers until an MHI reset
+	// stops its DMA.
+	if werr := ch.c.waitDMAStopped(ctx); werr != nil && err == nil {
+		err = werr
+	}
+	ch.abort(ErrNotRunning)
 	if err != nil {
 		return fmt.Errorf("mhi: reset %s: %w", ch, err)
 	}
 	return nil
 }
 
-// abort resets the channel host-side only (recovery, power-down, after a
-// RESET command): state DISABLED, context cleared, queued buffers
-// released. It reports whether a client had started the channel.
-func (ch *Channel) abort(cause error) (wasStarted bool) {
+func opName(op *chanOp) string {
+	if op.reset {
+		return "reset"
+	}
+	return "start or stop"
+}
+
+// quiesce takes the channel down host-side without touching its buffers
+// (SYS_ERR, before the MHI reset): Queue fails, completions are dropped, and
+// the queued buffers stay with the device until abort.
+func (ch *Channel) quiesce(cause error) {
 	ch.er.mu.Lock()
 	ch.mu.Lock()
-	wasStarted = ch.started
+	if ChanState(ch.state.Load()) != ChanDisabled {
+		ch.state.Store(uint32(ChanDisabled))
+		ch.down = cause
+	}
+	ch.mu.Unlock()
+	ch.er.mu.Unlock()
+}
+
+// abort resets the channel host-side only (recovery, power-down, after a
+// RESET command): state DISABLED, context cleared, queued buffers
+// released. The caller makes sure the device no longer writes them.
+// Recovery (cause ErrSysErr) keeps the client's wish to run the channel;
+// any other cause ends it.
+func (ch *Channel) abort(cause error) {
+	ch.er.mu.Lock()
+	ch.mu.Lock()
+	if cause != ErrSysErr {
+		ch.started = false
+	}
 	var released []*pci.Buffer
 	if ch.ring.buf != nil {
 		rp, wp := ch.rp.Load(), ch.wp.Load()
@@ -308,7 +426,6 @@ func (ch *Channel) abort(cause error) (wasStarted bool) {
 			release(b)
 		}
 	}
-	return wasStarted
 }
 
 // Queue writes one TRE for buf[:n] at the ring's write pointer without

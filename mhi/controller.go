@@ -135,6 +135,9 @@ type Controller struct {
 	mission    bool
 	poweringUp bool
 	recovering bool
+	// dmaFence: a SYS_ERR left the device's DMA running; the channels'
+	// buffers stay with it until an MHI reset completes (reclaim).
+	dmaFence bool
 	// cancelRecovery aborts the recovery goroutine's waits.
 	cancelRecovery context.CancelFunc
 	closed         bool
@@ -465,6 +468,7 @@ func (c *Controller) markRemoved() {
 	}
 	c.pm = pmRemoved
 	c.mission = false
+	c.dmaFence = false // a removed device reaches no host memory
 	c.broadcast()
 	c.mu.Unlock()
 	c.log.Error("device removed: registers read all-ones", "dev", c.name)

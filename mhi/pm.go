@@ -31,7 +31,7 @@ func (c *Controller) PowerUp(ctx context.Context) error {
 	c.mu.Unlock()
 	if err != nil {
 		c.stopInterrupts()
-		c.resetHostState(ErrNotRunning)
+		c.reclaim(ErrNotRunning)
 		c.mu.Lock()
 		if c.pm != pmRemoved {
 			c.pm = pmDisabled
@@ -419,31 +419,33 @@ const recoveryAttempts = 3
 
 // recover is the SYS_ERR recovery goroutine (Linux
 // mhi_pm_sys_error_transition): channels down, MHI reset, rings rewound,
-// PBL or READY transition again, then every channel that was running is
-// started again.
+// PBL or READY transition again, then every channel whose client still
+// wants it (not reset since) is started again.
 func (c *Controller) recover(ctx context.Context) {
 	defer c.wg.Done()
 	start := time.Now()
-	running := c.resetHostState(ErrSysErr)
+	c.reclaim(ErrSysErr)
 	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
 	var err error
 	for attempt := 1; attempt <= recoveryAttempts; attempt++ {
 		if err = c.recoverDevice(ctx); err == nil {
-			for _, ch := range running {
-				if err = ch.start(ctx); err != nil {
-					break
-				}
-			}
+			err = c.restartChannels(ctx)
 		}
 		if err == nil || !errors.Is(err, ErrSysErr) || c.opts.NoRecovery {
 			break
 		}
 		c.log.Warn("SYS_ERR again during recovery; retrying", "dev", c.name, "attempt", attempt, "err", err)
-		c.resetHostState(ErrSysErr)
+		c.reclaim(ErrSysErr)
 		c.mu.Lock()
 		c.pm = pmSysErrProcess
 		c.mission = false
 		c.mu.Unlock()
+	}
+	if err != nil && ctx.Err() == nil && c.dmaFenced() {
+		// No MHI reset completed and none will: the buffers go back
+		// without the device confirming it stopped (PowerDown and
+		// Close, which cancel ctx, reset the device first instead).
+		c.reclaim(ErrSysErr)
 	}
 	c.mu.Lock()
 	c.recovering = false
@@ -467,6 +469,8 @@ func (c *Controller) recover(ctx context.Context) {
 	c.emit(Event{Kind: EventRecovered, EE: c.currentEE()})
 }
 
+// recoverDevice resets the device, reclaims the buffers once the reset has
+// stopped its DMA, and boots it to mission mode again.
 func (c *Controller) recoverDevice(ctx context.Context) error {
 	if c.opts.NoRecovery {
 		return fmt.Errorf("mhi: %s: automatic recovery disabled: %w", c.name, ErrSysErr)
@@ -474,7 +478,7 @@ func (c *Controller) recoverDevice(ctx context.Context) error {
 	if err := c.mhiReset(ctx); err != nil {
 		return err
 	}
-	c.rewindRings()
+	c.reclaim(ErrSysErr)
 	_, ee, removed := c.deviceStatus()
 	if removed {
 		return ErrRemoved
@@ -485,22 +489,68 @@ func (c *Controller) recoverDevice(ctx context.Context) error {
 	return c.bootToMission(ctx, ee)
 }
 
-// resetHostState takes every channel down host-side (no commands: the
-// device is in error), returns their buffers to the clients, and reports
-// which channels were running so recovery can restart them.
-func (c *Controller) resetHostState(cause error) []*Channel {
-	var running []*Channel
+// restartChannels starts again, UL before DL, every channel whose client
+// still wants it running.
+func (c *Controller) restartChannels(ctx context.Context) error {
 	for num := 0; num < MaxChannels; num++ {
-		ch := c.channels[num]
-		if ch == nil {
-			continue
+		if ch := c.channels[num]; ch != nil {
+			if err := ch.restart(ctx); err != nil {
+				return err
+			}
 		}
-		if ch.abort(cause) {
-			running = append(running, ch)
+	}
+	return nil
+}
+
+// quiesceChannels takes every channel down host-side without reclaiming
+// its buffers (SYS_ERR: the device may still write them until the MHI
+// reset).
+func (c *Controller) quiesceChannels(cause error) {
+	for _, ch := range c.channels {
+		ch.quiesce(cause)
+	}
+}
+
+// reclaim runs once the device's DMA has stopped (the MHI reset completed,
+// or the device is gone): every channel's buffers go back to their
+// clients, the rings rewind, and Resets waiting in waitDMAStopped go on.
+func (c *Controller) reclaim(cause error) {
+	c.resetHostState(cause)
+	c.mu.Lock()
+	c.dmaFence = false
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+func (c *Controller) dmaFenced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dmaFence
+}
+
+// waitDMAStopped waits while a SYS_ERR has left the device's DMA running:
+// until recovery's MHI reset (or PowerDown's) has completed. It returns at
+// once otherwise, and gives up when ctx ends, the wait exceeds twice the
+// command timeout, the controller is closed or the device is removed.
+func (c *Controller) waitDMAStopped(ctx context.Context) error {
+	if !c.dmaFenced() {
+		return nil
+	}
+	return c.waitFor(ctx, 2*c.timeout, "the MHI reset to stop the device's DMA", func() (bool, error) {
+		return !c.dmaFence, nil
+	})
+}
+
+// resetHostState takes every channel down host-side (no commands) and
+// returns their buffers to the clients; the caller has made sure the
+// device no longer writes them.
+func (c *Controller) resetHostState(cause error) {
+	for num := 0; num < MaxChannels; num++ {
+		if ch := c.channels[num]; ch != nil {
+			ch.abort(cause)
 		}
 	}
 	c.rewindRings()
-	return running
 }
 
 // rewindRings resets command and event ring pointers, local and in the
@@ -633,7 +683,7 @@ func (c *Controller) PowerDown(ctx context.Context) error {
 	}
 	c.stopInterrupts()
 	c.wg.Wait()
-	c.resetHostState(ErrNotRunning)
+	c.reclaim(ErrNotRunning)
 	c.initContexts()
 	c.mu.Lock()
 	if c.pm != pmRemoved {
@@ -668,7 +718,7 @@ func (c *Controller) Close() error {
 	c.mu.Unlock()
 	c.stopInterrupts()
 	c.wg.Wait()
-	c.resetHostState(ErrClosed)
+	c.reclaim(ErrClosed)
 	c.freeMemory()
 	if errors.Is(err, ErrRemoved) {
 		err = nil

@@ -38,6 +38,21 @@ func (m *Modem) EnterM1() error { return m.call(reqM1) }
 // timeouts and backpressure.
 func (m *Modem) SetSlow(d time.Duration) { m.slow.Store(int64(d)) }
 
+// HoldCommands makes the modem leave the command ring unread while hold is
+// true, as firmware too busy to service it: the host's commands wait for
+// completions that do not come (and time out), and whatever the host rang
+// meanwhile is processed, in order, once hold is false again. It is how a
+// test keeps a command in flight for as long as it needs.
+func (m *Modem) HoldCommands(hold bool) {
+	m.holdCmds.Store(hold)
+	if !hold {
+		m.mu.Lock()
+		m.cmdPending = true
+		m.mu.Unlock()
+		m.signal()
+	}
+}
+
 // FailNextBHI makes the next BHI download fail with BHI_ERRCODE code
 // (non-zero), as a corrupt or rejected image would.
 func (m *Modem) FailNextBHI(code uint32) {

@@ -204,6 +204,8 @@ type Modem struct {
 	stats  counters
 	strict strictState
 	slow   atomic.Int64
+	// holdCmds: HoldCommands; the command doorbell stays pending.
+	holdCmds atomic.Bool
 }
 
 var zeroTime time.Time
@@ -531,8 +533,10 @@ func (m *Modem) step() bool {
 		m.sblDone()
 	}
 	if p.crdb || m.cmdPending {
-		m.cmdPending = false
-		m.commandDoorbell()
+		m.cmdPending = m.holdCmds.Load()
+		if !m.cmdPending {
+			m.commandDoorbell()
+		}
 	}
 	m.polling = m.pollBurst(now)
 	ul := m.ulWork.take()
