@@ -40,6 +40,7 @@ const (
 	ErrNetworkUnsupported   ErrorCode = 24
 	ErrDeviceUnsupported    ErrorCode = 25
 	ErrNoEffect             ErrorCode = 26
+	ErrInvalidServiceType   ErrorCode = 31
 	ErrInvalidPDPType       ErrorCode = 28
 	ErrAuthenticationFailed ErrorCode = 34
 	ErrPINBlocked           ErrorCode = 35
@@ -83,6 +84,7 @@ var errorText = map[ErrorCode]string{
 	ErrNetworkUnsupported:   "network unsupported",
 	ErrDeviceUnsupported:    "device unsupported",
 	ErrNoEffect:             "no effect",
+	ErrInvalidServiceType:   "invalid service type",
 	ErrInvalidPDPType:       "invalid PDP type",
 	ErrAuthenticationFailed: "authentication failed",
 	ErrPINBlocked:           "PIN blocked",

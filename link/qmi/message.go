@@ -129,7 +129,10 @@ var ErrMalformed = errors.New("qmi: malformed message")
 // whether the SDU header was), so that a receiver can answer or fail the
 // transaction the frame belonged to.
 type FormatError struct {
-	Reason  string
+	Reason string
+	// Missing says a mandatory TLV is absent (a modem answers
+	// MISSING_ARGUMENT rather than MALFORMED_MESSAGE).
+	Missing bool
 	Header  bool
 	Service Service
 	Client  uint8

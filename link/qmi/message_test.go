@@ -277,7 +277,7 @@ func TestTypedRoundTrips(t *testing.T) {
 	}
 	st := qmi.Settings{APN: "internet", IPv4: netip.MustParsePrefix("10.0.0.2/30"), IPv4Gateway: netip.MustParseAddr("10.0.0.1"),
 		IPv4DNS: []netip.Addr{netip.MustParseAddr("10.0.0.53"), netip.MustParseAddr("10.0.0.54")},
-		IPv6: netip.MustParsePrefix("2001:db8:64::2/64"), IPv6Gateway: netip.MustParseAddr("2001:db8:64::1"),
+		IPv6:    netip.MustParsePrefix("2001:db8:64::2/64"), IPv6Gateway: netip.MustParseAddr("2001:db8:64::1"),
 		IPv6DNS: []netip.Addr{netip.MustParseAddr("2001:db8:64::53")}, MTU: 1420, Family: qmi.IPv4}
 	if got, err := qmi.ParseSettings(resp(qmi.WDSGetCurrentSettings, qmi.ServiceWDS, st.TLVs())); err != nil || !reflect.DeepEqual(got, st) {
 		t.Errorf("settings %+v, %v", got, err)
@@ -323,7 +323,10 @@ func TestTypedRejects(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"client ID short", func() error { _, err := qmi.ParseClientID(m(qmi.ServiceCTL, qmi.CTLAllocateCID, qmi.TLV{Type: 1, Value: []byte{1}})); return err }(), "client ID needs 1"},
+		{"client ID short", func() error {
+			_, err := qmi.ParseClientID(m(qmi.ServiceCTL, qmi.CTLAllocateCID, qmi.TLV{Type: 1, Value: []byte{1}}))
+			return err
+		}(), "client ID needs 1"},
 		{"client ID missing", func() error { _, err := qmi.ParseClientID(m(qmi.ServiceCTL, qmi.CTLAllocateCID)); return err }(), "mandatory TLV 0x01"},
 		{"version list count beyond TLV", func() error {
 			_, err := qmi.ParseVersionInfo(m(qmi.ServiceCTL, qmi.CTLGetVersionInfo, qmi.TLV{Type: 1, Value: []byte{200, 1, 1, 0, 0, 0}}))

@@ -69,7 +69,7 @@ func tlvReader(m *Message, t uint8) (*reader, bool) {
 
 func missing(m *Message, t uint8, what string) error {
 	return &FormatError{Header: true, Service: m.Service, Client: m.Client, Kind: m.Kind, TID: m.TID, ID: m.ID,
-		Reason: fmt.Sprintf("mandatory TLV %#02x (%s) missing", t, what)}
+		Reason: fmt.Sprintf("mandatory TLV %#02x (%s) missing", t, what), Missing: true}
 }
 
 // u8TLV, u16TLV, u32TLV read a whole-TLV integer.
@@ -911,6 +911,13 @@ const (
 // GetCurrentSettingsRequest asks for the settings in mask.
 func GetCurrentSettingsRequest(mask uint32) *Message {
 	return NewRequest(ServiceWDS, WDSGetCurrentSettings).AddU32(0x10, mask)
+}
+
+// GetCurrentSettingsMask decodes the request's requested-settings mask
+// (0 when absent).
+func GetCurrentSettingsMask(m *Message) (uint32, error) {
+	v, _, err := u32TLV(m, 0x10, "requested settings", false)
+	return v, err
 }
 
 // Settings is Get Current Settings' answer. IPv4 values are u32

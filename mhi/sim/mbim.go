@@ -43,6 +43,10 @@ type MBIMFunction struct {
 	log    *slog.Logger
 
 	stats mbimCounters
+
+	// watchers follow the network state (watchLocked).
+	watchers map[int]func()
+	watchID  int
 }
 
 // MBIMConfig is the emulated modem's identity, its SIM and network, the

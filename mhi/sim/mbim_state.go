@@ -104,6 +104,7 @@ func (s *mbimState) setRegisterLocked(f *MBIMFunction, v mbim.RegisterStateValue
 	}
 	s.reg, s.regNw = v, nw
 	f.indicateLocked(mbim.CIDRegisterState, s.registerState(&f.cfg).Encode())
+	f.notifyLocked()
 }
 
 func (s *mbimState) setPacketServiceLocked(f *MBIMFunction, v mbim.PacketServiceState, nw mbim.NwError) {
@@ -114,6 +115,7 @@ func (s *mbimState) setPacketServiceLocked(f *MBIMFunction, v mbim.PacketService
 	ps := s.packetService(&f.cfg)
 	ps.NwError = nw
 	f.indicateLocked(mbim.CIDPacketService, ps.Encode())
+	f.notifyLocked()
 }
 
 // dropNetworkLocked detaches and deactivates every context (indicating
@@ -370,7 +372,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 }
 
 func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
-	s, cfg := &f.st, &f.cfg
+	s := &f.st
 	if s.ready == mbim.ReadySIMNotInserted {
 		return mbim.StatusSIMNotInserted, nil
 	}
@@ -394,20 +396,32 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if !s.pinLocked || req.Type != s.pinType {
 		return mbim.StatusFailure, info()
 	}
-	if s.pinType == mbim.PINTypePUK1 || req.PIN != cfg.PIN {
-		if s.attempts > 0 {
+	if !s.enterPINLocked(f, req.PIN) {
+		return mbim.StatusFailure, info()
+	}
+	return mbim.StatusNone, info()
+}
+
+// enterPINLocked tries PIN1 on a locked SIM (the MBIM PIN set and QMI
+// UIM Verify PIN both come here): a wrong PIN costs an attempt and the
+// last one leaves the SIM needing PUK1; the right one unlocks the SIM,
+// which then registers.
+func (s *mbimState) enterPINLocked(f *MBIMFunction, pin string) bool {
+	cfg := &f.cfg
+	if !s.pinLocked || s.pinType != mbim.PINTypePIN1 || pin != cfg.PIN {
+		if s.pinLocked && s.attempts > 0 {
 			s.attempts--
 		}
-		if s.attempts == 0 {
+		if s.pinLocked && s.attempts == 0 {
 			s.pinType = mbim.PINTypePUK1
 		}
-		return mbim.StatusFailure, info()
+		return false
 	}
 	s.pinLocked, s.pinType, s.attempts = false, mbim.PINTypeNone, cfg.PINAttempts
 	s.ready = mbim.ReadyInitialized
 	f.indicateLocked(mbim.CIDSubscriberReadyStatus, s.subscriberReady(cfg).Encode())
 	s.radioChangedLocked(f)
-	return mbim.StatusNone, info()
+	return true
 }
 
 func (f *MBIMFunction) packetServiceLocked(m *mbim.Message) (mbim.Status, []byte) {
@@ -465,21 +479,11 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 		delete(s.contexts, req.SessionID)
 		return mbim.StatusNone, state(req.SessionID, 0)
 	}
-	switch {
-	case !s.radioOn():
-		return mbim.StatusRadioPowerOff, state(req.SessionID, 0)
-	case !s.reg.Registered():
-		return mbim.StatusNotRegistered, state(req.SessionID, 0)
-	case s.ps != mbim.PacketServiceAttached:
-		return mbim.StatusPacketServiceDetached, state(req.SessionID, 0)
-	case req.ContextType != mbim.ContextTypeInternet && req.ContextType != (mbim.UUID{}):
+	if req.ContextType != mbim.ContextTypeInternet && req.ContextType != (mbim.UUID{}) {
 		return mbim.StatusContextNotSupported, state(req.SessionID, 0)
-	case cfg.ConnectReject != 0:
-		return mbim.StatusFailure, state(req.SessionID, cfg.ConnectReject)
-	case cfg.APN != "" && !strings.EqualFold(cfg.APN, req.APN):
-		return mbim.StatusFailure, state(req.SessionID, 27)
-	case cfg.User != "" && (req.User != cfg.User || req.Password != cfg.Password):
-		return mbim.StatusFailure, state(req.SessionID, 29)
+	}
+	if st, nw := s.admitCallLocked(cfg, req.APN, req.User, req.Password); st != mbim.StatusNone {
+		return st, state(req.SessionID, nw)
 	}
 	t := req.IPType
 	switch {
@@ -506,6 +510,52 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 		})
 	}
 	return mbim.StatusNone, state(req.SessionID, 0)
+}
+
+// admitCallLocked is the network's decision on a data call (an MBIM
+// CONNECT or a QMI WDS Start Network): the radio must be on, the modem
+// registered and attached; ConnectReject refuses every call; a wrong APN
+// is refused with 3GPP cause 27 (missing or unknown APN), wrong
+// credentials with 29 (user authentication failed), as carriers do.
+func (s *mbimState) admitCallLocked(cfg *MBIMConfig, apn, user, password string) (mbim.Status, mbim.NwError) {
+	switch {
+	case !s.radioOn():
+		return mbim.StatusRadioPowerOff, 0
+	case !s.reg.Registered():
+		return mbim.StatusNotRegistered, 0
+	case s.ps != mbim.PacketServiceAttached:
+		return mbim.StatusPacketServiceDetached, 0
+	case cfg.ConnectReject != 0:
+		return mbim.StatusFailure, cfg.ConnectReject
+	case cfg.APN != "" && !strings.EqualFold(cfg.APN, apn):
+		return mbim.StatusFailure, 27
+	case cfg.User != "" && (user != cfg.User || password != cfg.Password):
+		return mbim.StatusFailure, 29
+	}
+	return mbim.StatusNone, 0
+}
+
+// watchLocked registers fn to run, under the lock, after every change of
+// the network state (registration, packet service, carrier): the QMI
+// function of the same modem follows the network through it.
+func (f *MBIMFunction) watchLocked(fn func()) (cancel func()) {
+	if f.watchers == nil {
+		f.watchers = map[int]func(){}
+	}
+	f.watchID++
+	id := f.watchID
+	f.watchers[id] = fn
+	return func() {
+		f.mu.Lock()
+		delete(f.watchers, id)
+		f.mu.Unlock()
+	}
+}
+
+func (f *MBIMFunction) notifyLocked() {
+	for _, fn := range f.watchers {
+		fn()
+	}
 }
 
 // NetworkDetach makes the network drop the data connection: every
@@ -555,6 +605,7 @@ func (f *MBIMFunction) SetCarrier(c Carrier) {
 	for id, ctx := range f.st.contexts {
 		f.indicateLocked(mbim.CIDIPConfiguration, f.st.ipConfig(&f.cfg, id, ctx).Encode())
 	}
+	f.notifyLocked()
 }
 
 // SetSignal sets the coded RSSI (0..31, 99 unknown) and indicates it.

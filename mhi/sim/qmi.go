@@ -1,0 +1,818 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
+)
+
+// QMIFunction is the modem's QMI function on the "QMI" channel pair
+// (14/15): QMUX frames carrying CTL (client IDs, version info, sync), DMS
+// (identity, operating mode), NAS (serving system, signal), UIM (card
+// status, PIN), WDS (data calls and their settings) and WDA (data
+// format: raw IP, QMAP v1 or v5 aggregation) — docs/QMI.md.
+//
+// The network behind it — SIM and PIN, radio, registration, packet
+// service, the APN and credential rules, the carrier's addresses — is
+// the modem's, shared with its MBIM function (QMIConfig.Network): a PIN
+// entered over QMI unlocks the SIM for MBIM, NetworkDetach on the MBIM
+// function ends QMI calls too, and both report the same addresses.
+//
+// The function is strict: a host message that is not a well-formed QMI
+// request (bad framing, a response or indication sent by the host, a
+// known request with malformed or missing mandatory TLVs, a request for
+// a client ID the host does not hold) is a host protocol violation
+// (Port.Violation, which fails a strict test with what was wrong), and
+// is answered as a modem would (MALFORMED_MESSAGE, MISSING_ARGUMENT,
+// INVALID_CLIENT_ID) when it can be.
+//
+// Receive runs on the modem's device goroutine and only queues; the
+// function's goroutine (Start..Stop) decodes and answers under the
+// network's lock.
+type QMIFunction struct {
+	cfg QMIConfig
+	net *MBIMFunction // the network state and its lock
+	log *slog.Logger
+
+	// Guarded by net.mu.
+	out      func([]byte) error
+	violate  func(rule, detail string)
+	unwatch  func()
+	in       chan []byte
+	quit     chan struct{}
+	clients  map[qmi.ClientID]*qmiClient
+	lastCID  map[qmi.Service]uint8
+	format   qmi.DataFormat
+	handle   uint32
+	lastSS   qmi.ServingSystem
+	ssSent   bool
+	violated int
+
+	wg    sync.WaitGroup
+	stats qmiCounters
+}
+
+// qmiClient is an allocated client ID; for WDS, its call.
+type qmiClient struct {
+	family qmi.IPFamily
+	mux    uint8
+	bound  bool
+	handle uint32 // 0: no call
+}
+
+// QMIConfig configures the QMI function.
+type QMIConfig struct {
+	// Network is the modem's MBIM function, whose network state (SIM,
+	// radio, registration, packet service, APN rules, carrier) the QMI
+	// function shares. Nil: a network of its own, configured by MBIM.
+	Network *MBIMFunction
+	// MBIM configures the network when Network is nil (identity, SIM,
+	// knobs, Carrier: see MBIMConfig).
+	MBIM MBIMConfig
+	// MaxAggregation is the newest QMAP the modem agrees to in WDA Set
+	// Data Format: qmi.AggregationQMAPv5 (default) or qmi.AggregationQMAP
+	// (a MAPv1-only modem answers QMAP when asked for QMAPv5).
+	MaxAggregation qmi.Aggregation
+	// DLMaxDatagrams and DLMaxSize cap what the host may ask for DL
+	// aggregation (defaults DefaultAggDatagrams, DefaultAggBytes);
+	// ULMaxDatagrams and ULMaxSize are the UL limits the modem answers
+	// (defaults 11 and 8192, what Quectel modules answer).
+	DLMaxDatagrams, DLMaxSize, ULMaxDatagrams, ULMaxSize uint32
+	// OnViolation receives host protocol violations when the function
+	// runs without a Port (Serve); on a Port they go to Port.Violation.
+	OnViolation func(error)
+	// Logger receives diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+// ruleQMI names the rule a host breaks with a malformed QMI request.
+const ruleQMI = "docs/QMI.md: the host sends well-formed QMUX requests (CTL 8-bit, service 16-bit transactions), with the mandatory TLVs well-formed, for client IDs it holds"
+
+// QMIStats counts what the function did.
+type QMIStats struct {
+	Requests, Indications, Errors, Violations, Dropped uint64
+}
+
+type qmiCounters struct {
+	requests, indications, errors, violations, dropped atomic.Uint64
+}
+
+// Stats returns the counters.
+func (f *QMIFunction) Stats() QMIStats {
+	s := &f.stats
+	return QMIStats{Requests: s.requests.Load(), Indications: s.indications.Load(), Errors: s.errors.Load(),
+		Violations: s.violations.Load(), Dropped: s.dropped.Load()}
+}
+
+// NewQMIFunction returns a QMI function; attach it with
+// Options.Functions{"QMI": f}.
+func NewQMIFunction(cfg QMIConfig) *QMIFunction {
+	if cfg.MaxAggregation == qmi.AggregationDisabled {
+		cfg.MaxAggregation = qmi.AggregationQMAPv5
+	}
+	def := func(p *uint32, v uint32) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&cfg.DLMaxDatagrams, DefaultAggDatagrams)
+	def(&cfg.DLMaxSize, DefaultAggBytes)
+	def(&cfg.ULMaxDatagrams, 11)
+	def(&cfg.ULMaxSize, 8192)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	n := cfg.Network
+	if n == nil {
+		n = NewMBIMFunction(cfg.MBIM)
+	}
+	return &QMIFunction{cfg: cfg, net: n, log: cfg.Logger}
+}
+
+// Network returns the MBIM function whose network state the QMI
+// function shares (to play the network in tests: NetworkDetach,
+// SetCarrier, Configure).
+func (f *QMIFunction) Network() *MBIMFunction { return f.net }
+
+// DataFormat returns what the last WDA Set Data Format agreed to.
+func (f *QMIFunction) DataFormat() qmi.DataFormat {
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	return f.format
+}
+
+// Calls returns the number of active data calls.
+func (f *QMIFunction) Calls() int {
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	n := 0
+	for _, c := range f.clients {
+		if c.handle != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Start implements Function.
+func (f *QMIFunction) Start(p *Port) {
+	f.startWith(p.Send, func(rule, detail string) { p.Violation(rule, "%s", detail) })
+}
+
+func (f *QMIFunction) startWith(send func([]byte) error, violate func(rule, detail string)) {
+	n := f.net
+	n.mu.Lock()
+	f.out, f.violate = send, violate
+	f.clients, f.lastCID = map[qmi.ClientID]*qmiClient{}, map[qmi.Service]uint8{}
+	f.format = qmi.DataFormat{LinkLayer: qmi.LinkLayerRawIP}
+	f.ssSent = false
+	in, quit := make(chan []byte, mbimQueue), make(chan struct{})
+	f.in, f.quit = in, quit
+	f.unwatch = n.watchLocked(f.networkChangedLocked)
+	// A modem without an MBIM channel registers when it starts.
+	n.st.radioChangedLocked(n)
+	n.mu.Unlock()
+	f.wg.Add(1)
+	go f.run(in, quit)
+}
+
+// Receive implements Function: it queues one UL transfer (dropped,
+// counted, when the queue is full).
+func (f *QMIFunction) Receive(td []byte) { f.deliver(td, false) }
+
+func (f *QMIFunction) deliver(td []byte, block bool) {
+	f.net.mu.Lock()
+	in, quit := f.in, f.quit
+	f.net.mu.Unlock()
+	if in == nil {
+		return
+	}
+	b := append([]byte(nil), td...)
+	if block {
+		select {
+		case in <- b:
+		case <-quit:
+		}
+		return
+	}
+	select {
+	case in <- b:
+	default:
+		f.stats.dropped.Add(1)
+	}
+}
+
+// Stop implements Function.
+func (f *QMIFunction) Stop() {
+	f.net.mu.Lock()
+	if f.quit == nil {
+		f.net.mu.Unlock()
+		return
+	}
+	close(f.quit)
+	f.quit, f.in, f.out = nil, nil, nil
+	unwatch := f.unwatch
+	f.unwatch = nil
+	f.net.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
+	f.wg.Wait()
+}
+
+// Serve runs the function over a byte stream (a pipe in tests, a socket
+// for tools) until reading fails; it closes rw before it returns.
+func (f *QMIFunction) Serve(rw io.ReadWriteCloser) error {
+	var wmu sync.Mutex
+	f.startWith(func(b []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		_, err := rw.Write(b)
+		return err
+	}, func(rule, detail string) {
+		if f.cfg.OnViolation != nil {
+			f.cfg.OnViolation(&Violation{Rule: rule, Detail: detail})
+		}
+	})
+	defer func() {
+		rw.Close()
+		f.Stop()
+	}()
+	buf := make([]byte, qmi.MaxFrame)
+	for {
+		n, err := rw.Read(buf)
+		if n > 0 {
+			f.deliver(buf[:n], true)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+func (f *QMIFunction) run(in <-chan []byte, quit <-chan struct{}) {
+	defer f.wg.Done()
+	var dec qmi.Decoder
+	for {
+		select {
+		case <-quit:
+			return
+		case td := <-in:
+			dec.Write(td)
+		}
+		for {
+			m, err := dec.Next()
+			f.net.mu.Lock()
+			if err != nil {
+				f.malformedLocked(err)
+				f.net.mu.Unlock()
+				continue
+			}
+			if m != nil {
+				f.handleLocked(m)
+			}
+			f.net.mu.Unlock()
+			if m == nil {
+				break
+			}
+		}
+	}
+}
+
+func (f *QMIFunction) violationLocked(format string, args ...any) {
+	f.stats.violations.Add(1)
+	detail := "QMI: " + fmt.Sprintf(format, args...)
+	f.log.Warn("sim qmi: host protocol violation", "detail", detail)
+	if f.violate != nil {
+		f.violate(ruleQMI, detail)
+	}
+}
+
+// malformedLocked reports a frame the decoder refused and, when its
+// header was readable and it was a request, answers MALFORMED_MESSAGE.
+func (f *QMIFunction) malformedLocked(err error) {
+	f.violationLocked("%v", err)
+	var fe *qmi.FormatError
+	if errors.As(err, &fe) && fe.Header && fe.Kind == qmi.Request {
+		req := &qmi.Message{Service: fe.Service, Client: fe.Client, TID: fe.TID, ID: fe.ID}
+		f.sendLocked(req.Reply(qmi.ErrMalformedMessage))
+	}
+}
+
+func (f *QMIFunction) sendLocked(m *qmi.Message) {
+	if f.out == nil {
+		f.stats.dropped.Add(1)
+		return
+	}
+	switch {
+	case m.Kind == qmi.Indication:
+		f.stats.indications.Add(1)
+	case m.Result() != nil:
+		f.stats.errors.Add(1)
+	}
+	b, err := m.Marshal()
+	if err == nil {
+		err = f.out(b)
+	}
+	if err != nil {
+		f.stats.dropped.Add(1)
+		f.log.Debug("sim qmi: send failed", "msg", m.String(), "err", err)
+	}
+}
+
+// handleLocked answers one host message.
+func (f *QMIFunction) handleLocked(m *qmi.Message) {
+	if m.FromModem || m.Kind != qmi.Request {
+		f.violationLocked("the host sent a %s with the modem's QMUX flag %v (%s)", m.Kind, m.FromModem, m)
+		return
+	}
+	f.stats.requests.Add(1)
+	var code qmi.ErrorCode
+	var tlvs []qmi.TLV
+	var err error
+	if m.Service == qmi.ServiceCTL {
+		code, tlvs, err = f.ctlLocked(m)
+	} else {
+		c := f.clients[qmi.ClientID{Service: m.Service, Client: m.Client}]
+		if c == nil {
+			f.violationLocked("%s for client ID %d, which the host does not hold", m, m.Client)
+			f.sendLocked(m.Reply(qmi.ErrInvalidClientID))
+			return
+		}
+		switch m.Service {
+		case qmi.ServiceDMS:
+			code, tlvs, err = f.dmsLocked(m)
+		case qmi.ServiceNAS:
+			code, tlvs, err = f.nasLocked(m)
+		case qmi.ServiceUIM:
+			code, tlvs, err = f.uimLocked(m)
+		case qmi.ServiceWDS:
+			code, tlvs, err = f.wdsLocked(m, c)
+		case qmi.ServiceWDA:
+			code, tlvs, err = f.wdaLocked(m)
+		default:
+			code = qmi.ErrInvalidQMICommand
+		}
+	}
+	if err != nil {
+		// A request the host built wrong: its mandatory TLVs are
+		// missing or malformed.
+		f.violationLocked("%s: %v", m, err)
+		code = qmi.ErrMalformedMessage
+		if errors.Is(err, errMissing) {
+			code = qmi.ErrMissingArgument
+		}
+		tlvs = nil
+	}
+	f.sendLocked(m.Reply(code, tlvs...))
+}
+
+// errMissing marks a parse error for a missing mandatory TLV.
+var errMissing = errors.New("mandatory TLV missing")
+
+// parseErr classifies a codec error: a missing mandatory TLV is answered
+// MISSING_ARGUMENT, anything else MALFORMED_MESSAGE.
+func parseErr(err error) error {
+	var fe *qmi.FormatError
+	if errors.As(err, &fe) && fe.Missing {
+		return fmt.Errorf("%w: %w", errMissing, err)
+	}
+	return err
+}
+
+var qmiServices = []qmi.ServiceVersion{
+	{Service: qmi.ServiceCTL, Major: 1, Minor: 5},
+	{Service: qmi.ServiceWDS, Major: 1, Minor: 67},
+	{Service: qmi.ServiceDMS, Major: 1, Minor: 14},
+	{Service: qmi.ServiceNAS, Major: 1, Minor: 25},
+	{Service: qmi.ServiceUIM, Major: 1, Minor: 46},
+	{Service: qmi.ServiceWDA, Major: 1, Minor: 16},
+}
+
+func (f *QMIFunction) ctlLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+	switch m.ID {
+	case qmi.CTLGetVersionInfo:
+		return 0, qmi.VersionInfoTLVs(qmiServices), nil
+	case qmi.CTLSync:
+		// Every client ID is released (and every call they held).
+		for id := range f.clients {
+			f.releaseLocked(id)
+		}
+		return 0, nil, nil
+	case qmi.CTLAllocateCID:
+		s, err := qmi.ParseAllocateCIDRequest(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		known := false
+		for _, v := range qmiServices[1:] {
+			known = known || v.Service == s
+		}
+		if !known {
+			return qmi.ErrInvalidServiceType, nil, nil
+		}
+		// Client IDs count 1..254 per service, the first free one
+		// after the last allocated.
+		id := f.lastCID[s]
+		for range 254 {
+			id = id%254 + 1
+			if f.clients[qmi.ClientID{Service: s, Client: id}] == nil {
+				f.clients[qmi.ClientID{Service: s, Client: id}] = &qmiClient{family: qmi.IPv4}
+				f.lastCID[s] = id
+				return 0, []qmi.TLV{qmi.ClientID{Service: s, Client: id}.TLV()}, nil
+			}
+		}
+		return qmi.ErrClientIDsExhausted, nil, nil
+	case qmi.CTLReleaseCID:
+		id, err := qmi.ParseClientID(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		if f.clients[id] == nil {
+			f.violationLocked("%s releases client ID %d of %s, which the host does not hold", m, id.Client, id.Service)
+			return qmi.ErrInvalidClientID, nil, nil
+		}
+		f.releaseLocked(id)
+		return 0, []qmi.TLV{id.TLV()}, nil
+	}
+	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+// releaseLocked drops a client ID; a WDS client's call ends with it.
+func (f *QMIFunction) releaseLocked(id qmi.ClientID) {
+	delete(f.clients, id)
+}
+
+func (f *QMIFunction) dmsLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+	n := f.net
+	cfg := &n.cfg
+	switch m.ID {
+	case qmi.DMSGetIDs:
+		return 0, qmi.IDs{IMEI: cfg.DeviceID}.TLVs(), nil
+	case qmi.DMSGetRevision:
+		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(cfg.FirmwareInfo)}}, nil
+	case qmi.DMSGetModel:
+		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(cfg.HardwareInfo)}}, nil
+	case qmi.DMSGetOperatingMode:
+		return 0, []qmi.TLV{{Type: 0x01, Value: []byte{byte(f.modeLocked())}}}, nil
+	case qmi.DMSSetOperatingMode:
+		mode, err := qmi.ParseOperatingMode(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		switch mode {
+		case qmi.ModeOnline:
+			if !n.st.hwOn {
+				return qmi.ErrHardwareRestricted, nil, nil
+			}
+			n.st.swOn = true
+		case qmi.ModeLowPower, qmi.ModePersistentLowPower, qmi.ModeOnlyLowPower, qmi.ModeOffline:
+			n.st.swOn = false
+		default:
+			return qmi.ErrInvalidArgument, nil, nil
+		}
+		n.st.radioChangedLocked(n)
+		return 0, nil, nil
+	}
+	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+func (f *QMIFunction) modeLocked() qmi.OperatingMode {
+	if f.net.st.radioOn() {
+		return qmi.ModeOnline
+	}
+	return qmi.ModeLowPower
+}
+
+// servingSystemLocked maps the network state to NAS's view.
+func (f *QMIFunction) servingSystemLocked() qmi.ServingSystem {
+	st, cfg := &f.net.st, &f.net.cfg
+	ss := qmi.ServingSystem{CSAttach: qmi.Detached, PSAttach: qmi.Detached, Network: qmi.NetworkType3GPP}
+	switch {
+	case st.reg.Registered():
+		ss.Registration = qmi.Registered
+		ss.CSAttach = qmi.Attached
+		radio := qmi.RadioLTE
+		if cfg.DataClass&mbim.DataClass5GSA != 0 {
+			radio = qmi.Radio5GNR
+		}
+		ss.RadioInterfaces = []qmi.RadioInterface{radio}
+		ss.HasRoaming, ss.Roaming = true, 1 // home
+		if st.reg == mbim.RegisterRoaming || st.reg == mbim.RegisterPartner {
+			ss.Roaming = 0
+		}
+		ss.PLMN = plmnOf(cfg.ProviderID, cfg.ProviderName)
+	case st.reg == mbim.RegisterSearching:
+		ss.Registration = qmi.Searching
+	case st.reg == mbim.RegisterDenied:
+		ss.Registration = qmi.RegistrationDenied
+	default:
+		ss.Registration = qmi.NotRegistered
+	}
+	if st.ps == mbim.PacketServiceAttached {
+		ss.PSAttach = qmi.Attached
+	}
+	return ss
+}
+
+// plmnOf splits an MCC+MNC provider ID ("00101") into NAS's numbers.
+func plmnOf(id, name string) *qmi.PLMN {
+	if len(id) < 5 || len(id) > 6 {
+		return &qmi.PLMN{Description: name}
+	}
+	mcc, err1 := strconv.Atoi(id[:3])
+	mnc, err2 := strconv.Atoi(id[3:])
+	if err1 != nil || err2 != nil {
+		return &qmi.PLMN{Description: name}
+	}
+	return &qmi.PLMN{MCC: uint16(mcc), MNC: uint16(mnc), Description: name}
+}
+
+func (f *QMIFunction) nasLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+	st := &f.net.st
+	switch m.ID {
+	case qmi.NASGetServingSystem:
+		ss := f.servingSystemLocked()
+		return 0, ss.TLVs(), nil
+	case qmi.NASGetSignalStrength, qmi.NASGetSignalInfo:
+		if !st.reg.Registered() || st.signal.RSSI == 99 {
+			return qmi.ErrNoNetworkFound, nil, nil
+		}
+		dbm := -113 + 2*int(min(st.signal.RSSI, 31))
+		if m.ID == qmi.NASGetSignalInfo {
+			si := qmi.SignalInfo{LTE: &qmi.LTESignal{RSSI: int8(dbm), RSRQ: -9, RSRP: int16(dbm - 20), SNR: 130}}
+			return 0, si.TLVs(), nil
+		}
+		sig := qmi.SignalStrength{Strength: int8(dbm), Radio: qmi.RadioLTE, HasRSRP: true, LTERSRP: int16(dbm - 20), HasSNR: true, LTESNR: 130}
+		return 0, sig.TLVs(), nil
+	}
+	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+func (f *QMIFunction) cardStatusLocked() qmi.CardStatus {
+	st, cfg := &f.net.st, &f.net.cfg
+	cs := qmi.CardStatus{IndexGWPrimary: 0, Index1xPrimary: 0xFFFF, IndexGWSecondary: 0xFFFF, Index1xSecondary: 0xFFFF}
+	if st.ready == mbim.ReadySIMNotInserted {
+		cs.IndexGWPrimary = 0xFFFF
+		cs.Cards = []qmi.Card{{State: qmi.CardAbsent}}
+		return cs
+	}
+	app := qmi.App{Type: qmi.AppTypeUSIM, State: uint8(qmi.AppReady), AID: []byte{0xA0, 0, 0, 0, 0x87, 0x10, 0x02},
+		PIN1State: qmi.PINDisabled, PIN1Retries: uint8(cfg.PINAttempts), PUK1Retries: 10, PIN2State: qmi.PINEnabledNotVerified,
+		PIN2Retries: 3, PUK2Retries: 10}
+	if cfg.PIN != "" {
+		app.PIN1State = qmi.PINEnabledVerified
+	}
+	switch {
+	case st.pinLocked && st.pinType == mbim.PINTypePUK1:
+		app.State, app.PIN1State, app.PIN1Retries = uint8(qmi.AppPUKRequired), qmi.PINBlocked, 0
+	case st.pinLocked:
+		app.State, app.PIN1State, app.PIN1Retries = uint8(qmi.AppPINRequired), qmi.PINEnabledNotVerified, uint8(st.attempts)
+	}
+	cs.Cards = []qmi.Card{{State: qmi.CardPresent, Apps: []qmi.App{app}}}
+	return cs
+}
+
+func (f *QMIFunction) uimLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+	n := f.net
+	switch m.ID {
+	case qmi.UIMGetCardStatus:
+		cs := f.cardStatusLocked()
+		return 0, cs.TLVs(), nil
+	case qmi.UIMVerifyPIN:
+		v, err := qmi.ParseVerifyPIN(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		retries := func() []qmi.TLV {
+			r := qmi.Retries{Verify: uint8(n.st.attempts), Unblock: 10}
+			if n.st.pinLocked && n.st.pinType == mbim.PINTypePUK1 {
+				r.Verify = 0
+			}
+			return []qmi.TLV{r.TLV()}
+		}
+		switch {
+		case n.st.ready == mbim.ReadySIMNotInserted:
+			return qmi.ErrUIMUninitialized, nil, nil
+		case v.ID != qmi.PIN1:
+			return qmi.ErrInvalidPINID, retries(), nil
+		case !n.st.pinLocked:
+			return qmi.ErrNoEffect, retries(), nil
+		case n.st.pinType == mbim.PINTypePUK1:
+			return qmi.ErrPINBlocked, retries(), nil
+		}
+		if !n.st.enterPINLocked(n, v.PIN) {
+			if n.st.pinType == mbim.PINTypePUK1 {
+				return qmi.ErrPINBlocked, retries(), nil
+			}
+			return qmi.ErrIncorrectPIN, retries(), nil
+		}
+		return 0, retries(), nil
+	}
+	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+// callEnd maps a refused call to WDS's verbose call end reason: a 3GPP
+// cause when the network gave one, else an internal reason.
+func callEnd(nw mbim.NwError) qmi.CallEnd {
+	if nw != 0 {
+		return qmi.CallEnd{HasReason: true, Reason: 1, HasVerbose: true, VerboseType: qmi.Verbose3GPP, Verbose: int16(nw)}
+	}
+	return qmi.CallEnd{HasReason: true, Reason: 1, HasVerbose: true, VerboseType: qmi.VerboseInternal, Verbose: 201}
+}
+
+func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
+	n := f.net
+	car := &n.cfg.Carrier
+	switch m.ID {
+	case qmi.WDSBindMuxDataPort:
+		b, err := qmi.ParseBindMuxDataPort(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		if b.Endpoint.Type != qmi.EndpointPCIe || b.MuxID == 0 || b.MuxID == 0xFF {
+			return qmi.ErrInvalidArgument, nil, nil
+		}
+		if c.handle != 0 {
+			return qmi.ErrIncompatibleState, nil, nil
+		}
+		c.mux, c.bound = b.MuxID, true
+		return 0, nil, nil
+	case qmi.WDSSetIPFamily:
+		fam, err := qmi.ParseIPFamily(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		if fam != qmi.IPv4 && fam != qmi.IPv6 {
+			return qmi.ErrInvalidArgument, nil, nil
+		}
+		c.family = fam
+		return 0, nil, nil
+	case qmi.WDSStartNetwork:
+		req, err := qmi.ParseStartNetwork(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		if c.handle != 0 {
+			return qmi.ErrNoEffect, nil, nil
+		}
+		fam := c.family
+		if req.Family != qmi.IPFamilyUnspecified {
+			fam = req.Family
+		}
+		if fam != qmi.IPv4 && fam != qmi.IPv6 {
+			return qmi.ErrInvalidArgument, nil, nil
+		}
+		if st, nw := n.st.admitCallLocked(&n.cfg, req.APN, req.User, req.Password); st != mbim.StatusNone {
+			return qmi.ErrCallFailed, callEnd(nw).TLVs(), nil
+		}
+		if (fam == qmi.IPv4 && !car.IPv4.IsValid()) || (fam == qmi.IPv6 && !car.IPv6.IsValid()) {
+			// The network has no address of this family (3GPP
+			// cause 50/51: PDN type IPv4/IPv6 only allowed).
+			nw := mbim.NwError(51)
+			if fam == qmi.IPv6 {
+				nw = 50
+			}
+			return qmi.ErrCallFailed, callEnd(nw).TLVs(), nil
+		}
+		if f.format.DLAggregation != qmi.AggregationDisabled && !c.bound {
+			f.violationLocked("%s with QMAP aggregation on but no mux ID bound (WDS Bind Mux Data Port first)", m)
+			return qmi.ErrIncompatibleState, nil, nil
+		}
+		f.handle++
+		if f.handle == 0 {
+			f.handle = 1
+		}
+		c.family, c.handle = fam, f.handle
+		f.indicateStatusLocked(m.Client, c, qmi.StatusConnected, qmi.CallEnd{})
+		return 0, []qmi.TLV{{Type: 0x01, Value: le32(c.handle)}}, nil
+	case qmi.WDSStopNetwork:
+		h, err := qmi.ParseHandle(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		if c.handle == 0 || h != c.handle {
+			return qmi.ErrInvalidHandle, nil, nil
+		}
+		c.handle = 0
+		f.indicateStatusLocked(m.Client, c, qmi.StatusDisconnected, qmi.CallEnd{HasReason: true, Reason: 2})
+		return 0, nil, nil
+	case qmi.WDSGetPacketServiceStatus:
+		s := qmi.StatusDisconnected
+		if c.handle != 0 {
+			s = qmi.StatusConnected
+		}
+		return 0, []qmi.TLV{{Type: 0x01, Value: []byte{byte(s)}}}, nil
+	case qmi.WDSGetCurrentSettings:
+		if len(m.TLVs) > 0 {
+			if _, err := qmi.GetCurrentSettingsMask(m); err != nil {
+				return 0, nil, parseErr(err)
+			}
+		}
+		if c.handle == 0 {
+			return qmi.ErrOutOfCall, nil, nil
+		}
+		s := qmi.Settings{MTU: car.MTU, Family: c.family}
+		if c.family == qmi.IPv4 {
+			s.IPv4, s.IPv4Gateway, s.IPv4DNS = car.IPv4, car.IPv4Gateway, car.IPv4DNS
+		} else {
+			s.IPv6, s.IPv6Gateway, s.IPv6DNS = car.IPv6, car.IPv6Gateway, car.IPv6DNS
+		}
+		return 0, s.TLVs(), nil
+	}
+	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
+
+func (f *QMIFunction) indicateStatusLocked(client uint8, c *qmiClient, s qmi.ConnectionStatus, end qmi.CallEnd) {
+	ps := qmi.PacketStatus{Status: s, End: end, Family: c.family}
+	f.sendLocked(ps.Indication(client))
+}
+
+func (f *QMIFunction) wdaLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+	switch m.ID {
+	case qmi.WDAGetDataFormat:
+		return 0, f.format.ResponseTLVs(), nil
+	case qmi.WDASetDataFormat:
+		req, err := qmi.ParseSetDataFormat(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		if req.LinkLayer != qmi.LinkLayerRawIP {
+			// This modem serves raw IP only (no 802.3 framing).
+			return qmi.ErrInvalidArgument, nil, nil
+		}
+		if req.Endpoint != (qmi.Endpoint{}) && req.Endpoint.Type != qmi.EndpointPCIe {
+			return qmi.ErrInvalidArgument, nil, nil
+		}
+		agreed := func(a qmi.Aggregation) qmi.Aggregation {
+			switch {
+			case a == qmi.AggregationDisabled:
+				return a
+			case a == qmi.AggregationQMAPv5 && f.cfg.MaxAggregation == qmi.AggregationQMAPv5:
+				return a
+			case a >= qmi.AggregationQMAP && a <= qmi.AggregationQMAPv5:
+				return qmi.AggregationQMAP
+			}
+			return qmi.AggregationDisabled
+		}
+		d := qmi.DataFormat{LinkLayer: qmi.LinkLayerRawIP, ULAggregation: agreed(req.ULAggregation), DLAggregation: agreed(req.DLAggregation)}
+		if d.DLAggregation != qmi.AggregationDisabled {
+			d.DLMaxDatagrams, d.DLMaxSize = f.cfg.DLMaxDatagrams, f.cfg.DLMaxSize
+			if req.DLMaxDatagrams != 0 {
+				d.DLMaxDatagrams = min(req.DLMaxDatagrams, d.DLMaxDatagrams)
+			}
+			if req.DLMaxSize != 0 {
+				d.DLMaxSize = min(req.DLMaxSize, d.DLMaxSize)
+			}
+		}
+		if d.ULAggregation != qmi.AggregationDisabled {
+			d.ULMaxDatagrams, d.ULMaxSize = f.cfg.ULMaxDatagrams, f.cfg.ULMaxSize
+		}
+		f.format = d
+		return 0, d.ResponseTLVs(), nil
+	}
+	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+// networkChangedLocked follows the shared network: a call the network can
+// no longer carry (detached, deregistered, radio off) ends with a Packet
+// Service Status indication; NAS clients get a Serving System indication
+// when registration or attach changed.
+func (f *QMIFunction) networkChangedLocked() {
+	if f.out == nil {
+		return
+	}
+	st := &f.net.st
+	up := st.radioOn() && st.reg.Registered() && st.ps == mbim.PacketServiceAttached
+	for id, c := range f.clients {
+		if id.Service == qmi.ServiceWDS && c.handle != 0 && !up {
+			c.handle = 0
+			f.indicateStatusLocked(id.Client, c, qmi.StatusDisconnected, callEnd(st.regNw))
+		}
+	}
+	ss := f.servingSystemLocked()
+	if f.ssSent && ss.Registration == f.lastSS.Registration && ss.PSAttach == f.lastSS.PSAttach {
+		return
+	}
+	f.lastSS, f.ssSent = ss, true
+	for id := range f.clients {
+		if id.Service == qmi.ServiceNAS {
+			m := &qmi.Message{Service: qmi.ServiceNAS, Client: id.Client, FromModem: true, Kind: qmi.Indication,
+				ID: qmi.NASGetServingSystem, TLVs: ss.TLVs()}
+			f.sendLocked(m)
+		}
+	}
+}
