@@ -339,17 +339,12 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	}
 	e.level = min(e.level, slots)
 
-	// The chain bound: a frame of MaxFrame bytes in MRU-sized pieces.
-	maxPieces := (MaxFrame+e.mru-1)/e.mru + 1
-	nrx := opts.RXBuffers
-	if nrx <= 0 {
-		nrx = slots + e.budget + maxPieces
-	}
+	nrx, maxPieces := rxBuffers(opts, dl.Elements(), e.budget, e.mru)
 	dma := c.Device().DMA()
 	if e.rxPool, err = newPool(dma, nrx, e.mru); err != nil {
 		return nil, fmt.Errorf("link: %s RX pool: %w", e.opts.Channel, err)
 	}
-	if err := e.tx.init(dma, e, ul.Elements()-1, mtu); err != nil {
+	if err := e.tx.init(dma, e, txBuffers(opts, ul.Elements()), mtu); err != nil {
 		e.rxPool.destroy(dma)
 		return nil, fmt.Errorf("link: %s TX pool: %w", e.opts.Channel, err)
 	}

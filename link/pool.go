@@ -30,8 +30,10 @@ func newPool(dma pci.DMA, n, size int) (*pool, error) {
 	for range n {
 		b, err := dma.Alloc(size, 64)
 		if err != nil {
+			// Count before destroy empties p.all.
+			i := len(p.all) + 1
 			p.destroy(dma)
-			return nil, fmt.Errorf("%d-byte DMA buffer %d of %d: %w", size, len(p.all)+1, n, err)
+			return nil, fmt.Errorf("%d-byte DMA buffer %d of %d: %w", size, i, n, err)
 		}
 		p.all = append(p.all, b)
 		p.free = append(p.free, b)

@@ -2,6 +2,7 @@ package link
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -45,18 +46,11 @@ type txState struct {
 }
 
 func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
-	size := e.opts.TXBufferSize
-	if size <= 0 {
-		size = int(mtu) + e.framing.Overhead()
-	}
-	size = min((size+63)&^63, mhi.MaxTRELen)
+	size := txBufferSize(e.opts, mtu, e.framing.Overhead())
 	t.size = size
 	t.maxPacket = size - e.framing.Overhead()
 	if t.maxPacket < int(mtu) {
 		return errors.New("TX buffer smaller than MTU + framing overhead")
-	}
-	if e.opts.TXBuffers > 0 {
-		n = e.opts.TXBuffers
 	}
 	t.enc = e.framing.NewEncoder()
 	t.senc, _ = t.enc.(SessionEncoder)
@@ -65,8 +59,9 @@ func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
 	for range n {
 		b, err := dma.Alloc(size, 64)
 		if err != nil {
+			i := len(t.all) + 1
 			t.destroy(dma)
-			return err
+			return fmt.Errorf("%d-byte DMA buffer %d of %d: %w", size, i, n, err)
 		}
 		t.all = append(t.all, b)
 		t.free = append(t.free, b)

@@ -174,13 +174,7 @@ func (ch *Channel) Inbound() bool { return ch.cfg.Dir == ChanTypeInbound }
 func (ch *Channel) MRU() int {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	switch {
-	case ch.opts.MRU > 0:
-		return ch.opts.MRU
-	case ch.c.prof.MRU > 0:
-		return ch.c.prof.MRU
-	}
-	return DefaultMRU
+	return ch.c.prof.ChannelMRU(ch.opts.MRU)
 }
 
 // Elements returns the TRE ring size.

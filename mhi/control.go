@@ -23,6 +23,23 @@ type ControlOptions struct {
 	BufSize int
 }
 
+// withDefaults fills in the defaults and bounds the buffer counts by the
+// free slots of the pair's rings: what OpenControl allocates.
+func (o ControlOptions) withDefaults(ul, dl ChannelConfig) ControlOptions {
+	if o.RxBuffers <= 0 {
+		o.RxBuffers = 4
+	}
+	if o.TxBuffers <= 0 {
+		o.TxBuffers = 4
+	}
+	if o.BufSize <= 0 {
+		o.BufSize = ControlMTU
+	}
+	o.RxBuffers = min(o.RxBuffers, dl.Elements-1)
+	o.TxBuffers = min(o.TxBuffers, ul.Elements-1)
+	return o
+}
+
 // ControlPort is a message port over a control channel pair (MBIM, QMI,
 // DUN, …): Send queues one message as one transfer; Recv returns one
 // message, with OVERFLOW pieces joined. Like Linux mhi_wwan_ctrl, a DL
@@ -47,19 +64,10 @@ type ControlPort struct {
 
 // OpenControl claims, starts and fills the control channel pair name.
 func (c *Controller) OpenControl(ctx context.Context, name string, opts ControlOptions) (*ControlPort, error) {
-	if opts.RxBuffers <= 0 {
-		opts.RxBuffers = 4
-	}
-	if opts.TxBuffers <= 0 {
-		opts.TxBuffers = 4
-	}
-	if opts.BufSize <= 0 {
-		opts.BufSize = ControlMTU
-	}
 	if opts.BufSize > MaxTRELen {
 		return nil, fmt.Errorf("mhi: control buffer size %d exceeds a TRE (%d)", opts.BufSize, MaxTRELen)
 	}
-	p := &ControlPort{c: c, size: opts.BufSize}
+	p := &ControlPort{c: c}
 	p.cond = sync.NewCond(&p.mu)
 	ul, dl, err := c.ChannelPair(name,
 		ChannelOptions{OnComplete: p.txDone, Release: p.txRelease},
@@ -68,8 +76,9 @@ func (c *Controller) OpenControl(ctx context.Context, name string, opts ControlO
 		return nil, err
 	}
 	p.ul, p.dl = ul, dl
-	rx := min(opts.RxBuffers, dl.cfg.Elements-1)
-	tx := min(opts.TxBuffers, ul.cfg.Elements-1)
+	opts = opts.withDefaults(ul.cfg, dl.cfg)
+	p.size = opts.BufSize
+	rx, tx := opts.RxBuffers, opts.TxBuffers
 	dma := c.dev.DMA()
 	for i := 0; i < rx+tx; i++ {
 		b, err := dma.Alloc(opts.BufSize, 64)

@@ -2,8 +2,6 @@ package stack
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -15,6 +13,7 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -49,6 +48,10 @@ type Options struct {
 	Link link.Options
 	// Sim tunes the emulated modem (Device "sim" only).
 	Sim SimOptions
+	// DMASize overrides the size of the VFIO DMA arena (0: computed from
+	// the profile and Link, see DMASize). It is pinned memory and counts
+	// against RLIMIT_MEMLOCK (docs/VFIO.md).
+	DMASize int
 	// Logger receives diagnostics (nil: Config.Logger).
 	Logger *slog.Logger
 }
@@ -70,6 +73,28 @@ type SimOptions struct {
 	// the session's addresses, NetworkDetach and NetworkLost drop the
 	// connection, Configure and Reregister bring it back.
 	Function *sim.MBIMFunction
+	// DMAWindow is the size of the emulated device's IOVA window. 0
+	// gives it the DMA arena a VFIO device would get for the same
+	// profile and options (Options.DMASize, or DMASize), so the emulated
+	// pipeline runs in the memory hardware gets; negative: the whole
+	// 4 GiB.
+	DMAWindow int
+}
+
+// DMASize returns the DMA arena Open maps for a modem with profile p and
+// link options lo (Options.Link with its Channel set): what the MHI
+// engine with its MBIM control port allocates (mhi.DMABytes) plus the
+// link's RX and TX pools (link.DMABytes, at lo.MTU or at least
+// link.DefaultMTU: the session's MTU is not known yet), with the arena's
+// headroom (vfio.ArenaSize). A network that reports an MTU well above
+// the one sized for needs Options.Link.MTU set, or Options.DMASize.
+func DMASize(p *mhi.Profile, lo link.Options) (int, error) {
+	lo.MTU = max(lo.MTU, link.DefaultMTU)
+	pools, err := link.DMABytes(p, lo)
+	if err != nil {
+		return 0, fmt.Errorf("stack: DMA size: %w", err)
+	}
+	return vfio.ArenaSize(mhi.DMABytes(p, mhi.DMAUse{}) + pools), nil
 }
 
 // Open brings the whole pipeline up and returns a stack on it: the
@@ -92,6 +117,9 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	if opts.Channel == "" {
 		opts.Channel = opts.Link.Channel
+	}
+	if opts.Device == "" {
+		opts.Device = "sim"
 	}
 	var closers []func() error
 	defer func() {
@@ -139,11 +167,7 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
 	}
 
-	lo := opts.Link
-	lo.Channel = opts.Channel
-	if lo.Framing == nil && opts.Channel == "IP_HW0_MBIM" {
-		lo.Framing = mbim.NTB{}
-	}
+	lo := linkOptions(&opts)
 	if lo.Logger == nil {
 		lo.Logger = opts.Logger
 	}
@@ -152,7 +176,7 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	ep, err := link.New(ctx, c, lo)
 	if err != nil {
-		return nil, fmt.Errorf("stack: open %s: link: %w", opts.Device, err)
+		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 	}
 	cfg := opts.Config
 	cfg.Addresses = append(append([]netip.Prefix(nil), ip.IPv4...), ip.IPv6...)
@@ -181,6 +205,29 @@ func (s *Stack) Controller() *mhi.Controller { return s.ctrl }
 // ModemManager share the modem. Its lifetime is the stack's: do not
 // close it.
 func (s *Stack) MBIM() *mbim.Client { return s.mbim }
+
+// linkOptions returns Options.Link with the data channel and, on
+// IP_HW0_MBIM, the NTB framing set.
+func linkOptions(opts *Options) link.Options {
+	lo := opts.Link
+	lo.Channel = opts.Channel
+	if lo.Framing == nil && opts.Channel == "IP_HW0_MBIM" {
+		lo.Framing = mbim.NTB{}
+	}
+	return lo
+}
+
+// dmaSize is the arena for p: Options.DMASize or DMASize.
+func dmaSize(opts *Options, p *mhi.Profile) (int, error) {
+	if opts.DMASize > 0 {
+		return opts.DMASize, nil
+	}
+	o := *opts
+	if o.Channel == "" {
+		o.Channel = dataChannel(p)
+	}
+	return DMASize(p, linkOptions(&o))
+}
 
 // dataChannel is the data pair Open uses on p when Options.Channel is
 // empty: IP_HW0 (raw IP) if p has it, else IP_HW0_MBIM.
@@ -234,33 +281,57 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		}
 		so := opts.Sim.Modem
 		so.Functions = map[string]sim.Function{"MBIM": fn, opts.Channel: cn}
-		dev, _, err := sim.NewDevice(p, so)
+		var vo []vpci.Option
+		switch w := opts.Sim.DMAWindow; {
+		case w == 0:
+			n, err := dmaSize(opts, p)
+			if err != nil {
+				cn.Close()
+				return nil, nil, nil, err
+			}
+			vo = append(vo, vpci.WithIOVAWindow(uint64(n)))
+		case w > 0:
+			vo = append(vo, vpci.WithIOVAWindow(uint64(w)))
+		}
+		dev, _, err := sim.NewDevice(p, so, vo...)
 		if err != nil {
 			cn.Close()
 			return nil, nil, nil, fmt.Errorf("stack: emulated %s: %w", name, err)
 		}
 		return dev, p, []func() error{cn.Close, dev.Close}, nil
 	}
-	dev, err := vfio.Open(opts.Device, nil)
+	// The arena is mapped at open, so it is sized from the profile the
+	// function's IDs select, before anything is allocated from it.
+	var (
+		p       *mhi.Profile
+		sizeErr error
+	)
+	vo := &vfio.Options{DMASizeFor: func(info pci.Info) int {
+		ok := false
+		if opts.Profile != "" {
+			p, ok = mhi.Lookup(opts.Profile)
+		} else {
+			p, ok = mhi.Match(info.Vendor, info.Device, info.SubVendor, info.SubDev)
+		}
+		if !ok {
+			p = nil
+			return 0
+		}
+		var n int
+		n, sizeErr = dmaSize(opts, p)
+		return n
+	}}
+	dev, err := vfio.Open(opts.Device, vo)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 	}
-	var p *mhi.Profile
-	var ok bool
-	if opts.Profile != "" {
-		p, ok = mhi.Lookup(opts.Profile)
-	} else {
-		var id, sub [4]byte
-		if err := errors.Join(dev.ConfigRead(0, id[:]), dev.ConfigRead(0x2c, sub[:])); err != nil {
-			dev.Close()
-			return nil, nil, nil, fmt.Errorf("stack: open %s: config space: %w", opts.Device, err)
-		}
-		le := binary.LittleEndian
-		p, ok = mhi.Match(le.Uint16(id[0:]), le.Uint16(id[2:]), le.Uint16(sub[0:]), le.Uint16(sub[2:]))
-	}
-	if !ok {
+	switch {
+	case p == nil:
 		dev.Close()
 		return nil, nil, nil, fmt.Errorf("stack: open %s: no modem profile (set Options.Profile)", opts.Device)
+	case sizeErr != nil:
+		dev.Close()
+		return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, sizeErr)
 	}
 	return dev, p, []func() error{dev.Close}, nil
 }

@@ -74,8 +74,10 @@ type target struct {
 }
 
 // open builds the controller for the device the flags name. so applies to
-// the emulated modem only.
-func (f *deviceFlags) open(so sim.Options, co mhi.Options) (*target, error) {
+// the emulated modem only. A modem's DMA arena is sized for the engine
+// (mhi.DMABytes with u: the firmware the command loads) plus extra bytes
+// of the command's own buffers (each counted with mhi.DMAFootprint).
+func (f *deviceFlags) open(so sim.Options, co mhi.Options, u mhi.DMAUse, extra int) (*target, error) {
 	if f.device == "sim" {
 		p := f.simProfile()
 		dev, m, err := sim.NewDevice(p, so)
@@ -92,7 +94,17 @@ func (f *deviceFlags) open(so sim.Options, co mhi.Options) (*target, error) {
 			return errors.Join(c.Close(), dev.Close())
 		}}, nil
 	}
-	dev, err := vfio.Open(f.device, nil)
+	vo := &vfio.Options{DMASizeFor: func(info pci.Info) int {
+		p := f.simProfile()
+		if f.profile == "" {
+			var ok bool
+			if p, ok = mhi.Match(info.Vendor, info.Device, info.SubVendor, info.SubDev); !ok {
+				return 0 // mhi.New says there is no profile
+			}
+		}
+		return vfio.ArenaSize(mhi.DMABytes(p, u) + extra)
+	}}
+	dev, err := vfio.Open(f.device, vo)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w (mhictl list shows whether it is ready for vfio)", f.device, err)
 	}

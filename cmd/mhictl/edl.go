@@ -76,7 +76,7 @@ func edl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, _, ok := df.simProfile().ChannelPair("FIREHOSE"); ok {
 		so.Functions["FIREHOSE"] = &sim.Firehose{}
 	}
-	t, err := df.open(so, mhi.Options{Boot: mhi.BootOptions{OnProgress: pp.report}})
+	t, err := df.open(so, mhi.Options{Boot: mhi.BootOptions{OnProgress: pp.report}}, mhi.DMAUse{Firmware: len(prog)}, 0)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func fwLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			pp.report(p)
 		},
 	}}
-	t, err := df.open(sim.Options{Boot: sim.BootPBL}, co)
+	t, err := df.open(sim.Options{Boot: sim.BootPBL}, co, mhi.DMAUse{Firmware: len(img), SegLen: *segLen}, 0)
 	if err != nil {
 		return err
 	}

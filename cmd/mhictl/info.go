@@ -75,7 +75,7 @@ func info(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := df.check(); err != nil {
 		return err
 	}
-	t, err := df.open(sim.Options{}, mhi.Options{})
+	t, err := df.open(sim.Options{}, mhi.Options{}, mhi.DMAUse{}, 0)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,9 @@ type selftestOut struct {
 
 // dataPairs are the channel pairs selftest may loop on the emulated modem
 // when the profile has no LOOPBACK, in order of preference.
+// selftestBufs is the number of buffers selftest queues in each direction.
+const selftestBufs = 16
+
 var dataPairs = []string{"IP_HW0", "IP_HW0_MBIM", "IP_SW0"}
 
 func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -87,7 +90,7 @@ func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if name == "" {
 		name = "LOOPBACK"
 	}
-	t, err := df.open(so, mhi.Options{})
+	t, err := df.open(so, mhi.Options{}, mhi.DMAUse{}, (selftestBufs+selftestBufs)*mhi.DMAFootprint(*size, 64))
 	if err != nil {
 		return err
 	}
@@ -100,7 +103,7 @@ func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := t.c.PowerUp(ctx); err != nil {
 		return hint(fmt.Errorf("power up: %w", err))
 	}
-	pio, err := openPair(ctx, t.c, t.dev.DMA(), name, *size, 16, 16)
+	pio, err := openPair(ctx, t.c, t.dev.DMA(), name, *size, selftestBufs, selftestBufs)
 	if err != nil {
 		return hint(err)
 	}

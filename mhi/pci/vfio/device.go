@@ -87,6 +87,11 @@ func newDevice(addr string, fd int, mmu iommu, o Options) (*Device, error) {
 		Revision:  cfg[pci.CfgRevision],
 	}
 	d.intr = newInterrupts(d)
+	if o.DMASizeFor != nil {
+		if n := o.DMASizeFor(d.info); n > 0 {
+			o.DMASize = n
+		}
+	}
 	var err error
 	if d.dma, err = newArena(mmu, o); err != nil {
 		return nil, fmt.Errorf("vfio: %s: %w", addr, err)

@@ -137,8 +137,9 @@ func memlockError(what string, size uint64, err error) error {
 	if lim.Cur != unix.RLIM_INFINITY {
 		cur = fmt.Sprintf("%d KiB", lim.Cur>>10)
 	}
-	return fmt.Errorf("%w: %s needs %d KiB locked (limit %s; the kernel may count it twice, for mlock and for the IOMMU pin): %v; raise it with 'ulimit -l', LimitMEMLOCK= in a systemd unit or /etc/security/limits.conf, or grant CAP_IPC_LOCK; or lower Options.DMASize",
-		ErrMemlock, what, size>>10, cur, err)
+	kib := 2 * size >> 10
+	return fmt.Errorf("%w: %s needs %d KiB locked (RLIMIT_MEMLOCK is %s; the kernel may count it twice, for mlock and for the IOMMU pin): %v; raise the limit to at least %d KiB ('ulimit -l %d', LimitMEMLOCK=%dK in a systemd unit, or /etc/security/limits.conf), or grant CAP_IPC_LOCK; the size follows from the modem profile and the link options (RX pool, MRU), see docs/VFIO.md",
+		ErrMemlock, what, size>>10, cur, err, kib, kib, kib)
 }
 
 // Alloc returns a zeroed buffer of size bytes whose IOVA is a multiple of

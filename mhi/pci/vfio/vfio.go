@@ -69,8 +69,15 @@ type Options struct {
 	HugePages HugePages
 	// DMASize is the size of the DMA arena, mapped once into the IOMMU
 	// and sub-allocated by DMA().Alloc (default 16 MiB). It is pinned and
-	// counts against RLIMIT_MEMLOCK.
+	// counts against RLIMIT_MEMLOCK. The arena does not grow: size it
+	// from what will be allocated (ArenaSize of mhi.DMABytes plus
+	// link.DMABytes, as stack.Open does).
 	DMASize int
+	// DMASizeFor, when set, is called once the function's IDs are read
+	// and before the arena is created; a positive result replaces
+	// DMASize. It lets a caller size the arena from the modem profile
+	// the IDs select.
+	DMASizeFor func(pci.Info) int
 	// IOVABase is the lowest IOVA the arena may use (default 1 MiB, so a
 	// zero or small garbage address written by a buggy driver faults).
 	// The arena always ends at or below 4 GiB.
@@ -84,6 +91,14 @@ type Options struct {
 }
 
 const defaultDMASize = 16 << 20
+
+// ArenaSize returns the arena size for need bytes of DMA allocations
+// (each counted with its alignment padding, as mhi.DMAFootprint does):
+// need plus an eighth and 1 MiB of headroom for the fragmentation of
+// buffers freed and allocated again, rounded up to whole 2 MiB hugepages.
+func ArenaSize(need int) int {
+	return int(alignUp(uint64(need+need/8+1<<20), hugePageSize))
+}
 
 func (o *Options) withDefaults() Options {
 	var r Options

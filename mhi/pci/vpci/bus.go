@@ -52,6 +52,13 @@ func WithIOVALimit(limit uint64) Option {
 	return func(o *options) { o.iovaLimit = limit }
 }
 
+// WithIOVAWindow makes the DMA window size bytes long (it ends at the
+// window's base plus size), the IOVA space a VFIO DMA arena of that size
+// gives a real device: a pipeline that fits here fits in the arena.
+func WithIOVAWindow(size uint64) Option {
+	return func(o *options) { o.iovaLimit = iovaBase + min(size, pci.Limit4G-iovaBase) }
+}
+
 // Device is a virtual PCI function hosting one Model. It implements
 // pci.Device; its other methods are test hooks.
 type Device struct {
