@@ -43,8 +43,10 @@
 // replies, RSTs sent from inside delivery). It frames packets into TX DMA
 // buffers (the one TX copy), queues them and rings the doorbell once per
 // call. When TX buffers or UL ring slots run out it reaps UL completions
-// itself and waits, reaping every 50 µs, up to TXTimeout; it never waits
-// for the poller, so a poller that writes cannot deadlock. It fails with
+// itself and sleeps, up to TXTimeout, until a batch of TX completions frees
+// buffers (netif_stop_queue / netif_wake_queue, no polling timer); a UL
+// interrupt during a running pass wakes it to reap itself, so a poller
+// that writes cannot deadlock. It fails with
 // tcpip.ErrNoBufferSpace rather than dropping silently. That wait is a
 // driver's stopped queue: give the NIC a queueing discipline (gVisor's
 // fifo, as package stack does) so that it runs on the queue's goroutine,

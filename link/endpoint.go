@@ -203,7 +203,8 @@ type Endpoint struct {
 	// token in sched wakes the dedicated poller.
 	scheduled atomic.Bool
 	sched     chan struct{}
-	pollMu    sync.Mutex // held while a pass runs in InlinePoll mode
+	pollMu    sync.Mutex  // held while a pass runs in InlinePoll mode
+	inlineRun atomic.Bool // an InlinePoll pass is running
 
 	disp atomic.Pointer[stack.NetworkDispatcher]
 
@@ -215,6 +216,7 @@ type Endpoint struct {
 	txFn     func(mhi.Completion) // e.txComplete, bound once
 	resetRX  atomic.Bool          // SYS_ERR: drop the partial chain
 	kicked   bool                 // the last pass woke the refiller
+	txWoke   bool                 // a pass since run began freed TX buffers for stopped writers
 	groSink  groSink
 	rxCsum   bool
 	txBudget int
@@ -370,9 +372,10 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		return nil, fmt.Errorf("link: %w", err)
 	}
 	e.unsub = c.Subscribe(e.onControllerEvent)
-	notify := e.notify
-	e.ulER.SetNotify(notify)
-	e.dlER.SetNotify(notify)
+	e.dlER.SetNotify(e.notify)
+	if !e.shared {
+		e.ulER.SetNotify(e.notifyUL)
+	}
 
 	if !opts.InlinePoll {
 		e.wg.Add(1)
@@ -428,18 +431,33 @@ func (e *Endpoint) onControllerEvent(ev mhi.Event) {
 // notify is napi_schedule: it runs on the controller's interrupt
 // goroutines and only schedules the poller (or, with InlinePoll, polls
 // right there).
-func (e *Endpoint) notify() {
+func (e *Endpoint) notify() { e.schedule() }
+
+// schedule is notify; it reports false when the poller was already
+// scheduled (the running pass's re-check sees the new events).
+func (e *Endpoint) schedule() bool {
 	e.stats.interrupts.Add(1)
 	if !e.scheduled.CompareAndSwap(false, true) {
-		return // already scheduled: the running poll's re-check sees it
+		return false
 	}
 	if e.opts.InlinePoll {
 		e.pollInline()
-		return
+		return true
 	}
 	select {
 	case e.sched <- struct{}{}:
 	default:
+	}
+	return true
+}
+
+// notifyUL is the interrupt of a UL event ring of its own: notify, and
+// when a pass is already running, wake writers waiting for UL space so
+// that they reap the completions themselves — the pass may be the one
+// waiting (a reply written from inside delivery).
+func (e *Endpoint) notifyUL() {
+	if !e.schedule() && e.tx.waiters.Load() > 0 {
+		e.tx.wake()
 	}
 }
 

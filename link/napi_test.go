@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
+
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -43,4 +45,73 @@ func TestSharedEventRingChargesOnlyRXAgainstTheBudget(t *testing.T) {
 		t.Errorf("the pass reaped %d TX completions, want %d", s.TXCompletions, budget)
 	}
 	r.snk.waitFor(t, budget, 5*time.Second)
+}
+
+// TestBlockedWriterWakesOnTXCompletionNotOnATimer: a writer blocked on a
+// full UL ring sleeps until TX completions free room (netif_stop_queue /
+// netif_wake_queue), instead of waking every few microseconds to look.
+func TestBlockedWriterWakesOnTXCompletionNotOnATimer(t *testing.T) {
+	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true, TXTimeout: 20 * time.Second}})
+	_, dl := r.ep.Channels()
+	waitUntil(t, 5*time.Second, "DL ring filled", func() bool { return dl.FreeCount() < r.ep.RefillLevel() })
+	// No DL buffers come back: the loopback fills the DL ring, then
+	// leaves UL transfers in the ring, which fills.
+	link.HoldRXBuffersForTest(r.ep)
+	const n = 600
+	pkts := make([][]byte, n)
+	for i := range pkts {
+		pkts[i] = udp4(t, i, 100)
+	}
+	type result struct {
+		n   int
+		err tcpip.Error
+	}
+	done := make(chan result, 1)
+	go func() {
+		k, err := writeN(r.ep, pkts...)
+		done <- result{k, err}
+	}()
+	ul, _ := r.ep.Channels()
+	// Blocked, and the modem stopped consuming: the completion count
+	// stays put between two looks.
+	last := ^uint64(0)
+	waitUntil(t, 10*time.Second, "the writer blocked on a stalled UL ring", func() bool {
+		c := r.ep.Stats().TXCompletions
+		stalled := c == last && ul.Full() && r.ep.Stats().TXFull > 0
+		last = c
+		if !stalled {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return stalled
+	})
+	// Observe the blocked writer for a while: nothing completes, so it
+	// has no reason to wake.
+	const window = 50 * time.Millisecond
+	s0 := r.ep.Stats()
+	time.Sleep(window)
+	s1 := r.ep.Stats()
+	idle := s1.TXWakeups - s0.TXWakeups
+	freed := s1.TXCompletions - s0.TXCompletions
+	select {
+	case res := <-done:
+		t.Fatalf("the writer returned while the ring was stalled: %d, %v", res.n, res.err)
+	default:
+	}
+	link.ReleaseRXBuffersForTest(r.ep)
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the blocked writer did not resume after TX completions")
+	}
+	if res.n != n {
+		t.Fatalf("WritePackets = %d, %v; want %d", res.n, res.err, n)
+	}
+	r.snk.waitFor(t, n, 10*time.Second)
+	s := r.ep.Stats()
+	t.Logf("stalled %v: %d wake-ups (%.0f/s); whole write: %d wake-ups, %d TXFull, %d TX completions",
+		window, idle, float64(idle)/window.Seconds(), s.TXWakeups, s.TXFull, s.TXCompletions)
+	if idle > freed+1 {
+		t.Errorf("a writer blocked on a stalled ring woke %d times in %v (%d TX completions meanwhile): it polls on a timer", idle, window, freed)
+	}
 }

@@ -98,6 +98,7 @@ func (e *Endpoint) pollLoop() {
 		}
 		deferT.Stop()
 		e.inPass.Store(true)
+		e.txWoke = false
 		ok, work := e.run()
 		e.inPass.Store(false)
 		if !ok {
@@ -105,7 +106,10 @@ func (e *Endpoint) pollLoop() {
 		}
 		switch {
 		case e.opts.DeferPoll <= 0:
-		case work > 0:
+		case work > 0 || e.txWoke:
+			// RX work, or TX completions that woke stopped writers:
+			// the device is busy, and its next (moderated) MSI may
+			// be a millisecond away.
 			deferLeft = e.opts.DeferCount
 		case deferLeft > 0:
 			deferLeft--
@@ -121,7 +125,9 @@ func (e *Endpoint) pollInline() {
 	if e.stopped.Load() {
 		return
 	}
+	e.inlineRun.Store(true)
 	e.run()
+	e.inlineRun.Store(false)
 }
 
 // run does poll passes while the poller is scheduled. It returns false if
@@ -176,6 +182,14 @@ func (e *Endpoint) poll() (int, time.Time) {
 	start := time.Now()
 	e.kicked = false
 	e.stats.polls.Add(1)
+	// Writers stopped on a full UL ring make the TX completions of this
+	// pass work worth deferred polling for (see pollLoop).
+	stopped, tx0 := e.tx.waiters.Load() > 0, e.stats.txCompletions.Load()
+	defer func() {
+		if stopped && e.stats.txCompletions.Load() != tx0 {
+			e.txWoke = true
+		}
+	}()
 	if e.resetRX.Swap(false) {
 		e.rx.dropChain(e)
 	}
@@ -185,6 +199,7 @@ func (e *Endpoint) poll() (int, time.Time) {
 		// for: bounded by the ring, not by the budget, unless
 		// TXInBudget measures the other choice.
 		n := e.ulER.Poll(e.txBudget, e.txFn)
+		e.tx.flush()
 		if e.opts.TXInBudget {
 			work = min(n, e.budget)
 		}
@@ -200,6 +215,9 @@ func (e *Endpoint) poll() (int, time.Time) {
 			e.dlER.PollCharged(e.budget-work, e.dl, e.rxFn)
 		} else {
 			e.dlER.Poll(e.budget-work, e.rxFn)
+		}
+		if e.shared {
+			e.tx.flush()
 		}
 		work += e.rx.deliver(e, e.budget-work)
 	}

@@ -26,6 +26,10 @@ type Stats struct {
 	// TXFull counts the times a writer found no TX buffer or a full UL
 	// ring and had to reap completions inline or wait (backpressure).
 	TXFull uint64
+	// TXWakeups counts the times a writer waiting for UL space woke up
+	// (TX completions freed enough, an interrupt asked it to reap, or
+	// its deadline).
+	TXWakeups uint64
 	// TXDoorbells counts UL doorbell batches (Channel.Ring calls).
 	TXDoorbells uint64
 	// TXGSO counts host-GSO segments (GSOSegment) the endpoint cut into
@@ -90,7 +94,7 @@ type counters struct {
 	dropNotAttached, dropBacklog, dropSession             atomic.Uint64
 	control, controlAnswers                               atomic.Uint64
 	txPackets, txBytes, txFrames, txCompletions, txFull   atomic.Uint64
-	txDoorbells, txGSO                                    atomic.Uint64
+	txDoorbells, txGSO, txWakeups                         atomic.Uint64
 	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
@@ -146,7 +150,7 @@ func (e *Endpoint) Stats() Stats {
 		},
 		TXPackets: c.txPackets.Load(), TXBytes: c.txBytes.Load(), TXFrames: c.txFrames.Load(),
 		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(),
-		TXGSO: c.txGSO.Load(),
+		TXGSO: c.txGSO.Load(), TXWakeups: c.txWakeups.Load(),
 		TXDrops: TXDrops{
 			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),
 			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(),

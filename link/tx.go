@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -13,11 +14,19 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci"
 )
 
-// reapInterval is how often a writer waiting for UL space reaps the UL
-// event ring itself. It does not wait for the poller: the writer may be
-// the poller (an ICMP reply or RST sent from inside delivery), and with
-// 1 ms interrupt moderation the poller may not run for a millisecond.
-const reapInterval = 50 * time.Microsecond
+// A writer that finds no TX buffer or a full UL ring stops, like a driver
+// calling netif_stop_queue, and is woken like netif_wake_queue: at the end
+// of a batch of TX completions (a poll pass, an interrupt) that freed
+// buffers, not by a timer. It reaps the UL event ring itself before it
+// sleeps, and again when an interrupt for the UL ring arrives while a poll
+// pass is running (notifyUL): the writer may be the poller (an ICMP reply
+// or RST sent from inside delivery), which cannot reap while it waits.
+//
+// inlineReapInterval is the one timed case: with InlinePoll a writer inside
+// an inline pass runs on an interrupt goroutine, which may be the one that
+// would deliver the UL ring's next interrupt (vectors shared), so while an
+// inline pass runs waiters also reap on this interval.
+const inlineReapInterval = 50 * time.Microsecond
 
 // txState is the TX side: a fixed set of DMA buffers (one per UL ring
 // slot by default) and the encoder, used under mu by one writer at a time.
@@ -36,11 +45,14 @@ type txState struct {
 
 	// freeMu guards free and the waiters' wake-up channel; completions
 	// take it from the poller or from a reaping writer.
-	freeMu  sync.Mutex
-	free    []*pci.Buffer
-	all     []*pci.Buffer
-	room    chan struct{} // closed and replaced when buffers return while waiters > 0
-	waiters int
+	freeMu sync.Mutex
+	free   []*pci.Buffer
+	all    []*pci.Buffer
+	// room is closed and replaced to wake the waiters (flush, wake);
+	// returned says buffers came back since the last flush.
+	room     chan struct{}
+	waiters  atomic.Int32 // changed under freeMu
+	returned bool
 
 	timers sync.Pool // *time.Timer for waits, so that backpressure does not allocate
 }
@@ -88,11 +100,36 @@ func (t *txState) put(b *pci.Buffer) {
 		panic("link: TX buffer returned twice")
 	}
 	t.free = append(t.free, b)
-	if t.waiters > 0 {
-		close(t.room)
-		t.room = make(chan struct{})
+	t.returned = true
+	t.freeMu.Unlock()
+}
+
+// flush ends a batch of returned buffers: waiting writers wake once for
+// the whole batch (netif_wake_queue after the TX completions of a pass).
+func (t *txState) flush() {
+	if t.waiters.Load() == 0 {
+		return
+	}
+	t.freeMu.Lock()
+	if t.returned && t.waiters.Load() > 0 {
+		t.wakeLocked()
+	}
+	t.returned = false
+	t.freeMu.Unlock()
+}
+
+// wake wakes every waiting writer (they reap and look again).
+func (t *txState) wake() {
+	t.freeMu.Lock()
+	if t.waiters.Load() > 0 {
+		t.wakeLocked()
 	}
 	t.freeMu.Unlock()
+}
+
+func (t *txState) wakeLocked() {
+	close(t.room)
+	t.room = make(chan struct{})
 }
 
 func (t *txState) available() int {
@@ -116,7 +153,10 @@ func (e *Endpoint) txComplete(c mhi.Completion) {
 }
 
 // txRelease is the UL channel's Release (reset, SYS_ERR, Close).
-func (e *Endpoint) txRelease(b *pci.Buffer) { e.tx.put(b) }
+func (e *Endpoint) txRelease(b *pci.Buffer) {
+	e.tx.put(b)
+	e.tx.flush()
+}
 
 // reap processes UL completions inline. With a shared event ring it
 // cannot (that would deliver RX on this goroutine); it schedules the
@@ -127,14 +167,15 @@ func (e *Endpoint) reap() {
 		return
 	}
 	e.ulER.Poll(e.ul.Elements(), e.txFn)
+	e.tx.flush()
 }
 
 // WritePackets implements stack.LinkWriter. Each packet is copied into a
 // TX DMA buffer through the framing's encoder (the only TX copy), the
 // frames are queued on the UL channel and the doorbell is rung once. When
-// buffers or ring slots run out it reaps completions inline and then waits
-// up to Options.TXTimeout, reaping as it waits, so that it makes progress
-// even when called from the poller itself. It returns the number of
+// buffers or ring slots run out it reaps completions inline and then sleeps
+// until TX completions free room, up to Options.TXTimeout; it makes
+// progress even when called from the poller itself (see notifyUL). It returns the number of
 // packets queued from the front of the list, and an error only when that
 // is zero — never (0, nil).
 func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
@@ -280,7 +321,7 @@ func (e *Endpoint) getTXBuffer(deadline *time.Time, err *tcpip.Error) *pci.Buffe
 		if b := t.get(); b != nil {
 			return b
 		}
-		if !e.waitTX(deadline) {
+		if !e.waitTX(deadline, false) {
 			*err = e.txWaitError()
 			return nil
 		}
@@ -301,7 +342,7 @@ func (e *Endpoint) queueFrame(b *pci.Buffer, n int, deadline *time.Time) tcpip.E
 			e.log.Debug("UL queue failed", "err", err)
 			return &tcpip.ErrClosedForSend{}
 		}
-		if !e.waitTX(deadline) {
+		if !e.waitTX(deadline, true) {
 			return e.txWaitError()
 		}
 	}
@@ -324,11 +365,11 @@ func (e *Endpoint) txWaitError() tcpip.Error {
 	return &tcpip.ErrNoBufferSpace{}
 }
 
-// waitTX reaps completions and, if that freed nothing, waits for space
-// with t.mu released, reaping every reapInterval. It returns false at the
-// deadline or when the endpoint closes; the caller holds t.mu on entry
-// and on return.
-func (e *Endpoint) waitTX(deadline *time.Time) bool {
+// waitTX reaps completions and, if that freed nothing, sleeps with t.mu
+// released until TX completions free room (or an interrupt asks it to reap,
+// see notifyUL). It returns false at the deadline or when the endpoint
+// closes; the caller holds t.mu on entry and on return.
+func (e *Endpoint) waitTX(deadline *time.Time, forRing bool) bool {
 	t := &e.tx
 	e.stats.txFull.Add(1)
 	if e.closed.Load() {
@@ -339,9 +380,16 @@ func (e *Endpoint) waitTX(deadline *time.Time) bool {
 	if deadline.IsZero() {
 		*deadline = time.Now().Add(e.opts.TXTimeout)
 	}
-	before := t.available()
-	e.reap()
-	if t.available() > before {
+	// progress reaps and reports whether what the caller waits for (a
+	// TX buffer, or a UL ring slot) is there.
+	progress := func() bool {
+		e.reap()
+		if forRing {
+			return !e.ul.Full()
+		}
+		return t.available() > 0
+	}
+	if progress() {
 		return true
 	}
 	tm, _ := t.timers.Get().(*time.Timer)
@@ -352,37 +400,44 @@ func (e *Endpoint) waitTX(deadline *time.Time) bool {
 	for {
 		left := time.Until(*deadline)
 		if left <= 0 {
-			return false
+			// A last look: the interrupt that would have woken this
+			// writer may have been lost.
+			return progress()
 		}
 		t.freeMu.Lock()
-		t.waiters++
+		t.waiters.Add(1)
 		room := t.room
 		t.freeMu.Unlock()
+		// Completions that came in before this writer was counted woke
+		// nobody: look once more now that any later one will.
+		if progress() {
+			t.freeMu.Lock()
+			t.waiters.Add(-1)
+			t.freeMu.Unlock()
+			return true
+		}
 		t.mu.Unlock()
-		tm.Reset(min(left, reapInterval))
-		woke := false
+		if e.opts.InlinePoll && e.inlineRun.Load() {
+			left = min(left, inlineReapInterval)
+		}
+		tm.Reset(left)
 		select {
 		case <-room:
-			woke = true
 		case <-tm.C:
 		case <-e.stop:
 		}
 		// Since Go 1.23 Stop leaves no stale tick in the channel.
 		tm.Stop()
 		t.mu.Lock()
+		e.stats.txWakeups.Add(1)
 		t.freeMu.Lock()
-		t.waiters--
+		t.waiters.Add(-1)
 		t.freeMu.Unlock()
 		if e.closed.Load() {
 			return false
 		}
-		if woke {
-			return true
-		}
-		before := t.available()
-		e.reap()
-		if t.available() > before || !e.ul.Full() {
-			return true
-		}
+		// Woken by completions, asked to reap (notifyUL), or the
+		// inline interval: the loop reaps and looks before it sleeps
+		// again.
 	}
 }
