@@ -416,8 +416,9 @@ func (e *Endpoint) checkRings() error {
 func (e *Endpoint) onControllerEvent(ev mhi.Event) {
 	switch ev.Kind {
 	case mhi.EventSysErr:
-		// The channels were aborted: their buffers came back through
-		// Release. A chain in progress will never end.
+		// The channels are down: their buffers come back through
+		// Release once the MHI reset has stopped the device's DMA. A
+		// chain in progress will never end.
 		e.resetRX.Store(true)
 		e.log.Warn("SYS_ERR: channels down", "err", ev.Err)
 	case mhi.EventRecovered:

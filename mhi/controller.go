@@ -11,6 +11,11 @@
 // The engine follows Linux drivers/bus/mhi/host (init.c, main.c, pm.c,
 // boot.c) as summarised in mhi-protocol.md. Every value the device writes
 // (ring pointers, event fields, lengths) is validated before use.
+//
+// SYS_ERR recovery resets the device (MHICTRL.RESET, which stops its DMA)
+// before any queued buffer goes back to its client, and restarts only the
+// channels whose client still wants them (docs/RELIABILITY.md, "The
+// recovery sequence").
 package mhi
 
 import (
@@ -60,7 +65,7 @@ type EventKind int
 
 const (
 	EventMissionMode EventKind = iota // power-up reached mission mode
-	EventSysErr                       // SYS_ERR detected; channels are down
+	EventSysErr                       // SYS_ERR detected; channels are down (buffers come back after the MHI reset)
 	EventRecovered                    // recovery done; channels restarted
 	EventRecoveryFailed
 	EventSuspended

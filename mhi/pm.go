@@ -396,6 +396,7 @@ func (c *Controller) sysErrDetected(ee EE, how string) {
 		// The goroutine driving power-up or recovery sees its waits
 		// fail and handles it.
 		c.devState = StateSysErr
+		c.dmaFence = c.dmaFence || c.recovering
 		c.broadcast()
 		c.mu.Unlock()
 		return
@@ -404,6 +405,7 @@ func (c *Controller) sysErrDetected(ee EE, how string) {
 	c.pm = pmSysErrProcess
 	c.mission = false
 	c.devState = StateSysErr
+	c.dmaFence = true
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancelRecovery = cancel
 	c.broadcast()
@@ -417,14 +419,17 @@ func (c *Controller) sysErrDetected(ee EE, how string) {
 // fails again while recovering.
 const recoveryAttempts = 3
 
-// recover is the SYS_ERR recovery goroutine (Linux
-// mhi_pm_sys_error_transition): channels down, MHI reset, rings rewound,
-// PBL or READY transition again, then every channel whose client still
-// wants it (not reset since) is started again.
+// recover is the SYS_ERR recovery goroutine, in the order of Linux
+// mhi_pm_sys_error_transition (docs/RELIABILITY.md, "The recovery
+// sequence"): channels down host-side (Queue fails, completions are
+// dropped) but their buffers left with the device; EventSysErr; MHI reset,
+// which stops the device's DMA; only then buffers back to the clients and
+// rings rewound; PBL or READY transition again; then every channel whose
+// client still wants it (not reset since) is started again.
 func (c *Controller) recover(ctx context.Context) {
 	defer c.wg.Done()
 	start := time.Now()
-	c.reclaim(ErrSysErr)
+	c.quiesceChannels(ErrSysErr)
 	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
 	var err error
 	for attempt := 1; attempt <= recoveryAttempts; attempt++ {
@@ -435,10 +440,11 @@ func (c *Controller) recover(ctx context.Context) {
 			break
 		}
 		c.log.Warn("SYS_ERR again during recovery; retrying", "dev", c.name, "attempt", attempt, "err", err)
-		c.reclaim(ErrSysErr)
+		c.quiesceChannels(ErrSysErr)
 		c.mu.Lock()
 		c.pm = pmSysErrProcess
 		c.mission = false
+		c.dmaFence = true
 		c.mu.Unlock()
 	}
 	if err != nil && ctx.Err() == nil && c.dmaFenced() {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -106,3 +107,49 @@ func (m *Modem) slowdown() {
 		time.Sleep(time.Duration(d))
 	}
 }
+
+// DrainPattern is the byte a modem with Options.DrainDMAOnSysErr writes
+// into the DL buffers it still holds after a SYS_ERR.
+const DrainPattern = 0xDD
+
+// dmaSpan is one host buffer the device writes.
+type dmaSpan struct {
+	iova uint64
+	n    int
+}
+
+// holdDLBuffers records, at a SYS_ERR, the buffers of every DL TRE the
+// modem holds (Options.DrainDMAOnSysErr). The caller holds m.mu.
+func (m *Modem) holdDLBuffers() {
+	m.draining = m.draining[:0]
+	for _, c := range m.chans {
+		if c == nil || c.ul || !m.canTransfer(c) {
+			continue
+		}
+		m.refresh(c)
+		var buf [mhi.ElementSize]byte
+		for p, n := c.rp, uint64(0); p != c.wp && n < c.ring.n; p, n = c.ring.next(p), n+1 {
+			if err := m.host.DMARead(p, buf[:]); err != nil {
+				m.dmaFailed(err, "reading a DL TRE", p)
+				break
+			}
+			if el := mhi.DecodeElement(buf[:]); el.Type() == mhi.TypeTransfer && el.Len() > 0 {
+				m.draining = append(m.draining, dmaSpan{iova: el.Ptr, n: el.Len()})
+			}
+		}
+	}
+}
+
+// drainDMA writes DrainPattern into every held buffer (the DMA engine
+// draining after a SYS_ERR). The caller holds m.mu.
+func (m *Modem) drainDMA() {
+	for _, s := range m.draining {
+		if err := m.host.DMAWrite(s.iova, drainBytes(s.n)); err != nil {
+			m.dmaFailed(err, "draining DMA into a DL buffer after SYS_ERR", s.iova)
+		}
+	}
+}
+
+var drainBuf = bytes.Repeat([]byte{DrainPattern}, mhi.MaxTRELen)
+
+func drainBytes(n int) []byte { return drainBuf[:min(n, len(drainBuf))] }

@@ -93,6 +93,15 @@ type Options struct {
 	// LoseFirmwareOnSysErr makes the modem come back in PBL after a
 	// SYS_ERR recovery reset (the host must download again).
 	LoseFirmwareOnSysErr bool
+	// DrainDMAOnSysErr models hardware whose DMA engine drains after a
+	// crash: the DL buffers the modem held when it entered SYS_ERR (the
+	// TREs between its read pointer and the host's write pointer) keep
+	// being written, with the byte DrainPattern, on every pass of the
+	// device loop and one last time when the host's MHI reset arrives;
+	// the reset completes (MHICTRL.RESET clears) only after that. A host
+	// that hands those buffers back to their owners before its MHI reset
+	// has completed sees them overwritten.
+	DrainDMAOnSysErr bool
 	// ImageMinSize and ImageMaxSize bound BHI images (defaults 1 byte,
 	// 64 MiB); BHIErrCode, when non-zero, fails every BHI download with
 	// that BHI_ERRCODE.
@@ -206,6 +215,9 @@ type Modem struct {
 	slow   atomic.Int64
 	// holdCmds: HoldCommands; the command doorbell stays pending.
 	holdCmds atomic.Bool
+	// draining: the DL buffers still written after a SYS_ERR
+	// (Options.DrainDMAOnSysErr), guarded by mu.
+	draining []dmaSpan
 }
 
 var zeroTime time.Time
@@ -338,6 +350,7 @@ func NewDevice(p *mhi.Profile, opts Options, vopts ...vpci.Option) (*vpci.Device
 // registers at their reset values, the boot stage of Options.Boot. The
 // caller holds m.mu.
 func (m *Modem) powerOn() {
+	m.draining = nil // a SoC reset or FLR stops DMA at once
 	m.stopChannels(false)
 	m.forgetRings()
 	m.regs.powerOn(m.cfgPOR, m.bhiPOR, m.opts.SOCHWVersion)
@@ -539,6 +552,7 @@ func (m *Modem) step() bool {
 		}
 	}
 	m.polling = m.pollBurst(now)
+	m.drainDMA()
 	ul := m.ulWork.take()
 	m.mu.Unlock()
 	m.runActions()
@@ -570,7 +584,7 @@ func (m *Modem) nextWait() time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := time.Hour
-	if m.polling {
+	if m.polling || len(m.draining) > 0 {
 		d = m.opts.PollInterval
 	}
 	if !m.sblUntil.IsZero() {

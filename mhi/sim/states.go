@@ -162,6 +162,9 @@ func (m *Modem) enterSysErr() {
 		return
 	}
 	prev := m.state
+	if m.opts.DrainDMAOnSysErr {
+		m.holdDLBuffers()
+	}
 	m.stopChannels(false)
 	m.setState(mhi.StateSysErr)
 	switch prev {
@@ -184,6 +187,10 @@ func (m *Modem) enterSysErr() {
 // waits are woken by it (§8.5 step 4, §10 pitfall 10).
 func (m *Modem) mhiReset() {
 	prev := m.state
+	// The DMA engine finishes what it was doing before the reset
+	// completes (Options.DrainDMAOnSysErr).
+	m.drainDMA()
+	m.draining = nil
 	m.stopChannels(true)
 	m.forgetRings()
 	m.regs.resetMHI()
