@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmap"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
@@ -19,9 +22,9 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// Device is "sim" (the default: the emulated modem, with the MBIM
-	// function and the carrier network behind it) or the PCI address of
-	// a modem bound to vfio-pci ("0000:01:00.0").
+	// Device is "sim" (the default: the emulated modem, with its MBIM
+	// and QMI functions and the carrier network behind them) or the PCI
+	// address of a modem bound to vfio-pci ("0000:01:00.0").
 	Device string
 	// Profile names the modem profile (mhi.Lookup). For "sim" it is the
 	// modem to emulate (default "qcom-sdx55m"); for a PCI device the
@@ -32,6 +35,14 @@ type Options struct {
 	// IP_HW0_MBIM the link's framing defaults to mbim.NTB{} and the
 	// emulated carrier network speaks NTBs with DL aggregation.
 	Channel string
+	// Control is the control protocol of the data session: "mbim",
+	// "qmi", or "" to pick MBIM when the profile has an MBIM channel
+	// pair and QMI otherwise (the Telit FN980 v1 has only QMI). A QMI
+	// session carries its data as QMAP on the data pair (MAPv5 if the
+	// modem agreed to it in WDA Set Data Format, else MAPv1), with the
+	// UL aggregation limits the modem answered, on mux ID Link.Session
+	// (default 1).
+	Control string
 
 	// APN, credentials, authentication, IP type and SIM PIN of the
 	// data session (mbim.SessionConfig).
@@ -71,8 +82,12 @@ type SimOptions struct {
 	// built from MBIM (whose Carrier still configures the carrier
 	// network). A test keeps it to play the network: SetCarrier changes
 	// the session's addresses, NetworkDetach and NetworkLost drop the
-	// connection, Configure and Reregister bring it back.
+	// connection, Configure and Reregister bring it back. Its network
+	// state is also the QMI function's.
 	Function *sim.MBIMFunction
+	// QMI configures the emulated QMI function (on profiles with a QMI
+	// pair); its Network is always the MBIM function above.
+	QMI sim.QMIConfig
 	// DMAWindow is the size of the emulated device's IOVA window. 0
 	// gives it the DMA arena a VFIO device would get for the same
 	// profile and options (Options.DMASize, or DMASize), so the emulated
@@ -146,28 +161,65 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := c.PowerUp(ctx); err != nil {
 		return nil, fmt.Errorf("stack: open %s: power up: %w", opts.Device, err)
 	}
-	cl, err := mbim.DialMHI(ctx, c, mbim.Options{Logger: opts.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("stack: open %s: MBIM: %w", opts.Device, err)
-	}
-	closers = append(closers, cl.Close)
-
 	f := &follower{}
-	sess := mbim.NewSession(cl, mbim.SessionConfig{
-		APN: opts.APN, User: opts.User, Password: opts.Password, Auth: opts.Auth, IPType: opts.IPType, PIN: opts.PIN,
-		OnProgress: f.progress, OnAddress: f.address, Logger: opts.Logger,
-	})
-	closers = append(closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return sess.Close(ctx)
-	})
-	ip, err := sess.WaitUp(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
+	lo := linkOptions(&opts)
+	var cl *mbim.Client
+	var qc *qmi.Client
+	var ip mbim.IPConfig
+	if opts.Control == "qmi" {
+		qc, err = qmi.DialMHI(ctx, c, qmi.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("stack: open %s: QMI: %w", opts.Device, err)
+		}
+		closers = append(closers, qc.Close)
+		mux := lo.Session
+		if mux == 0 {
+			mux = 1
+		}
+		sess := qmi.NewSession(qc, qmi.SessionConfig{
+			APN: opts.APN, User: opts.User, Password: opts.Password, Auth: qmiAuth(opts.Auth),
+			Families: qmiFamilies(opts.IPType), PIN: opts.PIN, MuxID: mux, Logger: opts.Logger,
+			OnProgress: func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
+			OnAddress:  func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
+		})
+		closers = append(closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return sess.Close(ctx)
+		})
+		qip, err := sess.WaitUp(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
+		}
+		ip = fromQMI(qip)
+		// The data path is what WDA agreed: QMAP of that version with
+		// the modem's UL limits on the bound mux ID, or raw IP.
+		if df := sess.DataFormat(); lo.Framing == nil && df.DLAggregation != qmi.AggregationDisabled {
+			lo.Framing = qmap.Framing{Version: df.DLAggregation.QMAPVersion(),
+				MaxDatagrams: int(df.ULMaxDatagrams), MaxBytes: int(df.ULMaxSize)}
+			lo.Session = sess.MuxID()
+		}
+	} else {
+		cl, err = mbim.DialMHI(ctx, c, mbim.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("stack: open %s: MBIM: %w", opts.Device, err)
+		}
+		closers = append(closers, cl.Close)
+		sess := mbim.NewSession(cl, mbim.SessionConfig{
+			APN: opts.APN, User: opts.User, Password: opts.Password, Auth: opts.Auth, IPType: opts.IPType, PIN: opts.PIN,
+			OnProgress: f.progress, OnAddress: f.address, Logger: opts.Logger,
+		})
+		closers = append(closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return sess.Close(ctx)
+		})
+		ip, err = sess.WaitUp(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
+		}
 	}
 
-	lo := linkOptions(&opts)
 	if lo.Logger == nil {
 		lo.Logger = opts.Logger
 	}
@@ -190,7 +242,7 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = closers
-	s.ctrl, s.mbim = c, cl
+	s.ctrl, s.mbim, s.qmi = c, cl, qc
 	f.attach(s)
 	return s, nil
 }
@@ -201,10 +253,16 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 func (s *Stack) Controller() *mhi.Controller { return s.ctrl }
 
 // MBIM returns the MBIM client Open's data session runs on (nil for a
-// stack made with New), e.g. for mbim.ListenProxy so mbimcli -p and
-// ModemManager share the modem. Its lifetime is the stack's: do not
-// close it.
+// stack made with New, or whose session runs on QMI), e.g. for
+// mbim.ListenProxy so mbimcli -p and ModemManager share the modem. Its
+// lifetime is the stack's: do not close it.
 func (s *Stack) MBIM() *mbim.Client { return s.mbim }
+
+// QMI returns the QMI client Open's data session runs on (nil for a
+// stack made with New, or whose session runs on MBIM), e.g. to allocate
+// a NAS client and ask for the serving system. Its lifetime is the
+// stack's: do not close it.
+func (s *Stack) QMI() *qmi.Client { return s.qmi }
 
 // linkOptions returns Options.Link with the data channel and, on
 // IP_HW0_MBIM, the NTB framing set.
@@ -226,7 +284,65 @@ func dmaSize(opts *Options, p *mhi.Profile) (int, error) {
 	if o.Channel == "" {
 		o.Channel = dataChannel(p)
 	}
-	return DMASize(p, linkOptions(&o))
+	lo := linkOptions(&o)
+	if ctl, _ := controlOf(p, o.Control); ctl == "qmi" && lo.Framing == nil && o.Channel != "IP_HW0_MBIM" {
+		// Sized for the largest framing WDA may agree to.
+		lo.Framing = qmap.Framing{Version: 5}
+	}
+	return DMASize(p, lo)
+}
+
+// controlOf returns the control protocol Open uses on p: the forced one
+// (which p must have a pair for), else MBIM if p has an MBIM pair, else
+// QMI.
+func controlOf(p *mhi.Profile, force string) (string, error) {
+	has := func(name string) bool { _, _, ok := p.ChannelPair(name); return ok }
+	switch force {
+	case "":
+		if has("MBIM") {
+			return "mbim", nil
+		}
+		if has("QMI") {
+			return "qmi", nil
+		}
+		return "", fmt.Errorf("stack: profile %s has neither an MBIM nor a QMI channel pair", p.Name)
+	case "mbim", "qmi":
+		if pair := strings.ToUpper(force); !has(pair) {
+			return "", fmt.Errorf("stack: profile %s has no channel pair %q for control %q", p.Name, pair, force)
+		}
+		return force, nil
+	}
+	return "", fmt.Errorf("stack: unknown control protocol %q (want mbim or qmi)", force)
+}
+
+// qmiAuth maps the MBIM authentication protocol of Options to WDS's
+// preference bits.
+func qmiAuth(a mbim.AuthProtocol) qmi.Auth {
+	switch a {
+	case mbim.AuthPAP:
+		return qmi.AuthPAP
+	case mbim.AuthCHAP, mbim.AuthMSCHAPv2:
+		return qmi.AuthCHAP
+	}
+	return 0
+}
+
+// qmiFamilies maps the MBIM IP type of Options to the WDS calls to start.
+func qmiFamilies(t mbim.IPType) []qmi.IPFamily {
+	switch t {
+	case mbim.IPTypeIPv4:
+		return []qmi.IPFamily{qmi.IPv4}
+	case mbim.IPTypeIPv6:
+		return []qmi.IPFamily{qmi.IPv6}
+	}
+	return []qmi.IPFamily{qmi.IPv4, qmi.IPv6}
+}
+
+// fromQMI gives a QMI session's configuration the MBIM shape the stack
+// follows (the fields are the same).
+func fromQMI(ip qmi.IPConfig) mbim.IPConfig {
+	return mbim.IPConfig{IPv4: ip.IPv4, IPv6: ip.IPv6, IPv4Gateway: ip.IPv4Gateway, IPv6Gateway: ip.IPv6Gateway,
+		IPv4DNS: ip.IPv4DNS, IPv6DNS: ip.IPv6DNS, IPv4MTU: ip.IPv4MTU, IPv6MTU: ip.IPv6MTU}
 }
 
 // dataChannel is the data pair Open uses on p when Options.Channel is
@@ -260,6 +376,11 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		if !ok {
 			return nil, nil, nil, fmt.Errorf("stack: no modem profile %q", name)
 		}
+		ctl, err := controlOf(p, opts.Control)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		opts.Control = ctl
 		mc := opts.Sim.MBIM
 		fn := opts.Sim.Function
 		if fn == nil {
@@ -272,15 +393,37 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		if opts.Channel == "" {
 			opts.Channel = dataChannel(p)
 		}
+		qc := opts.Sim.QMI
+		qc.Network = fn
+		if qc.Logger == nil {
+			qc.Logger = opts.Logger
+		}
+		qfn := sim.NewQMIFunction(qc)
 		if co.Framing == sim.FramingRawIP {
 			co.Framing = sim.FramingFor(opts.Channel)
+			if ctl == "qmi" && opts.Channel != "IP_HW0_MBIM" {
+				// The host's QMI session asks WDA for QMAPv5; the
+				// modem answers v5 unless it only knows v1.
+				co.Framing = sim.FramingQMAPv5
+				if qc.MaxAggregation == qmi.AggregationQMAP {
+					co.Framing = sim.FramingQMAP
+				}
+			}
 		}
 		cn, err := sim.NewCarrierNetwork(co)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		so := opts.Sim.Modem
-		so.Functions = map[string]sim.Function{"MBIM": fn, opts.Channel: cn}
+		so.Functions = map[string]sim.Function{opts.Channel: cn}
+		// Both control functions run where the profile has their pair,
+		// on one network state, as on a modem.
+		if _, _, ok := p.ChannelPair("MBIM"); ok {
+			so.Functions["MBIM"] = fn
+		}
+		if _, _, ok := p.ChannelPair("QMI"); ok {
+			so.Functions["QMI"] = qfn
+		}
 		var vo []vpci.Option
 		switch w := opts.Sim.DMAWindow; {
 		case w == 0:
@@ -333,6 +476,12 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		dev.Close()
 		return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, sizeErr)
 	}
+	ctl, err := controlOf(p, opts.Control)
+	if err != nil {
+		dev.Close()
+		return nil, nil, nil, err
+	}
+	opts.Control = ctl
 	return dev, p, []func() error{dev.Close}, nil
 }
 
@@ -361,12 +510,15 @@ func (f *follower) attach(s *Stack) {
 	}
 }
 
-func (f *follower) progress(p mbim.Progress) {
+func (f *follower) progress(p mbim.Progress) { f.event(p.State.String(), p.Err) }
+
+// event reports a step of the data session (MBIM or QMI).
+func (f *follower) event(state string, err error) {
 	f.mu.Lock()
 	s := f.s
 	f.mu.Unlock()
 	if s != nil {
-		s.events.push(Event{Kind: EventSession, Session: p.State.String(), Err: p.Err})
+		s.events.push(Event{Kind: EventSession, Session: state, Err: err})
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -25,15 +25,8 @@ import (
 // nicID is the stack's only NIC: the modem.
 const nicID tcpip.NICID = 1
 
-// ErrClosed is returned by every call on a closed Stack (Close included).
-// It matches net.ErrClosed: errors.Is(err, net.ErrClosed) holds for it,
-// and the stack's sockets fail with net.ErrClosed once it is closed.
-var ErrClosed error = stackClosed{}
-
-type stackClosed struct{}
-
-func (stackClosed) Error() string { return "stack: closed" }
-func (stackClosed) Unwrap() error { return net.ErrClosed }
+// ErrClosed is returned by every call on a closed Stack.
+var ErrClosed = errors.New("stack: closed")
 
 // Stack is a gVisor TCP/IP stack over one link endpoint, with an API
 // shaped like package net. All methods may be called from any goroutine.
@@ -47,26 +40,25 @@ type Stack struct {
 	// closers run at Close after the gVisor stack is gone (Open's
 	// pipeline: session, controller, device).
 	closers []func() error
-	// ctrl and mbim are Open's controller and MBIM client (nil after
-	// New).
+	// ctrl, mbim and qmi are Open's controller and control client
+	// (nil after New; one of mbim and qmi is set).
 	ctrl *mhi.Controller
 	mbim *mbim.Client
+	qmi  *qmi.Client
 
 	mu     sync.Mutex
 	addrs  []netip.Prefix
 	dns    []netip.Addr
 	linkUp bool
 	closed bool
-	done   chan struct{} // closed by Close: wakes the sockets' blocked calls
 	http   *http.Transport
 
 	events eventQueue
 
-	conns     atomic.Int64 // open TCP connections
-	dials     chan struct{}
-	dialing   dialSet
-	listeners listenTable
-	counters  counters
+	conns    atomic.Int64 // open TCP connections
+	dials    chan struct{}
+	dialing  dialSet
+	counters counters
 }
 
 // New builds a stack over ep (the modem's link.Endpoint, or any gVisor
@@ -74,7 +66,7 @@ type Stack struct {
 // on: Close removes it, which closes it.
 func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	cfg.setDefaults()
-	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials), done: make(chan struct{})}
+	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials)}
 	s.events.init()
 	s.gs = gstack.New(gstack.Options{
 		NetworkProtocols: []gstack.NetworkProtocolFactory{
@@ -177,7 +169,6 @@ func (s *Stack) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	close(s.done)
 	tr := s.http
 	s.mu.Unlock()
 	if tr != nil {

@@ -11,18 +11,20 @@ import (
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/stack"
 )
 
 func init() {
 	register(&command{
 		Name: "status",
-		Summary: `Bring the modem up (power, MBIM data session on -apn, link) and print
-registration, operator, signal, packet service, session, addresses, DNS,
-MTU and link counters. With -device sim the emulated modem and its
-carrier network run in this process; -sim-apn and -sim-absent make the
-emulated bring-up fail the way a real one can. The emulated modem is
-qcom-sdx55m unless -profile names another one with an IP_HW0 channel.`,
+		Summary: `Bring the modem up (power, data session on -apn over MBIM or QMI, link)
+and print registration, operator, signal, packet service, session,
+addresses, DNS, MTU and link counters. The control protocol is MBIM when
+the profile has an MBIM channel and QMI otherwise (telit-fn980-hwv1);
+-control forces one. With -device sim the emulated modem and its carrier
+network run in this process; -sim-apn and -sim-absent make the emulated
+bring-up fail the way a real one can.`,
 		Run: status,
 	})
 }
@@ -32,6 +34,7 @@ qcom-sdx55m unless -profile names another one with an IP_HW0 channel.`,
 type sessionFlags struct {
 	*deviceFlags
 	apn, user, password, pin string
+	control                  string
 	simAPN                   string
 	simAbsent                bool
 }
@@ -42,14 +45,27 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 	fs.StringVar(&f.user, "user", "", "user name of the data session, if the carrier wants one")
 	fs.StringVar(&f.password, "password", "", "password of the data session")
 	fs.StringVar(&f.pin, "pin", "", "SIM PIN, if the SIM is locked")
+	fs.StringVar(&f.control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel, else qmi;\n"+
+		"a QMI session carries data as QMAP, v5 if the modem agrees)")
 	fs.StringVar(&f.simAPN, "sim-apn", "", "-device sim: the only APN the emulated carrier accepts (default: any)")
 	fs.BoolVar(&f.simAbsent, "sim-absent", false, "-device sim: emulate a modem without a SIM")
 	return f
 }
 
+// check validates the device flags and -control.
+func (f *sessionFlags) check() error {
+	if err := f.deviceFlags.check(); err != nil {
+		return err
+	}
+	if f.control != "" && f.control != "mbim" && f.control != "qmi" {
+		return usagef("-control: want mbim or qmi, got %q", f.control)
+	}
+	return nil
+}
+
 // openStack brings the modem up to a configured stack.
 func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
-	opts := stack.Options{Device: f.device, Profile: f.profile, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin}
+	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin}
 	if f.device == "sim" {
 		opts.Sim.MBIM.APN = f.simAPN
 		opts.Sim.MBIM.SIMAbsent = f.simAbsent
@@ -74,8 +90,16 @@ func sessionHint(err error) error {
 		return fmt.Errorf("%w; check -user and -password", err)
 	case errors.Is(err, mbim.ErrRadioOff):
 		return fmt.Errorf("%w; the radio is switched off (airplane mode?)", err)
-	case errors.Is(err, mbim.ErrNoService):
+	case errors.Is(err, mbim.ErrNoService), errors.Is(err, qmi.ErrNoService):
 		return fmt.Errorf("%w; no network to register on: check the antennas and coverage", err)
+	case errors.Is(err, qmi.ErrSIM) && strings.Contains(err.Error(), "PIN"):
+		return fmt.Errorf("%w; give the SIM PIN with -pin", err)
+	case errors.Is(err, qmi.ErrSIM):
+		return fmt.Errorf("%w; insert a SIM (and power-cycle the modem)", err)
+	case errors.Is(err, qmi.ErrCallFailed) && strings.Contains(err.Error(), "3GPP cause 27"):
+		return fmt.Errorf("%w; check -apn against the carrier's settings", err)
+	case errors.Is(err, qmi.ErrCallFailed) && strings.Contains(err.Error(), "3GPP cause 29"):
+		return fmt.Errorf("%w; check -user and -password", err)
 	}
 	return err
 }
@@ -147,8 +171,12 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// collectStatus asks the modem (MBIM) and the stack what status prints.
+// collectStatus asks the modem (MBIM or QMI) and the stack what status
+// prints.
 func collectStatus(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*statusOut, error) {
+	if s.QMI() != nil {
+		return collectStatusQMI(ctx, sf, s)
+	}
 	cl := s.MBIM()
 	reg, err := cl.RegisterState(ctx)
 	if err != nil {
@@ -191,6 +219,92 @@ func collectStatus(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*stat
 	if dbm, ok := sig.DBm(); ok {
 		out.RSSIdBm = &dbm
 	}
+	stackStatus(out, s)
+	return out, nil
+}
+
+// collectStatusQMI asks NAS (on a client ID of its own, released after)
+// what a QMI modem has of status's fields; the session's state is the
+// link's.
+func collectStatusQMI(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*statusOut, error) {
+	qc := s.QMI()
+	cid, err := qc.AllocateCID(ctx, qmi.ServiceNAS)
+	if err != nil {
+		return nil, fmt.Errorf("QMI: %w", err)
+	}
+	defer qc.ReleaseCID(context.WithoutCancel(ctx), qmi.ClientID{Service: qmi.ServiceNAS, Client: cid})
+	nas := qc.Service(qmi.ServiceNAS, cid)
+	r, err := nas.Do(ctx, qmi.NewRequest(qmi.ServiceNAS, qmi.NASGetServingSystem))
+	if err != nil {
+		return nil, err
+	}
+	ss, err := qmi.ParseServingSystem(r)
+	if err != nil {
+		return nil, err
+	}
+	out := &statusOut{
+		Device:       sf.device,
+		Profile:      s.Controller().Profile().Name,
+		APN:          sf.apn,
+		Registration: ss.Registration.String(),
+		RSSI:         99,
+		ErrorRate:    99,
+		PacketSvc:    "detached",
+		Session:      "deactivated",
+		IPType:       "none",
+		LinkUp:       s.LinkUp(),
+		IPv4:         []string{},
+		IPv6:         []string{},
+		DNS:          []string{},
+		MTU:          s.MTU(),
+	}
+	var radios []string
+	for _, ri := range ss.RadioInterfaces {
+		radios = append(radios, ri.String())
+	}
+	out.DataClasses = strings.Join(radios, "|")
+	if p := ss.PLMN; p != nil {
+		out.ProviderName = p.Description
+		if p.MCC != 0 {
+			out.ProviderID = fmt.Sprintf("%03d%02d", p.MCC, p.MNC)
+		}
+	}
+	if ss.Registration == qmi.Registered {
+		// MBIM's words, so status reads the same on both.
+		out.Registration = "home"
+		if ss.HasRoaming && ss.Roaming == 0 {
+			out.Registration = "roaming"
+		}
+	}
+	if ss.PSAttach == qmi.Attached {
+		out.PacketSvc = "attached"
+	}
+	if s.LinkUp() {
+		out.Session = "activated"
+	}
+	if r, err := nas.Do(ctx, qmi.NewRequest(qmi.ServiceNAS, qmi.NASGetSignalStrength)); err == nil {
+		if sig, err := qmi.ParseSignalStrength(r); err == nil {
+			dbm := int(sig.Strength)
+			out.RSSIdBm = &dbm
+			// The MBIM coding status prints: -113 dBm + 2 per step.
+			out.RSSI = uint32(min(max((dbm+113)/2, 0), 31))
+		}
+	}
+	stackStatus(out, s)
+	v4, v6 := len(out.IPv4) > 0, len(out.IPv6) > 0
+	switch {
+	case v4 && v6:
+		out.IPType = "ipv4v6"
+	case v4:
+		out.IPType = "ipv4"
+	case v6:
+		out.IPType = "ipv6"
+	}
+	return out, nil
+}
+
+// stackStatus fills in what the stack knows: addresses, DNS, counters.
+func stackStatus(out *statusOut, s *stack.Stack) {
 	for _, p := range s.Addresses() {
 		if p.Addr().Is4() {
 			out.IPv4 = append(out.IPv4, p.String())
@@ -206,7 +320,6 @@ func collectStatus(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*stat
 	if l := st.Link; l != nil {
 		out.Counters = countersOf(l)
 	}
-	return out, nil
 }
 
 func countersOf(l *link.Stats) linkCounters {

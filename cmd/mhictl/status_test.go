@@ -65,3 +65,34 @@ func TestStatusRejectsBadUsageWithExitCode2(t *testing.T) {
 		t.Errorf("status --help: exit %d, output %q", code, out.String())
 	}
 }
+
+// A QMI-only modem (the Telit FN980 v1 has no MBIM channel) is brought up
+// over QMI, and the same with -control qmi on a modem that has both.
+func TestStatusOverQMI(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "-device", "sim", "-profile", "telit-fn980-hwv1", "-json"},
+		{"status", "-device", "sim", "-profile", "qcom-sdx55m", "-control", "qmi", "-json"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, &out, &errb); code != 0 {
+			t.Fatalf("mhictl %q: exit %d: %s", args, code, errb.String())
+		}
+		var o statusOut
+		if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+			t.Fatalf("-json: %v\n%s", err, out.String())
+		}
+		if o.Registration != "home" || o.ProviderID != "00101" || o.ProviderName != "mhistack" || o.Session != "activated" ||
+			!o.LinkUp || o.MTU != 1500 || len(o.IPv4) != 1 || o.IPv4[0] != "10.0.0.2/30" || len(o.IPv6) == 0 || len(o.DNS) != 3 ||
+			o.RSSIdBm == nil || *o.RSSIdBm != -73 || o.PacketSvc != "attached" || o.IPType != "ipv4v6" {
+			t.Errorf("mhictl %q: %+v", args, o)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-control", "at"}, &out, &out); code != 2 || !strings.Contains(out.String(), "want mbim or qmi") {
+		t.Errorf("-control at: exit %d, %q", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"status", "-profile", "telit-fn980-hwv1", "-control", "mbim"}, &out, &out); code != 1 || !strings.Contains(out.String(), `no channel pair "MBIM"`) {
+		t.Errorf("-control mbim on telit-fn980-hwv1: exit %d, %q", code, out.String())
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -56,7 +57,9 @@ mhiproxy brings up the modem's data session and serves SOCKS5 (RFC 1928:
 CONNECT and UDP ASSOCIATE, RFC 1929 username/password) and HTTP proxying
 (CONNECT and absolute http:// URIs) on one port. Targets are reached over
 the modem; domain names are resolved only by the modem's DNS servers.
-With no flags it runs on the emulated modem on 127.0.0.1:1080.
+With no flags it runs on the emulated modem on 127.0.0.1:1080. The data
+session runs on MBIM when the modem profile has an MBIM channel and on QMI
+(with QMAP data framing) otherwise; -control chooses.
 
 Flags:
 `
@@ -66,6 +69,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("mhiproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.open.Device, "device", "sim", "the modem: `sim` for the emulated modem, or a PCI address (0000:01:00.0) bound to vfio-pci")
+	fs.StringVar(&c.open.Stack.Profile, "profile", "", "modem `profile` (mhi table name): with -device sim the modem to emulate (default qcom-sdx55m;\n"+
+		"telit-fn980-hwv1 has only QMI control); with a PCI address it overrides matching by PCI IDs")
+	fs.StringVar(&c.open.Stack.Control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel,\n"+
+		"else qmi; a QMI session carries data as QMAP, v5 if the modem agrees; -mbim-proxy needs mbim)")
 	fs.StringVar(&c.open.APN, "apn", "", "access point name for the data session (empty: the modem's default bearer)")
 	fs.StringVar(&c.open.APNUser, "apn-user", "", "APN username, for carriers that require PAP/CHAP")
 	fs.StringVar(&c.open.APNPassword, "apn-password", "", "APN password")
@@ -88,6 +95,19 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", *level)
+	}
+	if p := c.open.Stack.Profile; p != "" {
+		if _, ok := mhi.Lookup(p); !ok {
+			return nil, fmt.Errorf("-profile %q: no such modem profile (mhictl list -profiles names them)", p)
+		}
+	}
+	switch c.open.Stack.Control {
+	case "", "mbim", "qmi":
+	default:
+		return nil, fmt.Errorf("-control %q: want mbim or qmi", c.open.Stack.Control)
+	}
+	if c.open.Stack.Control == "qmi" && c.mbimProxy != "" {
+		return nil, fmt.Errorf("-mbim-proxy needs an MBIM data session; -control qmi runs it on QMI")
 	}
 	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) {
 		return nil, fmt.Errorf("-device %q: want sim or a PCI address like 0000:01:00.0", c.open.Device)

@@ -86,6 +86,9 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 		{[]string{"-listen", "nope"}, "-listen"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"-control", "at"}, "want mbim or qmi"},
+		{[]string{"-profile", "nosuch"}, "no such modem profile"},
+		{[]string{"-control", "qmi", "-mbim-proxy"}, "-mbim-proxy needs an MBIM data session"},
 	} {
 		var stderr syncBuffer
 		code := run(context.Background(), tc.args, io.Discard, &stderr, nil)
@@ -100,7 +103,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	if code := run(context.Background(), []string{"-help"}, io.Discard, &stderr, nil); code != 0 {
 		t.Errorf("-help exit %d", code)
 	}
-	for _, f := range []string{"-device", "-apn", "-apn-user", "-apn-password", "-listen", "-auth", "-metrics", "-pcap", "-mbim-proxy", "-log-level"} {
+	for _, f := range []string{"-device", "-apn", "-apn-user", "-apn-password", "-listen", "-auth", "-metrics", "-pcap", "-mbim-proxy", "-log-level", "-profile", "-control"} {
 		if !strings.Contains(stderr.String(), "  "+f+" ") && !strings.Contains(stderr.String(), "  "+f+"\n") {
 			t.Errorf("help does not explain %s", f)
 		}

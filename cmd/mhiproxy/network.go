@@ -125,6 +125,6 @@ func (m *modem) ServeMBIMProxy(name string) (func() error, error) {
 	return p.Close, nil
 }
 
-var errNoMBIM = errors.New("the stack has no MBIM client")
+var errNoMBIM = errors.New("the data session does not run on MBIM (see -control)")
 
 var _ network = (*modem)(nil)

@@ -151,3 +151,62 @@ func TestOnTheEmulatedModem(t *testing.T) {
 		t.Errorf("-pcap: %v, %v (want the fetched megabytes in it)", fi, err)
 	}
 }
+
+// TestOnTheEmulatedQMIModem: -profile telit-fn980-hwv1 (QMI control only)
+// brings the session up over QMI with QMAP data; a fetch through SOCKS5
+// crosses it.
+func TestOnTheEmulatedQMIModem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	body := strings.Repeat("over QMI and QMAP\n", 20000)
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
+	oln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(oln)
+	defer origin.Close()
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-profile", "telit-fn980-hwv1", "-apn", "internet", "-log-level", "warn"},
+			&stdout, &stderr, openModem)
+	}()
+	ready := regexp.MustCompile(`listening on (\S+) via sim/telit-fn980-hwv1`)
+	var m []string
+	for deadline := time.Now().Add(60 * time.Second); m == nil; {
+		select {
+		case code := <-done:
+			t.Fatalf("exit %d before ready; stdout %q stderr %q", code, stdout.String(), stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line; stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+		m = ready.FindStringSubmatch(stdout.String())
+	}
+	c := &proxy.Client{Proxy: m[1]}
+	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(sim.TestName, portOf(oln.Addr())))
+	if err != nil {
+		t.Fatalf("SOCKS5 CONNECT: %v", err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(b) != body {
+		t.Fatalf("%d bytes (want %d), %v", len(b), len(body), err)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d; stderr %q", code, stderr.String())
+	}
+}

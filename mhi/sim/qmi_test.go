@@ -43,7 +43,11 @@ func FuzzQMIFunction(f *testing.F) {
 			m.Client, m.TID = 1, 3
 			return m
 		}(),
-		func() *qmi.Message { m := qmi.GetCurrentSettingsRequest(qmi.SettingsDataPath); m.Client, m.TID = 1, 4; return m }(),
+		func() *qmi.Message {
+			m := qmi.GetCurrentSettingsRequest(qmi.SettingsDataPath)
+			m.Client, m.TID = 1, 4
+			return m
+		}(),
 		func() *qmi.Message {
 			m := (&qmi.VerifyPIN{ID: qmi.PIN1, PIN: "1234"}).Request()
 			m.Client, m.TID = 1, 5
