@@ -32,6 +32,11 @@
 //     100 µs); otherwise the poller clears
 //     "scheduled", re-checks both rings for events that raced in, and
 //     sleeps.
+//     With Options.InlinePoll passes run on the interrupt goroutine
+//     instead (softirq NAPI); one that keeps exhausting the budget for
+//     2 ms or 10 passes hands the rest to the poller goroutine, which then
+//     plays ksoftirqd, so that control events on a shared vector still
+//     run.
 //   - The refiller (like Linux's mhi-net-rx thread): woken at the refill
 //     level, it queues MRU-sized buffers from a fixed DMA pool into every
 //     free DL descriptor (the channel's FreeCount is the truth) with one

@@ -94,7 +94,10 @@ type Options struct {
 	TXInBudget bool
 	// InlinePoll polls on the controller's interrupt goroutine (softirq
 	// NAPI) instead of a dedicated poller goroutine (threaded NAPI,
-	// background/ath10k-threaded-napi.txt).
+	// background/ath10k-threaded-napi.txt). Like a softirq, an inline
+	// run that keeps exhausting the budget for 2 ms or 10 passes hands
+	// the rest to the poller goroutine (ksoftirqd), so that the
+	// interrupt goroutine gets back to control events.
 	InlinePoll bool
 	// DeferPoll and DeferCount are Linux's gro_flush_timeout and
 	// napi_defer_hard_irqs for the dedicated poller: after a pass that
@@ -377,11 +380,11 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		e.ulER.SetNotify(e.notifyUL)
 	}
 
-	if !opts.InlinePoll {
-		e.wg.Add(1)
-		e.workers.Add(1)
-		go e.pollLoop()
-	}
+	// With InlinePoll the poller goroutine takes over inline runs that
+	// exceed their time slice (ksoftirqd).
+	e.wg.Add(1)
+	e.workers.Add(1)
+	go e.pollLoop()
 	switch opts.Refill {
 	case RefillDedicated:
 		e.wg.Add(1)

@@ -1,12 +1,15 @@
 package link_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -113,5 +116,47 @@ func TestBlockedWriterWakesOnTXCompletionNotOnATimer(t *testing.T) {
 		window, idle, float64(idle)/window.Seconds(), s.TXWakeups, s.TXFull, s.TXCompletions)
 	if idle > freed+1 {
 		t.Errorf("a writer blocked on a stalled ring woke %d times in %v (%d TX completions meanwhile): it polls on a timer", idle, window, freed)
+	}
+}
+
+// TestInlinePollHandsOverAfterItsSliceSoControlEventsRun: with InlinePoll
+// and one MSI vector for everything, RX passes run on the goroutine that
+// also handles the control ring. An RX flood that exhausts every pass must
+// not starve it: after a softirq-like slice the rest goes to the poller
+// goroutine, and a command completes while the flood goes on.
+func TestInlinePollHandsOverAfterItsSliceSoControlEventsRun(t *testing.T) {
+	g := &sim.Generator{Frames: [][]byte{udp4(t, 0, 100)}}
+	r := newRig(t, rigOptions{fn: g, sim: sim.Options{MSIVectors: 1},
+		link: link.Options{InlinePoll: true, Budget: 2, NoGRO: true}})
+	// Delivery is slower than the modem: every pass uses its budget.
+	var slow atomic.Bool
+	slow.Store(true)
+	r.snk.onPacket = func([]byte) {
+		if slow.Load() {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	defer slow.Store(false)
+	const flood = 1 << 30
+	g.Add(flood)
+	waitUntil(t, 10*time.Second, "the flood under way", func() bool { return r.ep.Stats().BudgetExhausted > 20 })
+	diag, err := r.c.Channel(4, mhi.ChannelOptions{}) // DIAG UL: a START_CHAN on the control ring
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = diag.Start(ctx)
+	took := time.Since(start)
+	s := r.ep.Stats()
+	if err != nil {
+		t.Fatalf("START_CHAN during an inline RX flood: %v after %v (%d passes exhausted the budget, %d hand-offs)",
+			err, took, s.BudgetExhausted, s.InlineHandoffs)
+	}
+	t.Logf("START_CHAN completed in %v during the flood (%d packets so far, %d hand-offs)", took, s.RXPackets, s.InlineHandoffs)
+	slow.Store(false)
+	if err := diag.Reset(ctx); err != nil {
+		t.Errorf("reset DIAG: %v", err)
 	}
 }

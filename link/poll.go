@@ -24,10 +24,24 @@ const missedIRQInterval = 100 * time.Millisecond
 // what other goroutines on the poller's P wait and costs ≤ a few %.
 const yieldSlice = 100 * time.Microsecond
 
+// With InlinePoll, passes run on the controller's interrupt goroutine,
+// which also handles the control ring when MSI vectors are shared. Like
+// Linux __do_softirq (MAX_SOFTIRQ_TIME 2 ms, MAX_SOFTIRQ_RESTART 10), an
+// inline run that keeps exhausting its budget stops after inlineSlice or
+// inlineRestarts passes and hands the rest to the poller goroutine, the
+// endpoint's ksoftirqd, so that the interrupt goroutine returns to other
+// event work.
+const (
+	inlineSlice    = 2 * time.Millisecond
+	inlineRestarts = 10
+)
+
 // pollLoop is the dedicated poller (threaded NAPI): it sleeps until
 // notify schedules it, then runs passes until one does less than a budget
 // of work and the re-check after re-arming finds nothing. While idle it
 // checks the rings every missedIRQInterval for events whose MSI was lost.
+// With InlinePoll it is the ksoftirqd of the inline passes: it runs only
+// what an inline run handed over (and the idle checks), never defers.
 func (e *Endpoint) pollLoop() {
 	defer e.wg.Done()
 	defer e.workers.Add(-1)
@@ -99,13 +113,13 @@ func (e *Endpoint) pollLoop() {
 		deferT.Stop()
 		e.inPass.Store(true)
 		e.txWoke = false
-		ok, work := e.run()
+		ok, work := e.run(false)
 		e.inPass.Store(false)
 		if !ok {
 			return
 		}
 		switch {
-		case e.opts.DeferPoll <= 0:
+		case e.opts.DeferPoll <= 0 || e.opts.InlinePoll:
 		case work > 0 || e.txWoke:
 			// RX work, or TX completions that woke stopped writers:
 			// the device is busy, and its next (moderated) MSI may
@@ -126,22 +140,35 @@ func (e *Endpoint) pollInline() {
 		return
 	}
 	e.inlineRun.Store(true)
-	e.run()
+	e.run(true)
 	e.inlineRun.Store(false)
 }
 
 // run does poll passes while the poller is scheduled. It returns false if
-// the endpoint is stopping, and the RX work done.
-func (e *Endpoint) run() (ok bool, total int) {
+// the endpoint is stopping, and the RX work done. An inline run (on an
+// interrupt goroutine) is bounded like a softirq: see inlineSlice.
+func (e *Endpoint) run(inline bool) (ok bool, total int) {
 	var since time.Time // last yield (or the start)
+	start, passes := time.Now(), 0
 	for {
 		if e.stopped.Load() {
 			return false, total
 		}
 		work, end := e.poll()
 		total += work
+		passes++
 		if since.IsZero() {
 			since = end
+		}
+		if work >= e.budget && inline && (passes >= inlineRestarts || end.Sub(start) >= inlineSlice) {
+			// Still scheduled: the poller goroutine continues, and
+			// interrupts only find the SCHED bit set meanwhile.
+			e.stats.inlineHandoffs.Add(1)
+			select {
+			case e.sched <- struct{}{}:
+			default:
+			}
+			return true, total
 		}
 		if work >= e.budget {
 			// The device has more: poll again without waiting for an

@@ -50,6 +50,9 @@ type Stats struct {
 	// Rearms the times the poller went back to waiting for an
 	// interrupt, RearmRaces the re-checks that found work after re-arming.
 	Polls, BudgetExhausted, Rearms, RearmRaces uint64
+	// InlineHandoffs counts InlinePoll runs that used up their time
+	// slice and handed the rest to the poller goroutine.
+	InlineHandoffs uint64
 	// MaxPassPackets is the most RX packets one pass delivered (never
 	// more than Budget).
 	MaxPassPackets uint64
@@ -89,16 +92,16 @@ type TXDrops struct {
 // counters are the atomics behind Stats. The poller accumulates its own
 // counts per pass and publishes them once per pass.
 type counters struct {
-	rxPackets, rxBytes, rxFrames, rxErrors, rxAllocFail   atomic.Uint64
-	dropOversize, dropTruncated, dropProto, dropCsum      atomic.Uint64
-	dropNotAttached, dropBacklog, dropSession             atomic.Uint64
-	control, controlAnswers                               atomic.Uint64
-	txPackets, txBytes, txFrames, txCompletions, txFull   atomic.Uint64
-	txDoorbells, txGSO, txWakeups                         atomic.Uint64
-	txTooBig, txTimeout, txLinkDown, txClosed             atomic.Uint64
-	interrupts, polls, exhausted, rearms, rearmRaces      atomic.Uint64
-	maxPass, pollNanos, refills, refillBuffers, groMerges atomic.Uint64
-	missedIRQ, deferredPolls, rxCsumDevice                atomic.Uint64
+	rxPackets, rxBytes, rxFrames, rxErrors, rxAllocFail    atomic.Uint64
+	dropOversize, dropTruncated, dropProto, dropCsum       atomic.Uint64
+	dropNotAttached, dropBacklog, dropSession              atomic.Uint64
+	control, controlAnswers                                atomic.Uint64
+	txPackets, txBytes, txFrames, txCompletions, txFull    atomic.Uint64
+	txDoorbells, txGSO, txWakeups                          atomic.Uint64
+	txTooBig, txTimeout, txLinkDown, txClosed              atomic.Uint64
+	interrupts, polls, exhausted, rearms, rearmRaces       atomic.Uint64
+	maxPass, pollNanos, refills, refillBuffers, groMerges  atomic.Uint64
+	missedIRQ, deferredPolls, rxCsumDevice, inlineHandoffs atomic.Uint64
 }
 
 // passCounts is what one poll pass counted.
@@ -157,7 +160,8 @@ func (e *Endpoint) Stats() Stats {
 		},
 		Interrupts: c.interrupts.Load(), MissedInterrupts: c.missedIRQ.Load(), DeferredPolls: c.deferredPolls.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
 		Rearms: c.rearms.Load(), RearmRaces: c.rearmRaces.Load(), MaxPassPackets: c.maxPass.Load(),
-		PollNanos: c.pollNanos.Load(), Refills: c.refills.Load(), RefillBuffers: c.refillBuffers.Load(),
+		InlineHandoffs: c.inlineHandoffs.Load(),
+		PollNanos:      c.pollNanos.Load(), Refills: c.refills.Load(), RefillBuffers: c.refillBuffers.Load(),
 		GROMerges: c.groMerges.Load(),
 		Control:   c.control.Load(), ControlAnswers: c.controlAnswers.Load(),
 	}

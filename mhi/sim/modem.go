@@ -114,6 +114,10 @@ type Options struct {
 	SOCHWVersion uint32
 	// IDIndex picks which of the profile's PCI IDs to impersonate.
 	IDIndex int
+	// MSIVectors is how many MSI vectors the modem asks for (default
+	// one per event ring plus one, at most 32). Fewer than that make
+	// the host share vector 0 among BHI and every event ring.
+	MSIVectors int
 	// Logger receives device logs (nil: discarded).
 	Logger *slog.Logger
 }
@@ -298,6 +302,9 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 		SubVendor: id.Vendor, SubDev: id.Device,
 		Class:      pci.ClassWirelessOther,
 		MSIVectors: min(1+len(p.EventRings), 32),
+	}
+	if opts.MSIVectors > 0 {
+		m.id.MSIVectors = min(opts.MSIVectors, 32)
 	}
 	if id.MatchSub {
 		m.id.SubVendor, m.id.SubDev = id.SubVendor, id.SubDevice
