@@ -332,17 +332,27 @@ func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
 	c.write(RegSOCResetReq, SOCResetCookie)
 	c.progress(nil, Progress{Phase: PhaseEDL})
 	// Linux sleeps 2 s after a SoC reset (MHI_POST_RESET_DELAY_MS); the
-	// register reads below tell us as soon as the boot ROM is up.
+	// register reads below tell us as soon as the boot ROM is up. The
+	// reset takes the function's PCIe core with it: config space (BARs,
+	// Command register, MSI) is back at power-on values, registers do not
+	// decode and the boot ROM could not fetch the programmer. Restore it
+	// as soon as it is seen lost (Linux pci_restore_state), then once
+	// more when the boot ROM is up, in case the reset came after a look.
+	var restoreErr error
 	err := c.waitFor(ctx, c.timeout, "EE EDL after SoC reset", func() (bool, error) {
+		if c.configLost() {
+			restoreErr = c.restoreConfig()
+		}
 		return EE(c.read(c.bhiOff+BHIExecEnv)) == EEEDL, nil
 	})
 	if err != nil {
+		if restoreErr != nil {
+			err = fmt.Errorf("%w; %w", err, restoreErr)
+		}
 		return fmt.Errorf("%w (BHI_EXECENV %s)", err, EE(c.read(c.bhiOff+BHIExecEnv)))
 	}
-	// A SoC reset may have reset the function's command register too;
-	// the boot ROM needs bus mastering to fetch the programmer.
-	if err := c.dev.SetBusMaster(true); err != nil {
-		return fmt.Errorf("mhi: %s: re-enable bus master after SoC reset: %w", c.name, err)
+	if err := c.restoreConfig(); err != nil {
+		return fmt.Errorf("mhi: %s: after SoC reset: %w", c.name, err)
 	}
 	c.mu.Lock()
 	c.boot.edlImage = edlImage

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -238,5 +240,60 @@ func TestEnterEDLTimesOutWhenTheModemIgnoresTheCookie(t *testing.T) {
 	err = c.EnterEDL(context.Background(), []byte("prog"))
 	if !errors.Is(err, mhi.ErrTimeout) || !strings.Contains(err.Error(), "AMSS") {
 		t.Fatalf("EnterEDL = %v, want ErrTimeout naming the EE the device is in", err)
+	}
+}
+
+// A SoC reset clears the function's config space like hardware does (BARs
+// and Command register zeroed): EnterEDL must restore what New saved, not
+// only bus mastering, or the registers never decode again and the BARs
+// the platform assigned are gone.
+func TestEnterEDLRestoresConfigSpaceAfterSoCReset(t *testing.T) {
+	r := newRig(t, "foxconn-sdx55", sim.Options{Functions: map[string]sim.Function{"FIREHOSE": &sim.Loopback{}}}, mhi.Options{})
+	const bar0 = 0xfe200000 // as the platform firmware assigned it
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], bar0)
+	if err := r.dev.ConfigWrite(pci.CfgBAR0, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mhi.New(r.dev, mhi.Options{Profile: r.p, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	readCfg := func(off, n int) uint32 {
+		t.Helper()
+		var v [4]byte
+		if err := r.dev.ConfigRead(off, v[:n]); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint32(v[:])
+	}
+	cmd := readCfg(pci.CfgCommand, 2)
+	if cmd&(pci.CmdMemory|pci.CmdBusMaster) != pci.CmdMemory|pci.CmdBusMaster {
+		t.Fatalf("command register %#x after New, want memory and bus master on", cmd)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.EnterEDL(ctx, bootImage(1000)); err != nil {
+		t.Fatalf("EnterEDL: %v", err)
+	}
+	if got := readCfg(pci.CfgBAR0, 4); got != bar0 {
+		t.Errorf("BAR0 after the SoC reset = %#x, want %#x restored", got, bar0)
+	}
+	if got := readCfg(pci.CfgCommand, 2); got != cmd {
+		t.Errorf("command register after the SoC reset = %#x, want %#x restored", got, cmd)
+	}
+	if n := r.m.EDLEntries(); n != 1 {
+		t.Errorf("device entered EDL %d times, want 1", n)
+	}
+	ul, dl, err := c.ChannelPair("FIREHOSE", mhi.ChannelOptions{}, mhi.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ul.Start(ctx); err != nil {
+		t.Fatalf("FIREHOSE UL start after EDL: %v", err)
+	}
+	if err := dl.Start(ctx); err != nil {
+		t.Fatalf("FIREHOSE DL start after EDL: %v", err)
 	}
 }

@@ -152,7 +152,8 @@ type Controller struct {
 	nextSub        int
 	lastRecover    time.Duration
 	boot           bootRun
-	live           *liveness // the liveness goroutine while powered
+	live           *liveness   // the liveness goroutine while powered
+	savedCfg       savedConfig // config space saved by New, read-only after (pcistate.go)
 
 	stats ControllerStats
 }
@@ -180,7 +181,8 @@ type Stats struct {
 }
 
 // New prepares a controller for dev: it matches the profile, maps BAR 0,
-// enables bus mastering and allocates the contexts, command ring and event
+// enables bus mastering, saves config space (restored after a SoC or
+// function-level reset, pcistate.go) and allocates the contexts, command ring and event
 // rings (Linux mhi_prepare_for_power_up). The device is not touched beyond
 // reading its layout registers until PowerUp.
 func New(dev pci.Device, opts Options) (*Controller, error) {
@@ -224,6 +226,7 @@ func New(dev pci.Device, opts Options) (*Controller, error) {
 	if err := dev.SetBusMaster(true); err != nil {
 		return nil, fmt.Errorf("mhi: %s: enable bus master: %w", c.name, err)
 	}
+	c.saveConfig()
 	if err := c.readLayout(); err != nil {
 		return nil, err
 	}

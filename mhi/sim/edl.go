@@ -24,8 +24,15 @@ import (
 // the power-on state, or into EDL if the host left the EDL cookie in
 // doorbell 91 first and the profile supports the trigger. The latch is read
 // before powerOn, which clears the doorbells. The caller holds m.mu.
+//
+// Like hardware, the reset takes the PCIe core along: config space (BARs,
+// Command register, MSI) returns to power-on values, so registers stop
+// decoding and DMA stops until the host restores it.
 func (m *Modem) socReset() {
 	cookie := m.regs.chLatch(mhi.EDLDoorbellChannel).val
+	if m.host != nil {
+		m.host.ResetConfig()
+	}
 	m.powerOn()
 	if cookie != mhi.EDLCookie {
 		return

@@ -461,7 +461,33 @@ func TestSoCResetReturnsToPowerOn(t *testing.T) {
 	h := newHost(t, testProfile(), Options{})
 	h.upToMissionMode()
 	h.startChannel(0)
+	// The reset takes config space along, like hardware: the Command
+	// register loses memory decoding and MSI is disabled, so the host
+	// restores both (what Linux pci_restore_state does).
+	var msi [pci.MSIPending - pci.MSICtrl]byte
+	msiCtrl := pci.MSICapOffset + pci.MSICtrl
+	if err := h.dev.ConfigRead(msiCtrl, msi[:]); err != nil {
+		t.Fatal(err)
+	}
 	h.w32(mhi.RegSOCResetReq, mhi.SOCResetCookie)
+	h.waitFor("config space reset", func() bool {
+		var b [2]byte
+		if err := h.dev.ConfigRead(pci.CfgCommand, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return b[0]&pci.CmdMemory == 0
+	})
+	if err := h.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i < len(msi); i += 2 {
+		if err := h.dev.ConfigWrite(msiCtrl+i, msi[i:i+2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.dev.ConfigWrite(msiCtrl, msi[:2]); err != nil {
+		t.Fatal(err)
+	}
 	h.waitFor("READY after SoC reset", func() bool { return h.state() == mhi.StateReady })
 	if h.r32(mhi.RegCCABAPLower) != 0 {
 		t.Error("context base survived a SoC reset")

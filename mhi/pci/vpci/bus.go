@@ -298,6 +298,22 @@ func (d *Device) Reset() error {
 	return closeVectors(vecs)
 }
 
+// resetConfig is Host.ResetConfig: config space to power-on values, the
+// mirrors refreshed (MSI off, so raised MSIs are dropped); the vectors the
+// host enabled stay open.
+func (d *Device) resetConfig() {
+	if d.closed.Load() {
+		return
+	}
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	if d.removed.Load() {
+		return
+	}
+	d.cfg.Reset()
+	d.syncConfigLocked()
+}
+
 // Remove simulates surprise removal (the modem falls off the bus): from now
 // on BAR and config reads return all-ones, writes are lost, DMA is refused
 // and MSIs are dropped. The model keeps running, unaware. It cannot be undone.

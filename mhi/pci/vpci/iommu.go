@@ -313,3 +313,5 @@ func (h *hostPort) DMAWrite32(iova uint64, v uint32) error {
 }
 
 func (h *hostPort) RaiseMSI(n int) { h.d.raiseMSI(n) }
+
+func (h *hostPort) ResetConfig() { h.d.resetConfig() }

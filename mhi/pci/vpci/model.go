@@ -44,4 +44,11 @@ type Host interface {
 	// masked, and with fewer vectors enabled than n+1 it aliases to
 	// n mod enabled, as the low MSI data bits of a real function do.
 	RaiseMSI(n int)
+	// ResetConfig is the function's own PCIe core being reset with the
+	// rest of the device (a SoC reset, §1.1 MHI_SOC_RESET_REQ): config
+	// space returns to its power-on values (BARs, Command register and
+	// MSI enable cleared), so memory decoding, DMA and MSIs stop until
+	// the host restores config space (Linux pci_restore_state). The
+	// host's MSI eventfds stay; unlike an FLR the host did not ask.
+	ResetConfig()
 }

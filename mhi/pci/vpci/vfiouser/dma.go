@@ -470,3 +470,17 @@ func (h *hostPort) DMAWrite32(iova uint64, v uint32) error {
 }
 
 func (h *hostPort) RaiseMSI(n int) { h.s.raiseMSI(n) }
+
+// ResetConfig is the model resetting its own PCIe core (vpci.Host): config
+// space returns to power-on values, as resetFunction does for an FLR, but
+// the model is not reset again and the client's eventfds stay.
+func (h *hostPort) ResetConfig() {
+	s := h.s
+	if s.closed.Load() {
+		return
+	}
+	s.cfgMu.Lock()
+	s.cfg.Reset()
+	s.cmd.Store(uint32(s.cfg.Command()))
+	s.cfgMu.Unlock()
+}
