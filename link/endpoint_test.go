@@ -514,7 +514,10 @@ func TestCloseStopsEveryGoroutineAndReturnsEveryBuffer(t *testing.T) {
 func TestPcapTapIsReadByTshark(t *testing.T) {
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {
-		t.Fatal("tshark not installed (.ci/run installs it: apt-get install tshark)")
+		if os.Getenv("MHISTACK_REQUIRE_TSHARK") == "1" {
+			t.Fatalf("tshark not found (apt-get install tshark): %v", err)
+		}
+		t.Skip("tshark not installed (apt-get install tshark); CI installs it and sets MHISTACK_REQUIRE_TSHARK=1")
 	}
 	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true}})
 	path := filepath.Join(t.TempDir(), "link.pcap")

@@ -15,7 +15,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "capture",
+		Name:  "capture",
+		Short: "Bring the modem up and write a pcap of its data channel.",
 		Summary: `Bring the modem up (as mhictl status does) and write a pcap of the data
 channel (raw IP, LINKTYPE_RAW, both directions as the stack sees them) to
 -o FILE until -duration has passed, -count packets were written, or

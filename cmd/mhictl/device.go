@@ -20,9 +20,11 @@ import (
 // -device sim (the emulated modem, in this process) or a PCI address (a
 // modem bound to vfio-pci), -profile, -json and -timeout.
 
-// defaultSimProfile has LOOPBACK, FIREHOSE and the EDL trigger, so every
-// command works on it.
-const defaultSimProfile = "foxconn-sdx55"
+// defaultSimProfile is the modem -device sim emulates without -profile:
+// the same for every command (and for stack.Open and mhictl sim serve),
+// so info and status describe the same modem. It has FIREHOSE and the
+// EDL trigger; selftest loops IP_HW0 back on it (no LOOPBACK pair).
+const defaultSimProfile = "qcom-sdx55m"
 
 type deviceFlags struct {
 	device  string

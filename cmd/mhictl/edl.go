@@ -13,7 +13,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "edl",
+		Name:  "edl",
+		Short: "Force the modem into EDL and talk Firehose to its programmer.",
 		Summary: `Force the modem into emergency download (EDL) mode with the doorbell-91
 cookie and a SoC reset, load the flash programmer (-image) over BHI and wait
 for it to run (EE FP); then send a Firehose <nop/> on FIREHOSE (34/35) and

@@ -14,7 +14,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "fw load",
+		Name:  "fw load",
+		Short: "Load a boot image into a modem in PBL (BHI or BHIe).",
 		Summary: `Load a boot image into a modem waiting in its boot ROM (PBL) and bring it to
 mission mode: over BHI (one buffer), or with -bhie as a full boot chain (the
 first -sbl-size bytes over BHI, then the whole image over the BHIe vector

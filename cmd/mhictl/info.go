@@ -13,7 +13,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "info",
+		Name:  "info",
+		Short: "Power the modem up and print its profile, MHI state, channels.",
 		Summary: `Power the modem up to mission mode and print its profile, MHI version,
 execution environment, MHI state, serial number, channels and event rings.`,
 		Run: info,

@@ -18,7 +18,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "list",
+		Name:  "list",
+		Short: "List the modems on the PCI bus and whether they can be opened.",
 		Summary: `Scan /sys/bus/pci for modems in the profile table and say, for each, which
 profile matches, which driver holds it, its IOMMU group, and whether it is
 ready to be opened with -device ADDRESS (bound to vfio-pci) or what is missing.

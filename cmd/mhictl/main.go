@@ -23,11 +23,13 @@ import (
 	"syscall"
 )
 
-// command is one subcommand: Name is its words ("sim serve"), Run gets
-// the arguments after them and where to write (logs and usage go to
+// command is one subcommand: Name is its words ("sim serve"), Short its
+// one-line description (mhictl help), Summary the full one (--help), Run
+// gets the arguments after them and where to write (logs and usage go to
 // stderr).
 type command struct {
 	Name    string
+	Short   string
 	Summary string
 	Run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
@@ -156,13 +158,6 @@ func listCommands(w io.Writer, prefix string) {
 	sort.Strings(names)
 	fmt.Fprintf(w, "usage: mhictl COMMAND [flags]   (mhictl COMMAND --help for its flags)\n\nCommands:\n")
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-14s %s\n", n, firstLine(commands[n].Summary))
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].Short)
 	}
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }

@@ -98,3 +98,27 @@ func TestSimServeAnswersAVFIOUserClientAndStopsOnCancel(t *testing.T) {
 		t.Errorf("socket left behind: %v", err)
 	}
 }
+
+// TestHelpListsWholeDescriptions: mhictl help gives every command a
+// whole one-line description (it used to print the first line of the
+// wrapped --help text, cut mid-sentence).
+func TestHelpListsWholeDescriptions(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"help"}, &out, &out); code != 0 {
+		t.Fatalf("help: exit %d\n%s", code, out.String())
+	}
+	_, list, ok := strings.Cut(out.String(), "Commands:\n")
+	if !ok {
+		t.Fatalf("no command list:\n%s", out.String())
+	}
+	n := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(list), "\n") {
+		n++
+		if !strings.HasSuffix(line, ".") || len(line) > 80 {
+			t.Errorf("not a whole one-line description (ends with a period, fits 80 columns): %q", line)
+		}
+	}
+	if n != len(commands) {
+		t.Errorf("help lists %d commands, %d are registered", n, len(commands))
+	}
+}

@@ -18,7 +18,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "selftest",
+		Name:  "selftest",
+		Short: "Loop a pattern through a channel pair; report errors and speed.",
 		Summary: `Power the modem up and loop a known pattern through a channel pair: LOOPBACK
 where the profile has one; with -device sim, otherwise the IP data channel with
 a loopback behind it. Reports throughput and errors; exit 1 if any transfer was

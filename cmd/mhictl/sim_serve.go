@@ -20,7 +20,8 @@ import (
 
 func init() {
 	register(&command{
-		Name: "sim serve",
+		Name:  "sim serve",
+		Short: "Run the emulated modem as a vfio-user server (for QEMU).",
 		Summary: `Run the emulated modem as a vfio-user server (for a QEMU guest).
 
 The server listens on a UNIX socket for QEMU's vfio-user-pci device
@@ -206,6 +207,15 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		srv.Close()
 		return err
 	}
+	// The signal handlers go in before "serving" is logged: whoever
+	// waits for that line may signal at once, and SIGUSR2's default
+	// action would kill the process.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
 	id := srv.Identity()
 	log.Info("serving the emulated modem", "profile", p.Name, "pci", fmt.Sprintf("%04x:%04x", id.Vendor, id.Device),
 		"socket", *socket, "boot", *boot, "functions", functions.String())
@@ -229,7 +239,16 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		watchModem(ctx, log, modem, *syserrAfter, func() { logCarriers(log, carriers) })
+		// A test widens the window between "serving" and the watcher
+		// (TestSimServeWithTheCarrierNetworkReportsItsCountersOnSIGUSR2):
+		// a signal sent in it must wait in usr1/usr2, not kill us.
+		if d, err := time.ParseDuration(os.Getenv("MHICTL_TEST_WATCH_DELAY")); err == nil && d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		watchModem(ctx, log, modem, *syserrAfter, usr1, usr2, func() { logCarriers(log, carriers) })
 	}()
 
 	var serveErr error
@@ -264,14 +283,9 @@ type Function = sim.Function
 
 // watchModem logs the modem's state changes (what a kernel cross-check
 // compares dmesg with), crashes it on SIGUSR1, and once after syserrAfter
-// in mission mode; SIGUSR2 calls report. It returns when ctx ends.
-func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration, report func()) {
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	defer signal.Stop(usr1)
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
-	defer signal.Stop(usr2)
+// in mission mode; SIGUSR2 calls report. usr1 and usr2 receive the
+// signals (the caller installs them). It returns when ctx ends.
+func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration, usr1, usr2 <-chan os.Signal, report func()) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var crashAt time.Time

@@ -17,14 +17,16 @@ import (
 
 func init() {
 	register(&command{
-		Name: "status",
+		Name:  "status",
+		Short: "Bring the modem up and print its session, network, link state.",
 		Summary: `Bring the modem up (power, data session on -apn over MBIM or QMI, link)
 and print registration, operator, signal, packet service, session,
 addresses, DNS, MTU and link counters. The control protocol is MBIM when
 the profile has an MBIM channel and QMI otherwise (telit-fn980-hwv1);
--control forces one. With -device sim the emulated modem and its carrier
-network run in this process; -sim-apn and -sim-absent make the emulated
-bring-up fail the way a real one can.`,
+-control forces one. With -device sim the emulated modem (qcom-sdx55m, as
+for every command, unless -profile names another) and its carrier network
+run in this process; -sim-apn and -sim-absent make the emulated bring-up
+fail the way a real one can.`,
 		Run: status,
 	})
 }
@@ -67,6 +69,7 @@ func (f *sessionFlags) check() error {
 func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin}
 	if f.device == "sim" {
+		opts.Profile = f.simProfile().Name
 		opts.Sim.MBIM.APN = f.simAPN
 		opts.Sim.MBIM.SIMAbsent = f.simAbsent
 	}

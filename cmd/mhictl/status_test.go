@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 func TestStatusBringsTheEmulatedModemUpAndPrintsTheSession(t *testing.T) {
@@ -30,6 +33,29 @@ func TestStatusBringsTheEmulatedModemUpAndPrintsTheSession(t *testing.T) {
 		!o.LinkUp || o.MTU != 1500 || len(o.IPv4) != 1 || o.IPv4[0] != "10.0.0.2/30" || len(o.IPv6) == 0 || len(o.DNS) == 0 ||
 		o.RSSIdBm == nil || o.PacketSvc != "attached" {
 		t.Errorf("-json: %+v", o)
+	}
+	// status and info emulate the same modem by default, and say so in
+	// their -profile help.
+	if o.Profile != defaultSimProfile {
+		t.Errorf("status -device sim emulates %s, info %s", o.Profile, defaultSimProfile)
+	}
+}
+
+// TestEmulatedModemsPresentTheirOwnProfilesIDs: -device sim -profile P
+// presents PCI IDs that match P again (the profile info reports comes
+// from matching them).
+func TestEmulatedModemsPresentTheirOwnProfilesIDs(t *testing.T) {
+	for _, p := range mhi.Profiles() {
+		for i := range p.IDs {
+			m, err := sim.New(p, sim.Options{IDIndex: i})
+			if err != nil {
+				t.Fatalf("%s #%d: %v", p.Name, i, err)
+			}
+			id := m.Identity()
+			if got, ok := mhi.Match(id.Vendor, id.Device, id.SubVendor, id.SubDev); !ok || got != p {
+				t.Errorf("emulated %s (ID #%d) presents %04x:%04x sub %04x:%04x, which matches %v", p.Name, i, id.Vendor, id.Device, id.SubVendor, id.SubDev, got)
+			}
+		}
 	}
 }
 

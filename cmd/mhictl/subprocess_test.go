@@ -69,8 +69,8 @@ func TestEverySubcommandAsASubprocess(t *testing.T) {
 		{args: []string{"help"}, want: []string{"status", "capture", "fw load", "sim serve"}},
 		{args: []string{"list", "-profiles"}, want: []string{"quectel-rm5xx", "foxconn-t99w175"}},
 		{args: []string{"list", "-profiles", "-json"}, json: true, want: []string{"qcom-sdx55m"}},
-		{args: []string{"info", "-device", "sim"}, want: []string{"foxconn-sdx55", "AMSS", "LOOPBACK"}},
-		{args: []string{"info", "-device", "sim", "-json"}, json: true, want: []string{"IP_HW0_MBIM"}},
+		{args: []string{"info", "-device", "sim"}, want: []string{"qcom-sdx55m", "AMSS", "IP_HW0"}},
+		{args: []string{"info", "-device", "sim", "-json"}, json: true, want: []string{"IP_HW0", "qcom-sdx55m"}},
 		{args: []string{"selftest", "-device", "sim", "-count", "50"}, want: []string{"50"}},
 		{args: []string{"selftest", "-device", "sim", "-count", "50", "-json"}, json: true},
 		{args: []string{"edl", "-device", "sim"}, want: []string{"FP"}},
@@ -176,6 +176,11 @@ func TestSimServeWithTheCarrierNetworkReportsItsCountersOnSIGUSR2(t *testing.T) 
 	sock := filepath.Join(t.TempDir(), "modem.sock")
 	cmd := exec.Command(mhictlBinary(t), "sim", "serve", "-profile", "quectel-em1xx", "-socket", sock,
 		"-function", "IP_HW0_MBIM=carrier", "-flush-delay", "300us")
+	// SIGUSR2 is sent as soon as "serving" is logged; the delay keeps the
+	// watcher from starting before it, so the handler must already be
+	// installed when the line is logged (with the default action the
+	// signal kills the server).
+	cmd.Env = append(os.Environ(), "MHICTL_TEST_WATCH_DELAY=300ms")
 	var out syncBuilder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
