@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/mhistack/mhistack/internal/callbacks"
 )
 
 // Transport carries MBIM messages to and from a function. Send writes
@@ -90,12 +92,11 @@ type Client struct {
 	closed   bool
 	dead     error // the transport failed; every request fails with it
 	resetDec bool  // the reader must drop its partial input
-	subID    int
-	subs     map[int]func(*Message)
+	subs     callbacks.Set[func(*Message)]
 	// dispatchMu keeps subscriber callbacks one at a time: indications
 	// from the reader and those a Proxy announces (announce).
 	dispatchMu sync.Mutex
-	resets     map[int]func()
+	resets     callbacks.Set[func()]
 }
 
 type call struct {
@@ -116,7 +117,6 @@ func NewClient(t Transport, opts Options) *Client {
 	c := &Client{
 		t: t, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel,
 		done: make(chan struct{}), pending: map[uint32]*call{},
-		subs: map[int]func(*Message){}, resets: map[int]func(){},
 	}
 	go c.read()
 	return c
@@ -213,35 +213,13 @@ func (c *Client) Close() error {
 // cause. Callbacks run one at a time, on the reader goroutine (or the
 // proxy's), and must not block or keep m.Buffer. The returned func
 // unsubscribes.
-func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.subID++
-	id := c.subID
-	c.subs[id] = fn
-	return func() {
-		c.mu.Lock()
-		delete(c.subs, id)
-		c.mu.Unlock()
-	}
-}
+func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) { return c.subs.Add(fn) }
 
 // OnReset registers fn to be called when the function lost its state
 // under the client (NotifyReset, a NOT_OPENED function error, or the
 // transport failing for good): the session must be opened and brought up
 // again. fn must not block.
-func (c *Client) OnReset(fn func()) (cancel func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.subID++
-	id := c.subID
-	c.resets[id] = fn
-	return func() {
-		c.mu.Lock()
-		delete(c.resets, id)
-		c.mu.Unlock()
-	}
-}
+func (c *Client) OnReset(fn func()) (cancel func()) { return c.resets.Add(fn) }
 
 // NotifyReset tells the client that the function was reset under it
 // (the modem crashed and MHI recovered it, mhi.EventSysErr and
@@ -264,13 +242,7 @@ func (c *Client) NotifyReset() {
 	}
 }
 
-func (c *Client) resetFns() []func() {
-	fns := make([]func(), 0, len(c.resets))
-	for _, fn := range c.resets {
-		fns = append(fns, fn)
-	}
-	return fns
-}
+func (c *Client) resetFns() []func() { return c.resets.All() }
 
 // timeoutFor returns the request timeout of a command (§9: CONNECT
 // 120 s, the rest as libmbim).
@@ -478,12 +450,7 @@ func (c *Client) dispatch(m *Message) {
 
 // indicate hands m to every subscriber, one callback at a time.
 func (c *Client) indicate(m *Message) {
-	c.mu.Lock()
-	fns := make([]func(*Message), 0, len(c.subs))
-	for _, fn := range c.subs {
-		fns = append(fns, fn)
-	}
-	c.mu.Unlock()
+	fns := c.subs.All()
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
 	for _, fn := range fns {

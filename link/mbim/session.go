@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/mhistack/mhistack/internal/sessionloop"
 )
 
 // SessionState is a step of data-session bring-up (mbim-qmap-qmi.md
@@ -112,32 +114,28 @@ func (c *SessionConfig) setDefaults() {
 // A Session owns one goroutine, stopped by Close. It shares its Client
 // (with a Proxy, for instance) and does not close it.
 type Session struct {
-	c    *Client
-	cfg  SessionConfig
-	log  *slog.Logger
-	kick chan struct{} // something changed: re-evaluate (holds one token)
-	ctx  context.Context
-	stop context.CancelFunc
-	done chan struct{}
+	c     *Client
+	cfg   SessionConfig
+	log   *slog.Logger
+	loop  *sessionloop.Loop // wake-ups, the recorded loss, Close
+	ctx   context.Context   // loop's
+	steps *sessionloop.Steps[SessionState]
+	done  chan struct{}
 
 	unsub, unreset func()
 
 	mu       sync.Mutex
-	state    SessionState
-	err      error
 	ip       IPConfig
-	changed  chan struct{} // closed and replaced on every state change
-	lost     error         // set by indications: the connection is gone
-	newIP    *IPConfig     // set by an IP_CONFIGURATION indication
+	newIP    *IPConfig // set by an IP_CONFIGURATION indication
 	pinTried bool
 }
 
 // NewSession starts bringing a data session up on c.
 func NewSession(c *Client, cfg SessionConfig) *Session {
 	cfg.setDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Session{c: c, cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1),
-		ctx: ctx, stop: cancel, done: make(chan struct{}), changed: make(chan struct{})}
+	loop := sessionloop.NewLoop()
+	s := &Session{c: c, cfg: cfg, log: cfg.Logger, loop: loop, ctx: loop.Context(),
+		steps: sessionloop.NewSteps(StateIdle), done: make(chan struct{})}
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() { s.setLost(ErrModemReset) })
 	go s.run()
@@ -147,9 +145,8 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 // State returns the current step and, in StateFailed or
 // StateDisconnected, the error.
 func (s *Session) State() (SessionState, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state, s.err
+	st, err, _ := s.steps.Get()
+	return st, err
 }
 
 // IPConfig returns the current configuration (zero when not connected).
@@ -165,12 +162,10 @@ func (s *Session) IPConfig() IPConfig {
 // next attempt, or Close).
 func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
 	for {
-		s.mu.Lock()
-		st, err, ip, ch := s.state, s.err, s.ip, s.changed
-		s.mu.Unlock()
+		st, err, ch := s.steps.Get()
 		switch st {
 		case StateConnected:
-			return ip, nil
+			return s.IPConfig(), nil
 		case StateFailed:
 			return IPConfig{}, err
 		case StateClosed:
@@ -187,7 +182,7 @@ func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
 // Close deactivates the context (bounded by ctx), stops the session's
 // goroutine and returns when it is gone.
 func (s *Session) Close(ctx context.Context) error {
-	s.stop()
+	s.loop.Stop()
 	var err error
 	select {
 	case <-s.done:
@@ -201,11 +196,7 @@ func (s *Session) Close(ctx context.Context) error {
 }
 
 func (s *Session) setState(st SessionState, err error) {
-	s.mu.Lock()
-	s.state, s.err = st, err
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
+	s.steps.Set(st, err)
 	if err != nil {
 		s.log.Info("mbim session", "state", st, "err", err)
 	} else {
@@ -216,22 +207,10 @@ func (s *Session) setState(st SessionState, err error) {
 	}
 }
 
-func (s *Session) signal() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
+func (s *Session) signal() { s.loop.Signal() }
 
 // setLost records that the connection is gone (first cause wins).
-func (s *Session) setLost(err error) {
-	s.mu.Lock()
-	if s.lost == nil {
-		s.lost = err
-	}
-	s.mu.Unlock()
-	s.signal()
-}
+func (s *Session) setLost(err error) { s.loop.SetLost(err) }
 
 // indication runs on the client's reader goroutine: it only records and
 // signals; the session goroutine acts.
@@ -276,13 +255,7 @@ func (s *Session) indication(m *Message) {
 }
 
 // takeLost returns and clears the recorded loss.
-func (s *Session) takeLost() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.lost
-	s.lost = nil
-	return err
-}
+func (s *Session) takeLost() error { return s.loop.TakeLost() }
 
 func (s *Session) setIP(ip IPConfig) {
 	s.mu.Lock()
@@ -333,7 +306,7 @@ func (s *Session) connected() error {
 		select {
 		case <-s.ctx.Done():
 			return nil
-		case <-s.kick:
+		case <-s.loop.Kicked():
 		}
 		if err := s.takeLost(); err != nil {
 			return err
@@ -355,10 +328,8 @@ func (s *Session) connected() error {
 
 // shutdown deactivates the context on Close, bounded, and reports closed.
 func (s *Session) shutdown() {
-	s.mu.Lock()
-	up := s.state == StateConnected
-	s.mu.Unlock()
-	if up && s.c.Opened() {
+	st, _, _ := s.steps.Get()
+	if st == StateConnected && s.c.Opened() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if _, err := s.c.Disconnect(ctx, s.cfg.SessionID); err != nil {
 			s.log.Debug("mbim session: deactivate on close", "err", err)
@@ -371,22 +342,7 @@ func (s *Session) shutdown() {
 
 // sleep waits d, or until closed (false), or (wake) until something
 // happened that may change the outcome (an indication, a reset).
-func (s *Session) sleep(d time.Duration, wake bool) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-s.kick:
-			if wake {
-				return true
-			}
-		}
-	}
-}
+func (s *Session) sleep(d time.Duration, wake bool) bool { return s.loop.Sleep(d, wake) }
 
 // bringUp runs one attempt; it returns the IP configuration when the
 // session is up.
@@ -430,20 +386,7 @@ func (s *Session) bringUp() (IPConfig, error) {
 // error is timeout(last state)). Between checks it waits for an
 // indication or PollInterval.
 func (s *Session) until(ctx context.Context, d time.Duration, check func() (bool, error), timeout func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		done, err := check()
-		if err != nil || done {
-			return err
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return timeout()
-		}
-		if !s.sleep(min(left, s.cfg.PollInterval), true) {
-			return ctx.Err()
-		}
-	}
+	return s.loop.Until(d, s.cfg.PollInterval, check, timeout)
 }
 
 func (s *Session) waitSIM(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mhistack/mhistack/internal/callbacks"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -76,9 +77,8 @@ type Client struct {
 	cids    map[ClientID]bool // allocated client IDs, released by Close
 	closed  bool
 	dead    error
-	subID   int
-	subs    map[int]func(*Message)
-	resets  map[int]func()
+	subs    callbacks.Set[func(*Message)]
+	resets  callbacks.Set[func()]
 	subMu   sync.Mutex // one callback at a time
 }
 
@@ -99,8 +99,7 @@ func NewClient(t Transport, opts Options) *Client {
 	opts.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{t: t, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel, done: make(chan struct{}),
-		tids: map[ClientID]uint16{}, pending: map[pendingKey]chan result{}, cids: map[ClientID]bool{},
-		subs: map[int]func(*Message){}, resets: map[int]func(){}}
+		tids: map[ClientID]uint16{}, pending: map[pendingKey]chan result{}, cids: map[ClientID]bool{}}
 	go c.read()
 	return c
 }
@@ -177,34 +176,12 @@ func (c *Client) Close() error {
 
 // Subscribe registers fn for every indication. Callbacks run one at a
 // time on the reader goroutine and must not block or keep the message.
-func (c *Client) Subscribe(fn func(*Message)) (cancel func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.subID++
-	id := c.subID
-	c.subs[id] = fn
-	return func() {
-		c.mu.Lock()
-		delete(c.subs, id)
-		c.mu.Unlock()
-	}
-}
+func (c *Client) Subscribe(fn func(*Message)) (cancel func()) { return c.subs.Add(fn) }
 
 // OnReset registers fn to be called when the modem lost its state under
 // the client (NotifyReset, or the transport failing for good): client
 // IDs and calls are gone. fn must not block.
-func (c *Client) OnReset(fn func()) (cancel func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.subID++
-	id := c.subID
-	c.resets[id] = fn
-	return func() {
-		c.mu.Lock()
-		delete(c.resets, id)
-		c.mu.Unlock()
-	}
-}
+func (c *Client) OnReset(fn func()) (cancel func()) { return c.resets.Add(fn) }
 
 // NotifyReset tells the client the modem was reset (mhi.EventSysErr,
 // EventRecovered): outstanding requests fail with ErrModemReset, the
@@ -214,22 +191,13 @@ func (c *Client) NotifyReset() {
 	pend := c.pending
 	c.pending = map[pendingKey]chan result{}
 	c.cids = map[ClientID]bool{}
-	fns := c.resetFnsLocked()
 	c.mu.Unlock()
 	for _, ch := range pend {
 		ch <- result{err: ErrModemReset}
 	}
-	for _, fn := range fns {
+	for _, fn := range c.resets.All() {
 		fn()
 	}
-}
-
-func (c *Client) resetFnsLocked() []func() {
-	fns := make([]func(), 0, len(c.resets))
-	for _, fn := range c.resets {
-		fns = append(fns, fn)
-	}
-	return fns
 }
 
 // Do sends request m (its TID is assigned here; Service and Client say
@@ -385,10 +353,10 @@ func (c *Client) read() {
 			c.log.Warn("qmi: transport failed", "err", err)
 			c.mu.Lock()
 			c.dead = fmt.Errorf("qmi: transport: %w", err)
-			dead, fns := c.dead, c.resetFnsLocked()
+			dead := c.dead
 			c.mu.Unlock()
 			c.failAll(dead)
-			for _, fn := range fns {
+			for _, fn := range c.resets.All() {
 				fn()
 			}
 			return
@@ -449,14 +417,8 @@ func (c *Client) dispatch(m *Message) {
 			c.log.Debug("qmi: unexpected response (late or unknown transaction)", "msg", m.String())
 		}
 	case m.Kind == Indication:
-		c.mu.Lock()
-		fns := make([]func(*Message), 0, len(c.subs))
-		for _, fn := range c.subs {
-			fns = append(fns, fn)
-		}
-		c.mu.Unlock()
 		c.subMu.Lock()
-		for _, fn := range fns {
+		for _, fn := range c.subs.All() {
 			fn(m)
 		}
 		c.subMu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/mhistack/mhistack/internal/sessionloop"
 )
 
 // Session errors; failures wrap them (and the QMI code when there is one).
@@ -156,23 +158,19 @@ func (c *SessionConfig) setDefaults() {
 // runs on a QMI modem. It owns one goroutine, stopped by Close, and
 // shares its Client.
 type Session struct {
-	c    *Client
-	cfg  SessionConfig
-	log  *slog.Logger
-	kick chan struct{}
-	ctx  context.Context
-	stop context.CancelFunc
-	done chan struct{}
+	c     *Client
+	cfg   SessionConfig
+	log   *slog.Logger
+	loop  *sessionloop.Loop // wake-ups, the recorded loss, Close
+	ctx   context.Context   // loop's
+	steps *sessionloop.Steps[SessionState]
+	done  chan struct{}
 
 	unsub, unreset func()
 
 	mu       sync.Mutex
-	state    SessionState
-	err      error
 	ip       IPConfig
 	format   DataFormat
-	changed  chan struct{}
-	lost     error
 	calls    []*call // the running calls (session goroutine only, read under mu)
 	pinTried bool
 	cids     []ClientID // allocated by this session
@@ -188,15 +186,15 @@ type call struct {
 // NewSession starts bringing a data session up on c.
 func NewSession(c *Client, cfg SessionConfig) *Session {
 	cfg.setDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Session{c: c, cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), ctx: ctx, stop: cancel,
-		done: make(chan struct{}), changed: make(chan struct{})}
+	loop := sessionloop.NewLoop()
+	s := &Session{c: c, cfg: cfg, log: cfg.Logger, loop: loop, ctx: loop.Context(),
+		steps: sessionloop.NewSteps(StateIdle), done: make(chan struct{})}
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() {
 		s.mu.Lock()
 		s.cids = nil // the modem forgot them
 		s.mu.Unlock()
-		s.setLost(ErrModemReset)
+		s.loop.SetLost(ErrModemReset)
 	})
 	go s.run()
 	return s
@@ -204,9 +202,8 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 
 // State returns the current step and, when failed or disconnected, why.
 func (s *Session) State() (SessionState, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state, s.err
+	st, err, _ := s.steps.Get()
+	return st, err
 }
 
 // IPConfig returns the current configuration (zero when not connected).
@@ -233,12 +230,10 @@ func (s *Session) MuxID() uint8 { return s.cfg.MuxID }
 // keeps retrying; call WaitUp again or Close).
 func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
 	for {
-		s.mu.Lock()
-		st, err, ip, ch := s.state, s.err, s.ip, s.changed
-		s.mu.Unlock()
+		st, err, ch := s.steps.Get()
 		switch st {
 		case StateConnected:
-			return ip, nil
+			return s.IPConfig(), nil
 		case StateFailed:
 			return IPConfig{}, err
 		case StateClosed:
@@ -255,7 +250,7 @@ func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
 // Close stops the calls and releases the session's client IDs (bounded
 // by ctx), stops the goroutine and returns when it is gone.
 func (s *Session) Close(ctx context.Context) error {
-	s.stop()
+	s.loop.Stop()
 	var err error
 	select {
 	case <-s.done:
@@ -269,11 +264,7 @@ func (s *Session) Close(ctx context.Context) error {
 }
 
 func (s *Session) setState(st SessionState, err error) {
-	s.mu.Lock()
-	s.state, s.err = st, err
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
+	s.steps.Set(st, err)
 	if err != nil {
 		s.log.Info("qmi session", "state", st, "err", err)
 	} else {
@@ -293,30 +284,6 @@ func (s *Session) setIP(ip IPConfig) {
 	}
 }
 
-func (s *Session) signal() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (s *Session) setLost(err error) {
-	s.mu.Lock()
-	if s.lost == nil {
-		s.lost = err
-	}
-	s.mu.Unlock()
-	s.signal()
-}
-
-func (s *Session) takeLost() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.lost
-	s.lost = nil
-	return err
-}
-
 // indication runs on the client's reader: it records and signals.
 func (s *Session) indication(m *Message) {
 	switch {
@@ -334,30 +301,29 @@ func (s *Session) indication(m *Message) {
 		}
 		ps, err := ParsePacketStatus(m)
 		if err == nil && ps.Status == StatusDisconnected {
-			s.setLost(fmt.Errorf("qmi: the network ended the call (%v): %w", ps.End, ErrDisconnect))
+			s.loop.SetLost(fmt.Errorf("qmi: the network ended the call (%v): %w", ps.End, ErrDisconnect))
 			return
 		}
 	case m.Service == ServiceNAS && m.ID == NASGetServingSystem:
 		ss, err := ParseServingSystem(m)
 		if err == nil && s.isConnected() && ss.Registration != Registered {
-			s.setLost(fmt.Errorf("qmi: registration lost (%v): %w", ss.Registration, ErrNoService))
+			s.loop.SetLost(fmt.Errorf("qmi: registration lost (%v): %w", ss.Registration, ErrNoService))
 			return
 		}
 	}
-	s.signal()
+	s.loop.Signal()
 }
 
 func (s *Session) isConnected() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state == StateConnected
+	st, _, _ := s.steps.Get()
+	return st == StateConnected
 }
 
 func (s *Session) run() {
 	defer close(s.done)
 	backoff := s.cfg.RetryInterval
 	for {
-		s.takeLost()
+		s.loop.TakeLost()
 		ip, err := s.bringUp()
 		if s.ctx.Err() != nil {
 			s.shutdown()
@@ -366,7 +332,7 @@ func (s *Session) run() {
 		if err != nil {
 			s.teardown()
 			s.setState(StateFailed, err)
-			if !s.sleep(backoff, true) {
+			if !s.loop.Sleep(backoff, true) {
 				s.shutdown()
 				return
 			}
@@ -393,9 +359,9 @@ func (s *Session) connected() error {
 		select {
 		case <-s.ctx.Done():
 			return nil
-		case <-s.kick:
+		case <-s.loop.Kicked():
 		}
-		if err := s.takeLost(); err != nil {
+		if err := s.loop.TakeLost(); err != nil {
 			return err
 		}
 	}
@@ -430,39 +396,9 @@ func (s *Session) shutdown() {
 	s.setState(StateClosed, nil)
 }
 
-func (s *Session) sleep(d time.Duration, wake bool) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-s.kick:
-			if wake {
-				return true
-			}
-		}
-	}
-}
-
 // until calls check until it is done, fails, or d passes.
 func (s *Session) until(d time.Duration, check func() (bool, error), timeout func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		done, err := check()
-		if err != nil || done {
-			return err
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return timeout()
-		}
-		if !s.sleep(min(left, s.cfg.PollInterval), true) {
-			return s.ctx.Err()
-		}
-	}
+	return s.loop.Until(d, s.cfg.PollInterval, check, timeout)
 }
 
 // client allocates a client ID of svc for this session.
@@ -506,7 +442,7 @@ func (s *Session) bringUp() (IPConfig, error) {
 	for _, err := range errs {
 		s.log.Info("qmi session: a family failed, continuing with the others", "err", err)
 	}
-	s.takeLost() // a loss before this point belongs to an earlier call
+	s.loop.TakeLost() // a loss before this point belongs to an earlier call
 	s.setState(StateConfiguring, nil)
 	return s.configure()
 }
@@ -709,7 +645,7 @@ func (s *Session) configure() (IPConfig, error) {
 	for _, c := range calls {
 		var st Settings
 		err := s.until(s.cfg.ConfigTimeout, func() (bool, error) {
-			if err := s.takeLost(); err != nil {
+			if err := s.loop.TakeLost(); err != nil {
 				return false, err
 			}
 			r, err := c.wds.Do(s.ctx, GetCurrentSettingsRequest(SettingsDataPath))

@@ -1,0 +1,136 @@
+// Package sessionloop is what a data session's goroutine needs whatever
+// the control protocol (link/mbim, link/qmi): the reported step with its
+// change notification, the wake-up channel indications signal, the loss
+// they record, and waiting that ends early when the session is closed or
+// something happened.
+package sessionloop
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Steps holds a session's current step (S) and, for failure steps, its
+// error; Changed is closed on every change. The zero value is not ready:
+// use NewSteps.
+type Steps[S any] struct {
+	mu      sync.Mutex
+	state   S
+	err     error
+	changed chan struct{}
+}
+
+// NewSteps returns steps starting at initial.
+func NewSteps[S any](initial S) *Steps[S] {
+	return &Steps[S]{state: initial, changed: make(chan struct{})}
+}
+
+// Set records a step and wakes everyone waiting for a change.
+func (s *Steps[S]) Set(st S, err error) {
+	s.mu.Lock()
+	s.state, s.err = st, err
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Get returns the step, its error, and a channel closed at the next
+// change.
+func (s *Steps[S]) Get() (S, error, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state, s.err, s.changed
+}
+
+// Loop is the session goroutine's context (cancelled by Stop), its
+// wake-up token and the loss indications record.
+type Loop struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	kick chan struct{} // something changed: re-evaluate (holds one token)
+
+	mu   sync.Mutex
+	lost error
+}
+
+// NewLoop returns a running loop.
+func NewLoop() *Loop {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Loop{ctx: ctx, stop: cancel, kick: make(chan struct{}, 1)}
+}
+
+// Context is cancelled by Stop.
+func (l *Loop) Context() context.Context { return l.ctx }
+
+// Stop cancels the loop's context.
+func (l *Loop) Stop() { l.stop() }
+
+// Kicked receives a token after Signal.
+func (l *Loop) Kicked() <-chan struct{} { return l.kick }
+
+// Signal wakes the loop (never blocks; one pending token at most).
+func (l *Loop) Signal() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// SetLost records that the connection is gone (the first cause wins) and
+// wakes the loop.
+func (l *Loop) SetLost(err error) {
+	l.mu.Lock()
+	if l.lost == nil {
+		l.lost = err
+	}
+	l.mu.Unlock()
+	l.Signal()
+}
+
+// TakeLost returns and clears the recorded loss.
+func (l *Loop) TakeLost() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.lost
+	l.lost = nil
+	return err
+}
+
+// Sleep waits d, or until the loop stops (false), or, with wake, until
+// Signal (something happened that may change the outcome).
+func (l *Loop) Sleep(d time.Duration, wake bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-l.kick:
+			if wake {
+				return true
+			}
+		}
+	}
+}
+
+// Until calls check until it reports done, fails, or d passes (then it
+// returns timeout()). Between checks it waits for a Signal or poll.
+func (l *Loop) Until(d, poll time.Duration, check func() (bool, error), timeout func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		done, err := check()
+		if err != nil || done {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return timeout()
+		}
+		if !l.Sleep(min(left, poll), true) {
+			return l.ctx.Err()
+		}
+	}
+}
