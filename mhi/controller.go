@@ -67,15 +67,25 @@ const (
 	EventMissionMode EventKind = iota // power-up reached mission mode
 	EventSysErr                       // SYS_ERR detected; channels are down (buffers come back after the MHI reset)
 	EventRecovered                    // recovery done; channels restarted
-	EventRecoveryFailed
+	EventRecoveryFailed               // recovery gave up, function-level reset included; Err says each step
 	EventSuspended
 	EventResumed
 	EventRemoved // the device stopped answering
 	EventPowerDown
+	// EventFunctionReset: recovery through MHI reset failed (Err says
+	// how); the controller resets the PCI function and powers up again
+	// (Linux pci_generic mhi_pci_recovery_work). EventRecovered or
+	// EventRecoveryFailed follows.
+	EventFunctionReset
 )
 
 func (k EventKind) String() string {
-	return [...]string{"mission-mode", "sys-err", "recovered", "recovery-failed", "suspended", "resumed", "removed", "power-down"}[k]
+	names := [...]string{"mission-mode", "sys-err", "recovered", "recovery-failed", "suspended", "resumed", "removed", "power-down",
+		"function-reset"}
+	if k < 0 || int(k) >= len(names) {
+		return fmt.Sprintf("EventKind(%d)", int(k))
+	}
+	return names[k]
 }
 
 // Event is passed to Options.OnEvent.

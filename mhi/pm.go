@@ -447,6 +447,9 @@ func (c *Controller) recover(ctx context.Context) {
 		c.dmaFence = true
 		c.mu.Unlock()
 	}
+	if err != nil && ctx.Err() == nil && !c.opts.NoRecovery && !errors.Is(err, ErrRemoved) {
+		err = c.recoverByFunctionReset(ctx, err) // flr.go
+	}
 	if err != nil && ctx.Err() == nil && c.dmaFenced() {
 		// No MHI reset completed and none will: the buffers go back
 		// without the device confirming it stopped (PowerDown and

@@ -49,6 +49,13 @@ func newRig(t testing.TB, name string, so sim.Options, co mhi.Options) *rig {
 // that provokes violations on purpose passes its own so.OnViolation.
 func newRigProfile(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options) *rig {
 	t.Helper()
+	return newRigWrap(t, p, so, co, nil)
+}
+
+// newRigWrap is newRigProfile whose controller drives wrap(dev) instead of
+// the bus device itself (a test that changes what the backend can do).
+func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wrap func(*vpci.Device) pci.Device) *rig {
+	t.Helper()
 	name := p.Name
 	r := &rig{t: t, p: p, evCh: make(chan mhi.Event, 64)}
 	var failMu sync.Mutex
@@ -80,7 +87,11 @@ func newRigProfile(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options)
 		default:
 		}
 	}
-	c, err := mhi.New(dev, co)
+	var hostDev pci.Device = dev
+	if wrap != nil {
+		hostDev = wrap(dev)
+	}
+	c, err := mhi.New(hostDev, co)
 	if err != nil {
 		dev.Close()
 		t.Fatalf("mhi.New(%s): %v", name, err)

@@ -28,6 +28,15 @@ import (
 // from a Function callback.
 func (m *Modem) TriggerSysErr() error { return m.call(reqSysErr) }
 
+// Hang makes the modem crash like TriggerSysErr, but wedged: it ignores
+// MHICTRL from then on, so MHICTRL.RESET is never cleared and MHISTATUS
+// stays SYS_ERR, and recovery through MHI reset cannot succeed. Only a
+// function-level reset (pci.Device.Reset) or a SoC reset brings it back,
+// in Options.Boot (PBL or AMSS) like hardware after a reset. It returns
+// once the state is visible and must not be called from a Function
+// callback.
+func (m *Modem) Hang() error { return m.call(reqHang) }
+
 // EnterM1 makes the modem go idle (§4.6, device-initiated M0 → M1): it
 // sends STATE_CHANGE(M1); the host answers with MHICTRL = M2 and brings it
 // back with the wake doorbell. It returns ErrState unless the modem is in

@@ -208,6 +208,7 @@ type Modem struct {
 	polling    bool      // a burst channel polls: wake up every PollInterval
 	lastActive time.Time // a polling channel last found something new
 	sblUntil   time.Time
+	hung       bool // Hang: MHICTRL ignored until an FLR or SoC reset
 	actions    []action
 	boot       bootState
 	evBuf      [mhi.ElementSize]byte
@@ -363,6 +364,7 @@ func (m *Modem) powerOn() {
 	m.regs.powerOn(m.cfgPOR, m.bhiPOR, m.opts.SOCHWVersion)
 	m.state = mhi.StateReset
 	m.sblUntil = zeroTime
+	m.hung = false
 	if m.opts.Boot == BootPBL {
 		m.setEE(mhi.EEPBL)
 		return
@@ -664,6 +666,7 @@ const (
 	reqReset
 	reqInject
 	reqCorruptRP
+	reqHang
 )
 
 // call runs a request on the device goroutine and waits for it.
@@ -697,6 +700,9 @@ func (m *Modem) handle(r *request) {
 	switch r.kind {
 	case reqSysErr:
 		m.enterSysErr()
+	case reqHang:
+		m.enterSysErr()
+		m.hung = true
 	case reqM1:
 		err = m.enterM1()
 	case reqReset:

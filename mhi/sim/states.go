@@ -7,6 +7,10 @@ import (
 // handleCtrl reacts to a host write of MHICTRL (§8.2): RESET first, then
 // the requested state. The caller holds m.mu.
 func (m *Modem) handleCtrl() {
+	if m.hung {
+		// Wedged firmware (Hang): not even RESET is acted on.
+		return
+	}
 	v := m.regs.getCtrl()
 	if v&mhi.CtrlReset != 0 {
 		m.mhiReset()
