@@ -64,10 +64,10 @@ type Options struct {
 type EventKind int
 
 const (
-	EventMissionMode EventKind = iota // power-up reached mission mode
-	EventSysErr                       // SYS_ERR detected; channels are down (buffers come back after the MHI reset)
-	EventRecovered                    // recovery done; channels restarted
-	EventRecoveryFailed               // recovery gave up, function-level reset included; Err says each step
+	EventMissionMode    EventKind = iota // power-up reached mission mode
+	EventSysErr                          // SYS_ERR detected; channels are down (buffers come back after the MHI reset)
+	EventRecovered                       // recovery done; channels restarted
+	EventRecoveryFailed                  // recovery gave up, function-level reset included; Err says each step
 	EventSuspended
 	EventResumed
 	EventRemoved // the device stopped answering
