@@ -64,7 +64,8 @@ const method = `## Method
   both ends of the window, so the reading does not wake the role. Reported as ms of CPU per second
   of traffic, as powertop does. The lock itself costs a thread hand-off per wake-up; every
   configuration pays it alike. ` + "`InlinePoll`" + ` polls on the controller's interrupt goroutines, which
-  are not locked, so it has no poller column.
+  are not locked; its poller column, if any, holds only the inline runs handed to the
+  poller goroutine after their softirq slice (2 ms or 10 passes).
 * **allocs/pkt** is ` + "`runtime.MemStats.Mallocs`" + ` over the window divided by the packets; it covers the
   whole process (modem, writer, gVisor's pooled packet buffers), so it bounds the endpoint's own
   allocations from above.
