@@ -43,12 +43,29 @@ func (s *Steps[S]) Get() (S, error, <-chan struct{}) {
 	return s.state, s.err, s.changed
 }
 
+// Wait waits until final says the current step ends the wait (returning
+// its error) or ctx ends (returning the step it was in and ctx's error).
+func (s *Steps[S]) Wait(ctx context.Context, final func(st S, err error) (bool, error)) (S, error) {
+	for {
+		st, err, ch := s.Get()
+		if done, err := final(st, err); done {
+			return st, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+	}
+}
+
 // Loop is the session goroutine's context (cancelled by Stop), its
 // wake-up token and the loss indications record.
 type Loop struct {
 	ctx  context.Context
 	stop context.CancelFunc
 	kick chan struct{} // something changed: re-evaluate (holds one token)
+	done chan struct{} // closed when the Go goroutine returns
 
 	mu   sync.Mutex
 	lost error
@@ -57,7 +74,78 @@ type Loop struct {
 // NewLoop returns a running loop.
 func NewLoop() *Loop {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Loop{ctx: ctx, stop: cancel, kick: make(chan struct{}, 1)}
+	return &Loop{ctx: ctx, stop: cancel, kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// Go runs fn as the loop's goroutine (once).
+func (l *Loop) Go(fn func()) {
+	go func() {
+		defer close(l.done)
+		fn()
+	}()
+}
+
+// Close stops the loop and waits for its goroutine; if ctx ends first it
+// still waits, and returns ctx's error.
+func (l *Loop) Close(ctx context.Context) error {
+	l.stop()
+	select {
+	case <-l.done:
+		return nil
+	case <-ctx.Done():
+		<-l.done
+		return ctx.Err()
+	}
+}
+
+// Hooks are a session's parts that Supervise runs.
+type Hooks struct {
+	// Up makes one bring-up attempt; nil means connected.
+	Up func() error
+	// Failed reports a failed attempt (the loop is still running).
+	Failed func(error)
+	// Connected reports a successful attempt.
+	Connected func()
+	// Watch waits while connected and returns why the connection was
+	// lost, or nil when the loop stopped.
+	Watch func() error
+	// Lost reports a lost connection; the next attempt follows at once.
+	Lost func(cause error)
+	// Shutdown runs once when the loop stopped.
+	Shutdown func()
+}
+
+// Supervise keeps a session up until the loop stops: an attempt, and
+// after a failure another one after retry (doubling up to a minute, and
+// sooner on a Signal); after a loss, at once. A loss recorded before an
+// attempt is dropped: it belongs to an earlier connection.
+func (l *Loop) Supervise(retry time.Duration, h Hooks) {
+	backoff := retry
+	for {
+		l.TakeLost()
+		err := h.Up()
+		if l.ctx.Err() != nil {
+			h.Shutdown()
+			return
+		}
+		if err != nil {
+			h.Failed(err)
+			if !l.Sleep(backoff, true) {
+				h.Shutdown()
+				return
+			}
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = retry
+		h.Connected()
+		cause := h.Watch()
+		if cause == nil {
+			h.Shutdown()
+			return
+		}
+		h.Lost(cause)
+	}
 }
 
 // Context is cancelled by Stop.

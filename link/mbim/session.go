@@ -120,7 +120,6 @@ type Session struct {
 	loop  *sessionloop.Loop // wake-ups, the recorded loss, Close
 	ctx   context.Context   // loop's
 	steps *sessionloop.Steps[SessionState]
-	done  chan struct{}
 
 	unsub, unreset func()
 
@@ -135,10 +134,10 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 	cfg.setDefaults()
 	loop := sessionloop.NewLoop()
 	s := &Session{c: c, cfg: cfg, log: cfg.Logger, loop: loop, ctx: loop.Context(),
-		steps: sessionloop.NewSteps(StateIdle), done: make(chan struct{})}
+		steps: sessionloop.NewSteps(StateIdle)}
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() { s.setLost(ErrModemReset) })
-	go s.run()
+	loop.Go(s.run)
 	return s
 }
 
@@ -161,42 +160,44 @@ func (s *Session) IPConfig() IPConfig {
 // keeps retrying in the background; call WaitUp again to wait for the
 // next attempt, or Close).
 func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
-	for {
-		st, err, ch := s.steps.Get()
+	var ip IPConfig
+	st, err := s.steps.Wait(ctx, func(st SessionState, err error) (bool, error) {
 		switch st {
 		case StateConnected:
-			return s.IPConfig(), nil
+			// The addresses are set before the step and cleared
+			// before the next one: if they are already gone, the
+			// step is about to change.
+			ip = s.IPConfig()
+			return !ip.IsZero(), nil
 		case StateFailed:
-			return IPConfig{}, err
+			return true, err
 		case StateClosed:
-			return IPConfig{}, ErrClosed
+			return true, ErrClosed
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return IPConfig{}, fmt.Errorf("mbim: session still %v: %w", st, ctx.Err())
-		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return ip, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return IPConfig{}, fmt.Errorf("mbim: session still %v: %w", st, err)
 	}
+	return IPConfig{}, err
 }
 
 // Close deactivates the context (bounded by ctx), stops the session's
 // goroutine and returns when it is gone.
 func (s *Session) Close(ctx context.Context) error {
-	s.loop.Stop()
-	var err error
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		<-s.done
-	}
+	err := s.loop.Close(ctx)
 	s.unsub()
 	s.unreset()
 	return err
 }
 
+// setState reports a step: OnProgress first, then the waiters
+// (WaitUp), so that a WaitUp that returned has seen its step reported.
 func (s *Session) setState(st SessionState, err error) {
-	s.steps.Set(st, err)
+	defer s.steps.Set(st, err)
 	if err != nil {
 		s.log.Info("mbim session", "state", st, "err", err)
 	} else {
@@ -268,35 +269,21 @@ func (s *Session) setIP(ip IPConfig) {
 
 // run is the session goroutine.
 func (s *Session) run() {
-	defer close(s.done)
-	backoff := s.cfg.RetryInterval
-	for {
-		s.takeLost() // what happened before this attempt is moot
-		ip, err := s.bringUp()
-		if s.ctx.Err() != nil {
-			s.shutdown()
-			return
-		}
-		if err != nil {
-			s.setState(StateFailed, err)
-			if !s.sleep(backoff, true) {
-				s.shutdown()
-				return
-			}
-			backoff = min(2*backoff, time.Minute)
-			continue
-		}
-		backoff = s.cfg.RetryInterval
-		s.setIP(ip)
-		s.setState(StateConnected, nil)
-		cause := s.connected()
-		if cause == nil {
-			s.shutdown()
-			return
-		}
-		s.setIP(IPConfig{SessionID: s.cfg.SessionID})
-		s.setState(StateDisconnected, cause)
-	}
+	var ip IPConfig
+	s.loop.Supervise(s.cfg.RetryInterval, sessionloop.Hooks{
+		Up:     func() (err error) { ip, err = s.bringUp(); return err },
+		Failed: func(err error) { s.setState(StateFailed, err) },
+		Connected: func() {
+			s.setIP(ip)
+			s.setState(StateConnected, nil)
+		},
+		Watch: s.connected,
+		Lost: func(cause error) {
+			s.setIP(IPConfig{SessionID: s.cfg.SessionID})
+			s.setState(StateDisconnected, cause)
+		},
+		Shutdown: s.shutdown,
+	})
 }
 
 // connected watches a connected session until it is lost (the cause) or

@@ -164,7 +164,6 @@ type Session struct {
 	loop  *sessionloop.Loop // wake-ups, the recorded loss, Close
 	ctx   context.Context   // loop's
 	steps *sessionloop.Steps[SessionState]
-	done  chan struct{}
 
 	unsub, unreset func()
 
@@ -188,7 +187,7 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 	cfg.setDefaults()
 	loop := sessionloop.NewLoop()
 	s := &Session{c: c, cfg: cfg, log: cfg.Logger, loop: loop, ctx: loop.Context(),
-		steps: sessionloop.NewSteps(StateIdle), done: make(chan struct{})}
+		steps: sessionloop.NewSteps(StateIdle)}
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() {
 		s.mu.Lock()
@@ -196,7 +195,7 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 		s.mu.Unlock()
 		s.loop.SetLost(ErrModemReset)
 	})
-	go s.run()
+	loop.Go(s.run)
 	return s
 }
 
@@ -229,42 +228,44 @@ func (s *Session) MuxID() uint8 { return s.cfg.MuxID }
 // configuration, or until an attempt fails and returns why (the session
 // keeps retrying; call WaitUp again or Close).
 func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
-	for {
-		st, err, ch := s.steps.Get()
+	var ip IPConfig
+	st, err := s.steps.Wait(ctx, func(st SessionState, err error) (bool, error) {
 		switch st {
 		case StateConnected:
-			return s.IPConfig(), nil
+			// The addresses are set before the step and cleared
+			// before the next one: if they are already gone, the
+			// step is about to change.
+			ip = s.IPConfig()
+			return !ip.IsZero(), nil
 		case StateFailed:
-			return IPConfig{}, err
+			return true, err
 		case StateClosed:
-			return IPConfig{}, ErrClosed
+			return true, ErrClosed
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return IPConfig{}, fmt.Errorf("qmi: session still %v: %w", st, ctx.Err())
-		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return ip, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return IPConfig{}, fmt.Errorf("qmi: session still %v: %w", st, err)
 	}
+	return IPConfig{}, err
 }
 
 // Close stops the calls and releases the session's client IDs (bounded
 // by ctx), stops the goroutine and returns when it is gone.
 func (s *Session) Close(ctx context.Context) error {
-	s.loop.Stop()
-	var err error
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		<-s.done
-	}
+	err := s.loop.Close(ctx)
 	s.unsub()
 	s.unreset()
 	return err
 }
 
+// setState reports a step: OnProgress first, then the waiters
+// (WaitUp), so that a WaitUp that returned has seen its step reported.
 func (s *Session) setState(st SessionState, err error) {
-	s.steps.Set(st, err)
+	defer s.steps.Set(st, err)
 	if err != nil {
 		s.log.Info("qmi session", "state", st, "err", err)
 	} else {
@@ -320,37 +321,25 @@ func (s *Session) isConnected() bool {
 }
 
 func (s *Session) run() {
-	defer close(s.done)
-	backoff := s.cfg.RetryInterval
-	for {
-		s.loop.TakeLost()
-		ip, err := s.bringUp()
-		if s.ctx.Err() != nil {
-			s.shutdown()
-			return
-		}
-		if err != nil {
+	var ip IPConfig
+	s.loop.Supervise(s.cfg.RetryInterval, sessionloop.Hooks{
+		Up: func() (err error) { ip, err = s.bringUp(); return err },
+		Failed: func(err error) {
 			s.teardown()
 			s.setState(StateFailed, err)
-			if !s.loop.Sleep(backoff, true) {
-				s.shutdown()
-				return
-			}
-			backoff = min(2*backoff, time.Minute)
-			continue
-		}
-		backoff = s.cfg.RetryInterval
-		s.setIP(ip)
-		s.setState(StateConnected, nil)
-		cause := s.connected()
-		if cause == nil {
-			s.shutdown()
-			return
-		}
-		s.teardown()
-		s.setIP(IPConfig{})
-		s.setState(StateDisconnected, cause)
-	}
+		},
+		Connected: func() {
+			s.setIP(ip)
+			s.setState(StateConnected, nil)
+		},
+		Watch: s.connected,
+		Lost: func(cause error) {
+			s.teardown()
+			s.setIP(IPConfig{})
+			s.setState(StateDisconnected, cause)
+		},
+		Shutdown: s.shutdown,
+	})
 }
 
 // connected waits until the call is lost (the cause) or closed (nil).
