@@ -230,70 +230,129 @@ func (c *Controller) LoadBHIe(ctx context.Context, img []byte, o BHIeOptions) er
 	if segLen <= 0 {
 		segLen = c.opts.Boot.SegLen
 	}
-	if segLen <= 0 {
-		segLen = DefaultSegLen
-	}
-	n := (len(img) + segLen - 1) / segLen
-	if n > maxBHIeSegments {
-		return fmt.Errorf("mhi: %s: %d-byte image needs %d BHIe segments of %d bytes, at most %d; use a larger segment length: %w",
-			c.name, len(img), n, segLen, maxBHIeSegments, ErrFirmware)
-	}
-	dma := c.dev.DMA()
-	segs := make([]*pci.Buffer, 0, n)
-	defer func() {
-		for _, s := range segs {
-			_ = dma.Free(s)
-		}
-	}()
-	table, err := dma.Alloc(16*n, 4096)
-	if err != nil {
-		return fmt.Errorf("mhi: %s: BHIe vector table (%d entries): %w", c.name, n, err)
-	}
-	defer dma.Free(table)
-	for i := range n {
-		part := img[i*segLen : min((i+1)*segLen, len(img))]
-		s, err := dma.Alloc(len(part), 4096)
-		if err != nil {
-			return fmt.Errorf("mhi: %s: BHIe segment %d (%d bytes): %w", c.name, i, len(part), err)
-		}
-		segs = append(segs, s)
-		copy(s.Mem, part)
-		table.Store64(16*i, s.IOVA)
-		table.Store64(16*i+8, uint64(len(part)))
-		c.progress(o.OnProgress, Progress{Phase: PhaseBHIe, Done: i*segLen + len(part), Total: len(img)})
-	}
-	b := c.bhieOff
-	seq := sessionID()
-	// A status left from an earlier transfer must not be taken for ours:
-	// accept a result that echoes our sequence or at least changed.
-	prev := c.read(b + BHIETxVecStatus)
-	c.write(b+BHIETxVecAddrHigh, uint32(table.IOVA>>32))
-	c.write(b+BHIETxVecAddrLow, uint32(table.IOVA))
-	c.write(b+BHIETxVecSize, uint32(16*n))
-	c.write(b+BHIETxVecDB, SetField(c.read(b+BHIETxVecDB), BHIESeqMask, 0, seq))
-	var v uint32
-	err = c.waitFor(ctx, c.timeout, "BHIe transfer", func() (bool, error) {
-		v = c.read(b + BHIETxVecStatus)
-		if v == 0xFFFFFFFF {
-			return false, nil
-		}
-		if State(Field(c.read(RegMHISTATUS), StatusStateMask, StatusStateShift)) == StateSysErr {
-			return false, ErrSysErr
-		}
-		if Field(v, BHIEStatusMask, BHIEStatusShift) == 0 {
-			return false, nil
-		}
-		return v&BHIESeqMask == seq || v != prev, nil
+	v, err := c.newBHIeVector(len(img), segLen, func(i, off int, s *pci.Buffer) {
+		copy(s.Mem, img[off:])
+		c.progress(o.OnProgress, Progress{Phase: PhaseBHIe, Done: off + s.Len(), Total: len(img)})
 	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, ErrFirmware)
+	}
+	defer v.free(c.dev.DMA())
+	st, err := c.runBHIe(ctx, bhieTX, v)
 	if err != nil {
 		return err
 	}
-	if st := Field(v, BHIEStatusMask, BHIEStatusShift); st != BHIEStatusXferDone {
-		return fmt.Errorf("mhi: %s: BHIe TXVECSTATUS %#x (status %d, sequence %#x, ours %#x) after %d segments; check the image and segment length: %w",
-			c.name, v, st, v&BHIESeqMask, seq, n, ErrFirmware)
+	if Field(st.status, BHIEStatusMask, BHIEStatusShift) != BHIEStatusXferDone {
+		return fmt.Errorf("mhi: %s: BHIe %s after %d segments; check the image and segment length: %w", c.name, st, len(v.segs), ErrFirmware)
 	}
 	c.progress(o.OnProgress, Progress{Phase: PhaseBHIe, Done: len(img), Total: len(img), Complete: true})
 	return nil
+}
+
+// bhieDir is the register set of one BHIe direction (§1.3): TX carries
+// images to the device, RX carries the RDDM crash dump to the host.
+type bhieDir struct {
+	name                                string // register prefix, for errors
+	addrLow, addrHigh, size, db, status uint64
+	// sysErrFails: a device in SYS_ERR fails the wait (a download); the
+	// RDDM upload happens in SYS_ERR.
+	sysErrFails bool
+}
+
+var (
+	bhieTX = bhieDir{"TXVEC", BHIETxVecAddrLow, BHIETxVecAddrHigh, BHIETxVecSize, BHIETxVecDB, BHIETxVecStatus, true}
+	bhieRX = bhieDir{"RXVEC", BHIERxVecAddrLow, BHIERxVecAddrHigh, BHIERxVecSize, BHIERxVecDB, BHIERxVecStatus, false}
+)
+
+// bhieVector is a BHIe vector table and the segments it lists, each in its
+// own DMA buffer (Linux mhi_alloc_bhie_table).
+type bhieVector struct {
+	table *pci.Buffer
+	segs  []*pci.Buffer
+}
+
+// newBHIeVector allocates size bytes as segments of segLen (default
+// DefaultSegLen), the last one partial, and the table listing them. fill,
+// if set, fills segment i, which starts at byte off, before it is listed.
+func (c *Controller) newBHIeVector(size, segLen int, fill func(i, off int, s *pci.Buffer)) (*bhieVector, error) {
+	if segLen <= 0 {
+		segLen = DefaultSegLen
+	}
+	n := (size + segLen - 1) / segLen
+	if n > maxBHIeSegments {
+		return nil, fmt.Errorf("mhi: %s: %d bytes need %d BHIe segments of %d bytes, at most %d; use a larger segment length",
+			c.name, size, n, segLen, maxBHIeSegments)
+	}
+	dma := c.dev.DMA()
+	v := &bhieVector{segs: make([]*pci.Buffer, 0, n)}
+	var err error
+	if v.table, err = dma.Alloc(16*n, 4096); err != nil {
+		return nil, fmt.Errorf("mhi: %s: BHIe vector table (%d entries): %w", c.name, n, err)
+	}
+	for i := range n {
+		off := i * segLen
+		s, err := dma.Alloc(min(segLen, size-off), 4096)
+		if err != nil {
+			v.free(dma)
+			return nil, fmt.Errorf("mhi: %s: BHIe segment %d (%d bytes): %w", c.name, i, min(segLen, size-off), err)
+		}
+		v.segs = append(v.segs, s)
+		if fill != nil {
+			fill(i, off, s)
+		}
+		v.table.Store64(16*i, s.IOVA)
+		v.table.Store64(16*i+8, uint64(s.Len()))
+	}
+	return v, nil
+}
+
+func (v *bhieVector) free(dma pci.DMA) {
+	for _, s := range v.segs {
+		_ = dma.Free(s)
+	}
+	if v.table != nil {
+		_ = dma.Free(v.table)
+	}
+}
+
+// bhieResult is the status word a BHIe transfer ended with.
+type bhieResult struct {
+	status, seq uint32 // the register, and the sequence we rang with
+	dir         string
+}
+
+func (r bhieResult) String() string {
+	return fmt.Sprintf("%sSTATUS %#x (status %d, sequence %#x, ours %#x)", r.dir, r.status,
+		Field(r.status, BHIEStatusMask, BHIEStatusShift), r.status&BHIESeqMask, r.seq)
+}
+
+// runBHIe starts a transfer over v in direction d and waits for its status
+// (§4.4): the table address (high word first), its size in bytes, then a
+// read-modify-write of the doorbell with a random non-zero sequence. A
+// status left from an earlier transfer must not be taken for ours: a result
+// must echo our sequence or at least have changed.
+func (c *Controller) runBHIe(ctx context.Context, d bhieDir, v *bhieVector) (bhieResult, error) {
+	b := c.bhieOff
+	res := bhieResult{seq: sessionID(), dir: d.name}
+	prev := c.read(b + d.status)
+	c.write(b+d.addrHigh, uint32(v.table.IOVA>>32))
+	c.write(b+d.addrLow, uint32(v.table.IOVA))
+	c.write(b+d.size, uint32(v.table.Len()))
+	c.write(b+d.db, SetField(c.read(b+d.db), BHIESeqMask, 0, res.seq))
+	err := c.waitFor(ctx, c.timeout, "BHIe "+d.name+" transfer", func() (bool, error) {
+		res.status = c.read(b + d.status)
+		if res.status == 0xFFFFFFFF {
+			return false, nil
+		}
+		if d.sysErrFails && State(Field(c.read(RegMHISTATUS), StatusStateMask, StatusStateShift)) == StateSysErr {
+			return false, ErrSysErr
+		}
+		if Field(res.status, BHIEStatusMask, BHIEStatusShift) == 0 {
+			return false, nil
+		}
+		return res.status&BHIESeqMask == res.seq || res.status != prev, nil
+	})
+	return res, err
 }
 
 // EnterEDL forces the modem into emergency download mode and starts the

@@ -50,6 +50,12 @@ type Options struct {
 	OnEvent func(Event)
 	// NoRecovery disables automatic SYS_ERR recovery.
 	NoRecovery bool
+	// OnCrashDump receives the RAM dump the host collected when the
+	// firmware crashed into EE RDDM (rddm.go), before the reset that
+	// recovers the modem; LastCrashDump keeps the latest one too. It
+	// runs on the recovery goroutine, which waits for it: write the dump
+	// out and return.
+	OnCrashDump func(CrashDump)
 	// LivenessInterval is how often a powered controller reads
 	// MHISTATUS on its own, so that a surprise removal (or a SYS_ERR
 	// whose MSI was lost) is noticed even when nothing else touches the
@@ -77,11 +83,16 @@ const (
 	// (Linux pci_generic mhi_pci_recovery_work). EventRecovered or
 	// EventRecoveryFailed follows.
 	EventFunctionReset
+	// EventCrashDump: the firmware crashed into EE RDDM and the host
+	// collected its RAM dump (Err nil: Options.OnCrashDump has it and
+	// LastCrashDump returns it) or failed to (Err says why); recovery
+	// follows.
+	EventCrashDump
 )
 
 func (k EventKind) String() string {
 	names := [...]string{"mission-mode", "sys-err", "recovered", "recovery-failed", "suspended", "resumed", "removed", "power-down",
-		"function-reset"}
+		"function-reset", "crash-dump"}
 	if k < 0 || int(k) >= len(names) {
 		return fmt.Sprintf("EventKind(%d)", int(k))
 	}
@@ -164,6 +175,7 @@ type Controller struct {
 	boot           bootRun
 	live           *liveness   // the liveness goroutine while powered
 	savedCfg       savedConfig // config space saved by New, read-only after (pcistate.go)
+	lastDump       *CrashDump  // the latest RDDM dump (rddm.go)
 
 	stats ControllerStats
 }
@@ -180,6 +192,7 @@ type ControllerStats struct {
 	Suspends        atomic.Uint64
 	Resumes         atomic.Uint64
 	LivenessChecks  atomic.Uint64
+	CrashDumps      atomic.Uint64
 }
 
 // Stats is a snapshot of ControllerStats.
@@ -188,6 +201,7 @@ type Stats struct {
 	SysErrs, Recoveries, Suspends, Resumes                       uint64
 	LastRecovery                                                 time.Duration
 	LivenessChecks                                               uint64 // MHISTATUS reads by the liveness check
+	CrashDumps                                                   uint64 // RDDM dumps collected (rddm.go)
 }
 
 // New prepares a controller for dev: it matches the profile, maps BAR 0,
@@ -367,7 +381,7 @@ func (c *Controller) Stats() Stats {
 		Interrupts: s.Interrupts.Load(), Events: s.Events.Load(), InvalidEvents: s.InvalidEvents.Load(),
 		Commands: s.Commands.Load(), CommandTimeouts: s.CommandTimeouts.Load(), SysErrs: s.SysErrs.Load(),
 		Recoveries: s.Recoveries.Load(), Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(),
-		LastRecovery: last, LivenessChecks: s.LivenessChecks.Load(),
+		LastRecovery: last, LivenessChecks: s.LivenessChecks.Load(), CrashDumps: s.CrashDumps.Load(),
 	}
 }
 

@@ -59,13 +59,15 @@ func (c *Controller) powerUp(ctx context.Context) error {
 		c.markRemoved()
 		return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
 	}
-	if !ee.PowerUpCapable() {
+	crashed := ee == EERDDM && State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr
+	if !ee.PowerUpCapable() && !crashed {
 		return fmt.Errorf("mhi: %s: device is in EE %s; power-up needs PBL or AMSS (reset the modem): %w", c.name, ee, ErrState)
 	}
 	c.mu.Lock()
 	c.ee, c.devState = ee, State(Field(st, StatusStateMask, StatusStateShift))
 	c.mu.Unlock()
 	if c.devState == StateSysErr {
+		c.collectCrashDump(ctx) // rddm.go: a crash nobody collected
 		c.log.Warn("device in SYS_ERR at power-up; resetting", "dev", c.name)
 		if err := c.mhiReset(ctx); err != nil {
 			return err
@@ -431,6 +433,7 @@ func (c *Controller) recover(ctx context.Context) {
 	start := time.Now()
 	c.quiesceChannels(ErrSysErr)
 	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
+	c.collectCrashDump(ctx) // rddm.go: only a device in EE RDDM
 	var err error
 	for attempt := 1; attempt <= recoveryAttempts; attempt++ {
 		if err = c.recoverDevice(ctx); err == nil {

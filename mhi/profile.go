@@ -33,6 +33,25 @@ type Profile struct {
 	// EDLTrigger: EDL can be forced with the doorbell-91 cookie and a
 	// SoC reset.
 	EDLTrigger bool
+	// RDDMSize is how many bytes of RAM dump the host collects over BHIe
+	// when the firmware crashes into EE RDDM (Linux
+	// mhi_controller.rddm_size); 0: DefaultRDDMSize. Linux pci_generic
+	// sets none (it does not collect dumps); set it to what the
+	// modem's firmware dumps.
+	RDDMSize int
+}
+
+// DefaultRDDMSize is the RDDM dump size of a profile that sets none
+// (0x420000, the RDDM_DUMP_SIZE of Linux drivers/net/wireless/ath/ath11k,
+// an MHI device of the same family).
+const DefaultRDDMSize = 0x420000
+
+// CrashDumpSize returns RDDMSize, or DefaultRDDMSize when unset.
+func (p *Profile) CrashDumpSize() int {
+	if p.RDDMSize > 0 {
+		return p.RDDMSize
+	}
+	return DefaultRDDMSize
 }
 
 // PCIID is a vendor:device pair with optional subsystem IDs.
@@ -153,6 +172,9 @@ func (p *Profile) Validate() error {
 	}
 	if p.Timeout <= 0 {
 		return fmt.Errorf("mhi: profile %s: no timeout", p.Name)
+	}
+	if p.RDDMSize < 0 || p.RDDMSize > 1<<30 {
+		return fmt.Errorf("mhi: profile %s: RDDM size %d outside 0..1 GiB", p.Name, p.RDDMSize)
 	}
 	seen := map[int]bool{}
 	for _, c := range p.Channels {

@@ -37,6 +37,7 @@ type bootState struct {
 	fullBootChain, bhieDone bool
 	failNextBHIe            bool // one-shot injected BHIe error (FailNextBHIe)
 	edlEntries              int  // times the EDL trigger was honoured
+	rddm                    rddmState
 }
 
 // bhiDownload is the PBL's reaction to BHI_IMGTXDB (§8.7, from what
@@ -126,26 +127,18 @@ func (m *Modem) bhieDownload() {
 		m.boot.failNextBHIe = false
 		status = mhi.BHIEStatusError
 	default:
-		var e [16]byte
-		for i := 0; i < size/16 && status == mhi.BHIEStatusXferDone; i++ {
-			if err := m.host.DMARead(table+uint64(16*i), e[:]); err != nil {
-				m.dmaFailed(err, "reading the BHIe vector table", table)
-				status = mhi.BHIEStatusError
-				break
-			}
-			seg := binary.LittleEndian.Uint64(e[:])
-			n := binary.LittleEndian.Uint64(e[8:])
+		status = m.walkBHIeTable(table, size, func(seg, n uint64) bool {
 			if n > uint64(m.opts.ImageMaxSize-len(img)) {
-				status = mhi.BHIEStatusError
-				break
+				return false
 			}
 			at := len(img)
 			img = append(img, make([]byte, n)...)
 			if err := m.host.DMARead(seg, img[at:]); err != nil {
 				m.dmaFailed(err, "reading a BHIe segment", seg)
-				status = mhi.BHIEStatusError
+				return false
 			}
-		}
+			return true
+		})
 	}
 	if status == mhi.BHIEStatusXferDone {
 		m.boot.bhie = BootImage{Session: seq, Addr: table, Size: len(img), SHA256: sha256.Sum256(img), Data: img}
@@ -158,6 +151,28 @@ func (m *Modem) bhieDownload() {
 		m.boot.bhieDone = true
 		m.sblUntil = m.now().Add(m.opts.SBLTime)
 	}
+}
+
+// walkBHIeTable reads the BHIe vector table of size bytes at table
+// (16-byte entries: segment IOVA, segment length, little-endian) and calls
+// seg for each entry in order until it returns false. It returns the
+// TX/RXVECSTATUS status: transfer complete, or error when the table is
+// malformed or unreadable or seg refused an entry. The caller holds m.mu.
+func (m *Modem) walkBHIeTable(table uint64, size int, seg func(addr, n uint64) bool) uint32 {
+	if size == 0 || size%16 != 0 || size/16 > maxBHIeEntries {
+		return mhi.BHIEStatusError
+	}
+	var e [16]byte
+	for i := 0; i < size/16; i++ {
+		if err := m.host.DMARead(table+uint64(16*i), e[:]); err != nil {
+			m.dmaFailed(err, "reading the BHIe vector table", table)
+			return mhi.BHIEStatusError
+		}
+		if !seg(binary.LittleEndian.Uint64(e[:]), binary.LittleEndian.Uint64(e[8:])) {
+			return mhi.BHIEStatusError
+		}
+	}
+	return mhi.BHIEStatusXferDone
 }
 
 // sblDone moves the SBL on to mission mode (with full-boot-chain only once

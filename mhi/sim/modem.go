@@ -365,6 +365,7 @@ func (m *Modem) powerOn() {
 	m.state = mhi.StateReset
 	m.sblUntil = zeroTime
 	m.hung = false
+	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
 	if m.opts.Boot == BootPBL {
 		m.setEE(mhi.EEPBL)
 		return
@@ -551,6 +552,9 @@ func (m *Modem) step() bool {
 	if p.bhie {
 		m.bhieDownload()
 	}
+	if p.rddm {
+		m.rddmDoorbell() // rddm.go
+	}
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
 	}
@@ -652,10 +656,11 @@ type request struct {
 	kind reqKind
 	done chan error
 	// ring and ev are the event of a reqInject; ring and rp the value
-	// of a reqCorruptRP.
+	// of a reqCorruptRP; dump the RAM image of a reqCrash.
 	ring int
 	ev   mhi.Element
 	rp   uint64
+	dump []byte
 }
 
 type reqKind uint8
@@ -667,6 +672,7 @@ const (
 	reqInject
 	reqCorruptRP
 	reqHang
+	reqCrash
 )
 
 // call runs a request on the device goroutine and waits for it.
@@ -703,6 +709,8 @@ func (m *Modem) handle(r *request) {
 	case reqHang:
 		m.enterSysErr()
 		m.hung = true
+	case reqCrash:
+		m.crashIntoRDDM(r.dump) // rddm.go
 	case reqM1:
 		err = m.enterM1()
 	case reqReset:

@@ -57,6 +57,7 @@ type latch struct {
 // never does the work itself: it must not block the host (vpci.Model).
 type pending struct {
 	ctrl, crdb, bhi, bhie, soc bool
+	rddm                       bool      // BHIE_RXVECDB written (rddm.go)
 	chdb                       [2]uint64 // one bit per channel doorbell
 }
 
@@ -193,8 +194,11 @@ func (r *regFile) write(off uint64, v uint32) writeResult {
 		// Everything else is host-writable: the host even zeroes the
 		// RX status words at prepare time (§1.3).
 		r.bhie[i] = v
-		if off-bhieOff == mhi.BHIETxVecDB {
+		switch off - bhieOff {
+		case mhi.BHIETxVecDB:
 			r.pend.bhie, res.work = true, true
+		case mhi.BHIERxVecDB:
+			r.pend.rddm, res.work = true, true
 		}
 		return res
 	case off >= bhiOff && off < bhiOff+mhi.BHIBlockLen:

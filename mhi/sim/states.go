@@ -195,18 +195,21 @@ func (m *Modem) mhiReset() {
 	// completes (Options.DrainDMAOnSysErr).
 	m.drainDMA()
 	m.draining = nil
-	m.stopChannels(true)
-	m.forgetRings()
-	m.regs.resetMHI()
-	m.state = mhi.StateReset
-	m.sblUntil = zeroTime
-	m.raiseIntVec()
 	if prev == mhi.StateSysErr {
+		// Before MHICTRL.RESET clears: a host that sees it clear reads
+		// BHI_EXECENV next and must find where the modem restarts.
 		m.setEE(mhi.EEAMSS)
 		if m.opts.LoseFirmwareOnSysErr {
 			m.setEE(mhi.EEPBL)
 		}
 	}
+	m.stopChannels(true)
+	m.forgetRings()
+	m.regs.resetMHI()
+	m.state = mhi.StateReset
+	m.sblUntil = zeroTime
+	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
+	m.raiseIntVec()
 	if m.ee == mhi.EEPBL {
 		// The boot ROM waits for an image (§8.7): not READY.
 		return
