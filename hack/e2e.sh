@@ -6,7 +6,8 @@
 # curl --socks5-hostname, curl --proxy (HTTP CONNECT and absolute URI),
 # ncat --proxy-type socks5 and python3's socks module, comparing bytes;
 # then a UDP ASSOCIATE round trip with the in-repo client, 200 concurrent
-# fetches, the metrics endpoint, and a SIGTERM that must exit 0.
+# fetches, ab -k (HTTP/1.0 keep-alive) through the HTTP proxy, the metrics
+# endpoint, and a SIGTERM that must exit 0.
 #
 # The emulated carrier maps 198.18.0.1 to the host's 127.0.0.1 and its DNS
 # answers test.mhistack with it, so the servers on the host's loopback are
@@ -17,7 +18,8 @@
 #                  (hack/proxye2e hostproxy): targets are 127.0.0.1, no
 #                  metrics endpoint; for developing this script
 #
-# Needs curl, ncat and python3-socks (.ci/run installs them).
+# Needs curl, ncat, python3-socks and ab (apache2-utils; .ci/run installs
+# them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -142,6 +144,17 @@ for i in $(seq 200); do
 	cmp -s "$work/www/f$i" "$work/par/f$i" || fail "concurrent fetch f$i differs"
 done
 ok "200 concurrent fetches identical ($(awk "BEGIN { printf \"%.2f\", $end - $start }") s)"
+
+# ab speaks HTTP/1.0 and, with -k, asks for keep-alive: the proxy must
+# answer "Connection: keep-alive" with a length, or close (RFC 9112 §9.3);
+# a proxy that keeps the connection without saying so hangs ab.
+command -v ab >/dev/null || fail "ab not installed (apt-get install apache2-utils)"
+timeout 120 ab -q -k -s 30 -n 2000 -c 20 -X "$proxy" "http://$target_ip:$www_port/f1" >"$work/ab.log" 2>&1 ||
+	fail "ab -k through the HTTP proxy (exit $?)"
+grep -Eq '^Failed requests: +0$' "$work/ab.log" || fail "ab -k: failed requests"
+grep -Eq '^Complete requests: +2000$' "$work/ab.log" || fail "ab -k: not all requests completed"
+grep -Eq '^Keep-Alive requests: +2000$' "$work/ab.log" || fail "ab -k: connections not kept alive"
+ok "ab -k through the HTTP proxy: 2000 HTTP/1.0 keep-alive requests ($(grep -Eo '[0-9.]+ \[#/sec\]' "$work/ab.log" | cut -d' ' -f1) req/s)"
 
 if [ "$mode" = sim ]; then
 	metrics=$(echo "$ready" | grep -Eo 'http://[^ ]+/metrics')

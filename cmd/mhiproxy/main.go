@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,7 @@ type config struct {
 	metrics   string
 	pcap      string
 	mbimProxy string
+	cpuProf   string
 	logLevel  slog.Level
 }
 
@@ -82,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet on the modem link to this pcap `file`")
 	fs.Var((*mbimProxyFlag)(&c.mbimProxy), "mbim-proxy", "serve libmbim's proxy protocol on the abstract Unix socket @mbim-proxy, the fixed name\n"+
 		"mbimcli -p and ModemManager connect to, so they share the modem (-mbim-proxy=NAME: another abstract name)")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile (runtime/pprof, for go tool pprof) of the whole run to `file`; it is complete at exit")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error (logs go to stderr)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
@@ -179,6 +182,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if cfg.cpuProf != "" {
+		f, err := os.Create(cfg.cpuProf)
+		if err != nil {
+			fmt.Fprintln(stderr, "mhiproxy: -cpuprofile:", err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			fmt.Fprintln(stderr, "mhiproxy: -cpuprofile:", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	if err := serve(ctx, cfg, stdout, log, open); err != nil {
 		fmt.Fprintln(stderr, "mhiproxy:", err)
 		return 1

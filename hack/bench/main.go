@@ -159,10 +159,26 @@ func writeOut(c *config, out, svgDir string, done []*table, took time.Duration) 
 				doc = c.merge(string(old), done, rel, took)
 			}
 		}
+		if old, err := os.ReadFile(out); err == nil {
+			doc = keepHandSections(doc, string(old))
+		}
 		if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
 			fatal(err)
 		}
 	}
+}
+
+// handMarker starts the sections of the report that are measured by hand
+// (not by this command); a rewrite keeps them at the end.
+const handMarker = "<!-- Not generated: the sections below are measured by hand; hack/bench keeps them when it rewrites this file. -->"
+
+// keepHandSections appends old's hand-measured sections to doc.
+func keepHandSections(doc, old string) string {
+	i := strings.Index(old, handMarker)
+	if i < 0 || strings.Contains(doc, handMarker) {
+		return doc
+	}
+	return strings.TrimRight(doc, "\n") + "\n\n" + old[i:]
 }
 
 func fatal(err error) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -241,9 +242,20 @@ func removeHopHeaders(h http.Header) {
 // httpForward sends one absolute-URI request to its origin and the
 // response back. It reports whether the client connection may carry
 // another request.
+//
+// Persistence toward the client follows RFC 9112 §9.3: an HTTP/1.1
+// client keeps the connection unless it or the response says "close"; an
+// HTTP/1.0 client only when it asked with "Connection: keep-alive", and
+// then the response says "Connection: keep-alive" back (a 1.0 client
+// otherwise waits for the close). Either way the response must carry its
+// own length: a body that ends only when the origin closes is delimited
+// toward the client by closing too. An HTTP/1.0 client never gets
+// Transfer-Encoding (RFC 9112 §6.1): a chunked body goes to it as is,
+// ended by the close.
 func (s *Server) httpForward(c net.Conn, pr *proxyRequest) bool {
 	req := pr.req
-	clientClose := req.Close
+	keepAlive := !req.Close // what net/http parsed: 1.1 unless "close", 1.0 only with "keep-alive"
+	client10 := !req.ProtoAtLeast(1, 1)
 	target, err := s.dial(s.context(), pr.target)
 	if err != nil {
 		s.stats.DialErrors.Add(1)
@@ -277,17 +289,58 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) bool {
 	}
 	defer resp.Body.Close()
 	removeHopHeaders(resp.Header)
-	resp.Close = clientClose
-	// A body that ends only when the origin closes can be delimited
-	// toward the client by closing too; Response.Write does so.
-	if resp.ContentLength == -1 && len(resp.TransferEncoding) == 0 && req.Method != http.MethodHead &&
-		resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
-		clientClose = true
+	bodyless := req.Method == http.MethodHead || resp.StatusCode < 200 ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	if client10 && len(resp.TransferEncoding) > 0 {
+		resp.TransferEncoding = nil
+		resp.ContentLength = -1
 	}
-	if err := resp.Write(down); err != nil {
+	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && (!bodyless || resp.ProtoAtLeast(1, 1)) {
+		// The close delimits the body (and Response.Write says
+		// "Connection: close" for any HTTP/1.1 response of unknown
+		// length, a bodiless one included).
+		keepAlive = false
+	}
+	resp.Close = !keepAlive
+	if keepAlive && client10 {
+		resp.Header.Set("Connection", "keep-alive")
+	}
+	// Response.Write writes the head in pieces (four per header field)
+	// and the chunked framing apart from the data: written straight to
+	// the client that was a system call each. The head and each body
+	// piece are gathered and sent once; nothing waits in the buffer
+	// while the origin is read (a streamed body streams on).
+	bw := writers.Get().(*bufio.Writer)
+	bw.Reset(down)
+	defer func() { bw.Reset(nil); writers.Put(bw) }()
+	resp.Body = flushBeforeRead{resp.Body, bw}
+	// Without bw's ReadFrom: it reads into bw's own buffer, which the
+	// flush before the read would then reuse under it.
+	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
 		return false
 	}
-	return !clientClose
+	if err := bw.Flush(); err != nil {
+		return false
+	}
+	return keepAlive
+}
+
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+
+// flushBeforeRead sends what w holds before each read of the body, so
+// that a read that waits for the origin never holds data back.
+type flushBeforeRead struct {
+	io.ReadCloser
+	w *bufio.Writer
+}
+
+func (b flushBeforeRead) Read(p []byte) (int, error) {
+	if b.w.Buffered() > 0 {
+		if err := b.w.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return b.ReadCloser.Read(p)
 }
 
 // idleConn pushes its deadline forward as data moves, at most every

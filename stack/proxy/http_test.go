@@ -165,3 +165,129 @@ func TestHTTPMalformedRequestsGetAnErrorStatus(t *testing.T) {
 		t.Errorf("BadRequests = %d, want 7", got)
 	}
 }
+
+// TestHTTP10KeepAlive: an HTTP/1.0 client (ab -k) keeps its connection
+// only when it asked with "Connection: keep-alive" and the response has a
+// length, and is then told "Connection: keep-alive"; otherwise the proxy
+// closes (RFC 9112 §9.3). A chunked origin body reaches it unchunked,
+// ended by the close (§6.1).
+func TestHTTP10KeepAlive(t *testing.T) {
+	r := newRig(t, nil)
+	o := origin(t)
+	type exchange struct {
+		req       string
+		status    int
+		body      string
+		keepAlive bool // the response says Connection: keep-alive and the proxy keeps the connection
+	}
+	get := func(path, conn string) string {
+		h := "GET " + o.URL + path + " HTTP/1.0\r\nHost: " + strings.TrimPrefix(o.URL, "http://") + "\r\n"
+		if conn != "" {
+			h += "Connection: " + conn + "\r\n"
+		}
+		return h + "\r\n"
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []exchange
+	}{
+		{"keep-alive, three requests on one connection", []exchange{
+			{get("/echo", "Keep-Alive"), 200, `GET /echo  proxy-auth=""`, true},
+			{get("/missing", "keep-alive"), 404, "404 page not found\n", true},
+			{get("/echo", "Keep-Alive"), 200, `GET /echo  proxy-auth=""`, true},
+		}},
+		{"keep-alive, then a request without it", []exchange{
+			{get("/echo", "Keep-Alive"), 200, `GET /echo  proxy-auth=""`, true},
+			{get("/echo", ""), 200, `GET /echo  proxy-auth=""`, false},
+		}},
+		{"no keep-alive asked", []exchange{{get("/echo", ""), 200, `GET /echo  proxy-auth=""`, false}}},
+		{"keep-alive asked, chunked origin body", []exchange{{get("/chunked", "Keep-Alive"), 200, "chunk0;chunk1;chunk2;", false}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := r.raw()
+			br := bufio.NewReader(c)
+			for i, ex := range tc.steps {
+				if _, err := io.WriteString(c, ex.req); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatalf("request %d body: %v", i, err)
+				}
+				if resp.StatusCode != ex.status || string(body) != ex.body {
+					t.Errorf("request %d: %d %q, want %d %q", i, resp.StatusCode, body, ex.status, ex.body)
+				}
+				if len(resp.TransferEncoding) > 0 {
+					t.Errorf("request %d: Transfer-Encoding %v sent to an HTTP/1.0 client", i, resp.TransferEncoding)
+				}
+				ka := strings.EqualFold(resp.Header.Get("Connection"), "keep-alive")
+				if ka != ex.keepAlive {
+					t.Errorf("request %d: Connection %q, want keep-alive=%v", i, resp.Header.Get("Connection"), ex.keepAlive)
+				}
+				if ex.keepAlive && resp.ContentLength < 0 {
+					t.Errorf("request %d: kept alive without a length", i)
+				}
+				if !ex.keepAlive {
+					// The 1.0 client learns the end from the close.
+					expectClosed(t, c)
+					if i != len(tc.steps)-1 {
+						t.Fatalf("closed after request %d", i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestHTTPForwardStreamsABodyPieceByPiece: the proxy gathers a
+// response's writes, but sends each body piece before it waits for the
+// next one from the origin.
+func TestHTTPForwardStreamsABodyPieceByPiece(t *testing.T) {
+	r := newRig(t, nil)
+	next := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for i := range 3 {
+			fmt.Fprintf(w, "piece%d;", i)
+			w.(http.Flusher).Flush()
+			if i < 2 {
+				<-next // the client must have the piece before the next is written
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		// Unblock the handler if the test failed half way.
+		for {
+			select {
+			case next <- struct{}{}:
+			default:
+				return
+			}
+		}
+	})
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		c := r.raw()
+		fmt.Fprintf(c, "GET %s/ %s\r\nHost: x\r\n\r\n", srv.URL, proto)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			want := fmt.Sprintf("piece%d;", i)
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != want {
+				t.Fatalf("%s: piece %d: %q, %v", proto, i, got, err)
+			}
+			if i < 2 {
+				next <- struct{}{}
+			}
+		}
+		resp.Body.Close()
+	}
+}
