@@ -406,6 +406,7 @@ func (e *Endpoint) waitTX(deadline *time.Time, forRing bool) bool {
 		}
 		t.freeMu.Lock()
 		t.waiters.Add(1)
+		t.returned = false // what came back before is seen just below
 		room := t.room
 		t.freeMu.Unlock()
 		// Completions that came in before this writer was counted woke
