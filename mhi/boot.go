@@ -174,6 +174,10 @@ func (c *Controller) LoadBHI(ctx context.Context, img []byte) error {
 	if uint64(len(img)) > 0xFFFFFFFF {
 		return fmt.Errorf("mhi: %s: BHI image of %d bytes does not fit BHI_IMGSIZE: %w", c.name, len(img), ErrFirmware)
 	}
+	// The boot ROM fetches the image by DMA (New leaves it off).
+	if err := c.setBusMaster(true); err != nil {
+		return err
+	}
 	dma := c.dev.DMA()
 	buf, err := dma.Alloc(len(img), 4096)
 	if err != nil {
@@ -225,6 +229,9 @@ func (c *Controller) LoadBHIe(ctx context.Context, img []byte, o BHIeOptions) er
 	}
 	if len(img) == 0 {
 		return fmt.Errorf("mhi: %s: empty BHIe image: %w", c.name, ErrFirmware)
+	}
+	if err := c.setBusMaster(true); err != nil {
+		return err
 	}
 	segLen := o.SegLen
 	if segLen <= 0 {

@@ -15,7 +15,10 @@
 // SYS_ERR recovery resets the device (MHICTRL.RESET, which stops its DMA)
 // before any queued buffer goes back to its client, and restarts only the
 // channels whose client still wants them (docs/RELIABILITY.md, "The
-// recovery sequence").
+// recovery sequence"). PowerUp resets a device found in any state but RESET
+// or READY — one a host process left running when it died — with bus
+// mastering off before it hands it new rings (same document, "Power-up
+// over a device left running").
 package mhi
 
 import (
@@ -205,10 +208,13 @@ type Stats struct {
 }
 
 // New prepares a controller for dev: it matches the profile, maps BAR 0,
-// enables bus mastering, saves config space (restored after a SoC or
-// function-level reset, pcistate.go) and allocates the contexts, command ring and event
-// rings (Linux mhi_prepare_for_power_up). The device is not touched beyond
-// reading its layout registers until PowerUp.
+// enables memory decoding with bus mastering off, saves config space
+// (restored after a SoC or function-level reset, pcistate.go) and
+// allocates the contexts, command ring and event rings (Linux
+// mhi_prepare_for_power_up). The device is not touched beyond reading its
+// layout registers until PowerUp, which resets a device found in any state
+// but RESET or READY (one a dead host process left running) before it
+// enables bus mastering.
 func New(dev pci.Device, opts Options) (*Controller, error) {
 	info := dev.Info()
 	prof := opts.Profile
@@ -247,8 +253,11 @@ func New(dev pci.Device, opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("mhi: %s: BAR 0: %w", c.name, err)
 	}
 	c.bar = bar
-	if err := dev.SetBusMaster(true); err != nil {
-		return nil, fmt.Errorf("mhi: %s: enable bus master: %w", c.name, err)
+	// Registers readable, DMA not yet: a device left running by a host
+	// that died may still be writing rings that are gone. PowerUp resets
+	// such a device before it turns bus mastering on.
+	if err := c.setBusMaster(false); err != nil {
+		return nil, err
 	}
 	c.saveConfig()
 	if err := c.readLayout(); err != nil {
@@ -406,6 +415,26 @@ func (c *Controller) doorbell(off uint64, v uint64) {
 
 func (c *Controller) rmw(off uint64, mask uint32, shift uint, v uint32) {
 	c.write(off, SetField(c.read(off), mask, shift, v))
+}
+
+// setBusMaster sets the Command register: memory decoding always on (the
+// registers stay readable), bus mastering (DMA and MSI) on or off.
+func (c *Controller) setBusMaster(on bool) error {
+	var b [2]byte
+	if err := c.dev.ConfigRead(pci.CfgCommand, b[:]); err != nil {
+		return fmt.Errorf("mhi: %s: read the command register: %w", c.name, err)
+	}
+	cmd := uint16(b[0]) | uint16(b[1])<<8 | pci.CmdMemory
+	if on {
+		cmd |= pci.CmdBusMaster
+	} else {
+		cmd &^= pci.CmdBusMaster
+	}
+	b[0], b[1] = byte(cmd), byte(cmd>>8)
+	if err := c.dev.ConfigWrite(pci.CfgCommand, b[:]); err != nil {
+		return fmt.Errorf("mhi: %s: set bus mastering %v: %w", c.name, on, err)
+	}
+	return nil
 }
 
 // deviceStatus reads MHISTATUS and BHI_EXECENV. removed is set when the

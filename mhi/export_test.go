@@ -1,6 +1,10 @@
 package mhi
 
-import "context"
+import (
+	"context"
+
+	"github.com/mhistack/mhistack/mhi/pci"
+)
 
 // Hooks for the external tests (package mhi_test); compiled only in tests.
 
@@ -67,4 +71,34 @@ func PendingEventsForTest(er *EventRing) int {
 		return 0
 	}
 	return int(er.ring.pending(er.rp, dev))
+}
+
+// AbandonForTest plays a host process killed without PowerDown: its
+// goroutines stop (interrupt loops, liveness, recovery) and its MSI vectors
+// close, as the kernel tears down what a dead process held, but no register
+// is written, so the device keeps running with rings in the process's
+// memory. The controller becomes closed (Close does nothing more); the DMA
+// buffers it held are returned for the test to watch and free, standing
+// for the dead process's memory.
+func AbandonForTest(c *Controller) []*pci.Buffer {
+	c.mu.Lock()
+	c.closed = true
+	c.pm = pmDisabled
+	if c.cancelRecovery != nil {
+		c.cancelRecovery()
+	}
+	c.broadcast()
+	c.mu.Unlock()
+	c.stopInterrupts()
+	c.wg.Wait()
+	bufs := []*pci.Buffer{c.chanCtx, c.evCtx, c.cmdCtx, c.cmd.ring.buf}
+	for _, er := range c.events {
+		bufs = append(bufs, er.ring.buf)
+	}
+	for _, ch := range c.channels {
+		if ch.ring.buf != nil {
+			bufs = append(bufs, ch.ring.buf)
+		}
+	}
+	return bufs
 }

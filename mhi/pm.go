@@ -10,9 +10,11 @@ import (
 )
 
 // PowerUp brings the device to mission mode (mhi-protocol.md §4.3–§4.5):
-// interrupts on, BHI_INTVEC = 0, a reset if the device sits in SYS_ERR, a
-// BHI firmware download if it is in PBL, then READY → program MMIO → M0 →
-// STATE_CHANGE(M0) → EE_EVENT(AMSS) → mission mode.
+// interrupts on, BHI_INTVEC = 0, an MHI reset with bus mastering off if the
+// device is in any state but RESET or READY (SYS_ERR, or left running by a
+// host that died), bus mastering on, a BHI firmware download if it is in
+// PBL, then READY → program MMIO → M0 → STATE_CHANGE(M0) → EE_EVENT(AMSS)
+// → mission mode.
 func (c *Controller) PowerUp(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -59,36 +61,65 @@ func (c *Controller) powerUp(ctx context.Context) error {
 		c.markRemoved()
 		return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
 	}
-	crashed := ee == EERDDM && State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr
-	if !ee.PowerUpCapable() && !crashed {
-		return fmt.Errorf("mhi: %s: device is in EE %s; power-up needs PBL or AMSS (reset the modem): %w", c.name, ee, ErrState)
-	}
-	c.mu.Lock()
-	c.ee, c.devState = ee, State(Field(st, StatusStateMask, StatusStateShift))
-	c.mu.Unlock()
-	if c.devState == StateSysErr {
-		c.collectCrashDump(ctx) // rddm.go: a crash nobody collected
-		c.log.Warn("device in SYS_ERR at power-up; resetting", "dev", c.name)
-		if err := c.mhiReset(ctx); err != nil {
+	if s := State(Field(st, StatusStateMask, StatusStateShift)); s != StateReset && s != StateReady {
+		if s == StateSysErr && ee == EERDDM {
+			// A crash nobody collected (rddm.go): the dump is read
+			// into buffers set up now, so DMA is on for the upload;
+			// the reset below turns it off again.
+			if err := c.setBusMaster(true); err != nil {
+				return err
+			}
+			c.collectCrashDump(ctx)
+		}
+		c.log.Warn("device not in RESET or READY at power-up; resetting it", "dev", c.name, "state", s, "ee", ee)
+		if err := c.resetLeftRunning(ctx); err != nil {
 			return err
 		}
 		// The reset may have sent the device back to its boot ROM:
 		// boot from the environment it is in now, not the one read
 		// before (a modem that lost its firmware would otherwise be
 		// waited on for READY until the timeout).
-		_, ee, removed = c.deviceStatus()
+		st, ee, removed = c.deviceStatus()
 		if removed {
 			c.markRemoved()
 			return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
 		}
-		if !ee.PowerUpCapable() {
-			return fmt.Errorf("mhi: %s: device is in EE %s after the reset; power-up needs PBL or AMSS: %w", c.name, ee, ErrState)
-		}
-		c.mu.Lock()
-		c.ee = ee
-		c.mu.Unlock()
+	}
+	if !ee.PowerUpCapable() {
+		return fmt.Errorf("mhi: %s: device is in EE %s; power-up needs PBL or AMSS (reset the modem): %w", c.name, ee, ErrState)
+	}
+	c.mu.Lock()
+	c.ee, c.devState = ee, State(Field(st, StatusStateMask, StatusStateShift))
+	c.mu.Unlock()
+	if err := c.setBusMaster(true); err != nil {
+		return err
 	}
 	return c.bootToMission(ctx, ee)
+}
+
+// resetLeftRunning brings a device found in any state but RESET or READY
+// to a known one before the host hands it new rings (docs/RELIABILITY.md,
+// "Power-up over a device left running"): a crashed device (SYS_ERR), or
+// one a host process left in M0 when it died, its rings pointing at memory
+// that is gone. Bus mastering goes off first, so that the device cannot
+// write the old rings (or whatever the IOMMU maps there now) while it
+// resets; then MHICTRL.RESET, wait for it to clear and, unless the reset
+// sent the device to its boot ROM, for READY. powerUp turns bus mastering
+// back on.
+func (c *Controller) resetLeftRunning(ctx context.Context) error {
+	if err := c.setBusMaster(false); err != nil {
+		return err
+	}
+	if err := c.mhiReset(ctx); err != nil {
+		return err
+	}
+	if EE(c.read(c.bhiOff + BHIExecEnv)).InPBL() {
+		return nil
+	}
+	return c.waitFor(ctx, c.prof.ReadyWait(), "READY after the power-up reset", func() (bool, error) {
+		st := c.read(RegMHISTATUS)
+		return st != 0xFFFFFFFF && st&StatusReady != 0, nil
+	})
 }
 
 // bootToMission runs the PBL or READY transition and waits for mission mode.

@@ -117,6 +117,16 @@ func (m *Modem) slowdown() {
 	}
 }
 
+// busMaster reports whether the function may master the bus, when the
+// host can tell (vpci can); a device whose bus mastering is off issues no
+// DMA at all.
+func (m *Modem) busMaster() bool {
+	if h, ok := m.host.(interface{ BusMaster() bool }); ok {
+		return h.BusMaster()
+	}
+	return true
+}
+
 // DrainPattern is the byte a modem with Options.DrainDMAOnSysErr writes
 // into the DL buffers it still holds after a SYS_ERR.
 const DrainPattern = 0xDD
@@ -152,6 +162,9 @@ func (m *Modem) holdDLBuffers() {
 // drainDMA writes DrainPattern into every held buffer (the DMA engine
 // draining after a SYS_ERR). The caller holds m.mu.
 func (m *Modem) drainDMA() {
+	if len(m.draining) == 0 || !m.busMaster() {
+		return // no DMA without bus mastering
+	}
 	for _, s := range m.draining {
 		if err := m.host.DMAWrite(s.iova, drainBytes(s.n)); err != nil {
 			m.dmaFailed(err, "draining DMA into a DL buffer after SYS_ERR", s.iova)

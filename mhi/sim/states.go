@@ -234,13 +234,15 @@ func (m *Modem) setEE(ee mhi.EE) {
 
 // stopChannels stops every channel and its function. writeBack writes
 // CHSTATE DISABLED into the host's contexts (MHI reset: the host still has
-// them mapped); a crash or SoC reset does not touch host memory.
+// them mapped) unless bus mastering is off (a host resetting a device it
+// found running, whose contexts may be gone); a crash or SoC reset does not
+// touch host memory.
 func (m *Modem) stopChannels(writeBack bool) {
 	for _, c := range m.chans {
 		if c == nil || !c.started {
 			continue
 		}
-		if writeBack {
+		if writeBack && m.busMaster() {
 			if w0, err := m.host.DMARead32(c.ctx); err == nil {
 				m.setChanState(c, w0, mhi.ChanDisabled)
 			}

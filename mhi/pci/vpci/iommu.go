@@ -315,3 +315,11 @@ func (h *hostPort) DMAWrite32(iova uint64, v uint32) error {
 func (h *hostPort) RaiseMSI(n int) { h.d.raiseMSI(n) }
 
 func (h *hostPort) ResetConfig() { h.d.resetConfig() }
+
+// BusMaster reports whether the host has bus mastering enabled: a model
+// may check it before DMA it would skip on hardware whose function cannot
+// master the bus (a reset's write-back to host memory), instead of having
+// the access refused and recorded as a fault.
+func (h *hostPort) BusMaster() bool {
+	return !h.d.removed.Load() && h.d.cmd.Load()&pci.CmdBusMaster != 0
+}
