@@ -70,7 +70,11 @@ type TCPOptions struct {
 	// and RACK entered spurious SACK recoveries that cut ssthresh to a
 	// few segments; with the classic duplicate-ACK threshold the same
 	// transfers saw no retransmission at all (docs/STACK.md, Measured).
-	// Tailscale turns it off for spurious retransmits too.
+	// Tailscale turns it off for spurious retransmits too. And after a
+	// tail loss (a SYS_ERR loses every segment in flight) gVisor's RACK
+	// can leave the sender repairing the window one or two segments per
+	// retransmission timeout (docs/RELIABILITY.md, "The stall after
+	// SYS_ERR").
 	RACK bool
 	// Delay enables Nagle's algorithm on new connections (off by
 	// default, like Go's net package).

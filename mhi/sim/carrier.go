@@ -198,6 +198,17 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn.s = s
 	sack := tcpip.TCPSACKEnabled(true)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	// RACK off, as in the host's stack (stack.TCPOptions.RACK). gVisor's
+	// RACK marks a tail loss lost, but its SACK recovery still counts
+	// the marked segments in flight (SetPipe applies RFC 6675's IsLost,
+	// which wants three segments SACKed above a hole): when a SYS_ERR
+	// loses a window and only one or two later segments reach the host,
+	// the sender sits cwnd-blocked in recovery and repairs the hole one
+	// or two segments per retransmission timeout (200 ms each). A
+	// window of 580 segments then took a minute to come back
+	// (TestSysErrTCPResumesBothWays, docs/RELIABILITY.md).
+	rec := tcpip.TCPRecovery(0)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rec)
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 6 << 20}
