@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,14 +55,22 @@ func (s *Stack) DialContext(ctx context.Context, network, address string) (net.C
 		return nil, opErr(err)
 	}
 	if strings.HasPrefix(network, "ping") {
-		return s.DialPing(ctx, netip.Addr{}, addrs[0])
+		c, err := s.DialPing(ctx, netip.Addr{}, addrs[0])
+		if err != nil {
+			return nil, err // not a typed nil
+		}
+		return c, nil
 	}
 	p, err := parsePort(strings.TrimRight(network, "46"), port)
 	if err != nil {
 		return nil, opErr(err)
 	}
 	if strings.HasPrefix(network, "udp") {
-		return s.DialUDP(ctx, netip.AddrPort{}, netip.AddrPortFrom(addrs[0], p))
+		c, err := s.dialUDP(ctx, network, netip.AddrPort{}, netip.AddrPortFrom(addrs[0], p))
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	return s.dialHappy(ctx, addrs, p)
 }
@@ -82,10 +89,10 @@ func parsePort(network, port string) (uint16, error) {
 // a literal as is, a name through the modem's DNS, ordered IPv6 first and
 // limited to the families the stack has addresses of.
 func (s *Stack) resolve(ctx context.Context, fam, host string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
+	if a, err := netip.ParseAddr(host); err == nil {
 		a = a.Unmap()
 		if fam == "ip4" && !a.Is4() || fam == "ip6" && !a.Is6() {
-			return nil, &net.AddrError{Err: "address of the wrong family", Addr: host}
+			return nil, &net.AddrError{Err: errNoSuitableAddress, Addr: host}
 		}
 		return []netip.Addr{a}, nil
 	}
@@ -204,16 +211,21 @@ func (s *Stack) dialHappy(ctx context.Context, addrs []netip.Addr, port uint16) 
 }
 
 // Listen listens on address ("host:port", ":port") for network "tcp",
-// "tcp4" or "tcp6"; see ListenTCP.
+// "tcp4" or "tcp6"; see ListenTCP. With "tcp6" and no host the listener
+// accepts IPv6 only, as package net's.
 func (s *Stack) Listen(network, address string) (net.Listener, error) {
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: net.UnknownNetworkError(network)}
+	}
 	ap, err := listenAddr(network, address)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	if !strings.HasPrefix(network, "tcp") {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: net.UnknownNetworkError(network)}
+	l, err := s.listenTCP(network, ap)
+	if err != nil {
+		return nil, err // not a typed nil
 	}
-	return s.ListenTCP(ap)
+	return l, nil
 }
 
 // ListenPacket listens on address for "udp", "udp4", "udp6" (a
@@ -226,7 +238,11 @@ func (s *Stack) ListenPacket(network, address string) (net.PacketConn, error) {
 		if err != nil {
 			return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 		}
-		return s.ListenUDP(ap)
+		c, err := s.listenUDP(network, ap)
+		if err != nil {
+			return nil, err // not a typed nil
+		}
+		return c, nil
 	case "ping", "ping4", "ping6":
 		a := netip.IPv4Unspecified()
 		if network == "ping6" {
@@ -235,13 +251,25 @@ func (s *Stack) ListenPacket(network, address string) (net.PacketConn, error) {
 		if address != "" {
 			var err error
 			if a, err = netip.ParseAddr(address); err != nil {
-				return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+				return nil, &net.OpError{Op: "listen", Net: network, Err: &net.AddrError{Err: "invalid IP address", Addr: address}}
+			}
+			a = a.Unmap()
+			if network == "ping4" && !a.Is4() || network == "ping6" && !a.Is6() {
+				return nil, &net.OpError{Op: "listen", Net: network, Err: &net.AddrError{Err: errNoSuitableAddress, Addr: address}}
 			}
 		}
-		return s.ListenPing(a)
+		c, err := s.ListenPing(a)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	return nil, &net.OpError{Op: "listen", Net: network, Err: net.UnknownNetworkError(network)}
 }
+
+// errNoSuitableAddress is package net's message for an address of the
+// wrong family.
+const errNoSuitableAddress = "no suitable address found"
 
 // listenAddr parses a listen address; an empty host is unspecified of
 // the network's family (both for "tcp"/"udp").
@@ -264,9 +292,13 @@ func listenAddr(network, address string) (netip.AddrPort, error) {
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("listen address %q: %w", host, err)
+		return netip.AddrPort{}, &net.AddrError{Err: "invalid IP address", Addr: host}
 	}
-	return netip.AddrPortFrom(a.Unmap(), p), nil
+	a = a.Unmap()
+	if strings.HasSuffix(network, "4") && !a.Is4() || strings.HasSuffix(network, "6") && !a.Is6() {
+		return netip.AddrPort{}, &net.AddrError{Err: errNoSuitableAddress, Addr: host}
+	}
+	return netip.AddrPortFrom(a, p), nil
 }
 
 // HTTPClient returns an HTTP client whose connections go through the

@@ -65,13 +65,18 @@ func (s *Stack) LookupNetIP(ctx context.Context, network, host string) ([]netip.
 		}
 		return e
 	}
+	if !validName(host) {
+		// As package net: a name no server could hold is not found, at
+		// once, without a query.
+		return nil, dnsErr(errNoSuchHost, true)
+	}
 	servers := s.DNSServers()
 	if len(servers) == 0 {
 		return nil, dnsErr(ErrNoDNS, false)
 	}
 	name, err := dnsmessage.NewName(strings.TrimSuffix(host, ".") + ".")
 	if err != nil {
-		return nil, dnsErr(err, false)
+		return nil, dnsErr(errNoSuchHost, true)
 	}
 	var types []dnsmessage.Type
 	switch network {
@@ -115,9 +120,38 @@ func (s *Stack) LookupNetIP(ctx context.Context, network, host string) ([]netip.
 		return out, nil
 	}
 	if firstErr == nil {
-		firstErr = errors.New("no such host")
+		firstErr = errNoSuchHost
 	}
 	return nil, dnsErr(firstErr, notFound && firstErr != nil)
+}
+
+// errNoSuchHost is package net's message for a name that does not exist.
+var errNoSuchHost = errors.New("no such host")
+
+// validName reports whether name can be a DNS name (RFC 1035 §2.3.4,
+// with the leniency of package net's resolver: underscores allowed):
+// at most 253 characters (254 with the final dot), labels of 1 to 63
+// letters, digits, '-' or '_', not starting or ending with '-'.
+func validName(name string) bool {
+	if name == "." {
+		return true
+	}
+	name = strings.TrimSuffix(name, ".")
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // query asks the servers in turn (twice round) for name's records of
@@ -125,8 +159,14 @@ func (s *Stack) LookupNetIP(ctx context.Context, network, host string) ([]netip.
 func (s *Stack) query(ctx context.Context, servers []netip.Addr, name dnsmessage.Name, t dnsmessage.Type) ([]netip.Addr, bool, error) {
 	id := uint16(rand.Uint32())
 	b := dnsmessage.NewBuilder(make([]byte, 0, 512), dnsmessage.Header{ID: id, RecursionDesired: true})
-	b.StartQuestions()
-	b.Question(dnsmessage.Question{Name: name, Type: t, Class: dnsmessage.ClassINET})
+	if err := b.StartQuestions(); err != nil {
+		return nil, false, err
+	}
+	if err := b.Question(dnsmessage.Question{Name: name, Type: t, Class: dnsmessage.ClassINET}); err != nil {
+		// Never send a query without its question: the server would
+		// answer nothing useful and the lookup would wait for timeouts.
+		return nil, false, err
+	}
 	q, err := b.Finish()
 	if err != nil {
 		return nil, false, err

@@ -13,7 +13,12 @@
 //
 // Goroutines: the stack starts none per connection (gVisor's TCP
 // processors and the link endpoint's poller do the work); Close stops
-// every goroutine of the stack and of what Open set up below it. Errors
-// wrap syscall.Errno values where package net's would (ECONNREFUSED,
-// ETIMEDOUT, ENETUNREACH, ECONNRESET).
+// every goroutine of the stack and of what Open set up below it.
+//
+// Errors are package net's: *net.OpError wrapping syscall.Errno values
+// where package net's would (ECONNREFUSED, ETIMEDOUT, ENETUNREACH,
+// ECONNRESET, EINVAL for a wrong address type), net.ErrClosed after
+// Close (of the socket or of the Stack), os.ErrDeadlineExceeded past a
+// deadline; a failed call returns a nil interface. docs/STACK.md lists
+// where the API still differs from package net.
 package stack

@@ -2,7 +2,6 @@ package stack
 
 import (
 	"errors"
-	"net"
 	"syscall"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -71,38 +70,26 @@ func errnoOf(e tcpip.Error) error {
 		return syscall.EAFNOSUPPORT
 	case *tcpip.ErrAborted:
 		return syscall.ECONNABORTED
+	case *tcpip.ErrDestinationRequired:
+		return syscall.EDESTADDRREQ
+	case *tcpip.ErrBroadcastDisabled, *tcpip.ErrNotPermitted:
+		return syscall.EACCES
+	case *tcpip.ErrNoPortAvailable:
+		return syscall.EAGAIN
+	case *tcpip.ErrBadAddress:
+		return syscall.EFAULT
+	case *tcpip.ErrInvalidOptionValue, *tcpip.ErrBadBuffer:
+		return syscall.EINVAL
+	case *tcpip.ErrHostDown:
+		return syscall.EHOSTDOWN
+	case *tcpip.ErrNoNet:
+		return syscall.ENONET
+	case *tcpip.ErrAlreadyConnected:
+		return syscall.EISCONN
+	case *tcpip.ErrAlreadyConnecting:
+		return syscall.EALREADY
+	case *tcpip.ErrNotSupported:
+		return syscall.EOPNOTSUPP
 	}
 	return errors.New(e.String())
-}
-
-// byMessage maps the messages of gonet's string errors back to errnos
-// (gonet turns a tcpip.Error into errors.New(err.String()) on Read and
-// Write).
-var byMessage = func() map[string]error {
-	m := map[string]error{}
-	for _, e := range []tcpip.Error{&tcpip.ErrConnectionRefused{}, &tcpip.ErrTimeout{}, &tcpip.ErrNetworkUnreachable{},
-		&tcpip.ErrHostUnreachable{}, &tcpip.ErrConnectionReset{}, &tcpip.ErrConnectionAborted{},
-		&tcpip.ErrClosedForSend{}, &tcpip.ErrNoBufferSpace{}, &tcpip.ErrMessageTooLong{}, &tcpip.ErrNotConnected{},
-		&tcpip.ErrAborted{}} {
-		m[e.String()] = errnoOf(e)
-	}
-	return m
-}()
-
-// fixOpError replaces the string cause of a gonet *net.OpError by the
-// errno it stands for.
-func fixOpError(err error) error {
-	var op *net.OpError
-	if err == nil || !errors.As(err, &op) || op.Err == nil {
-		return err
-	}
-	if _, ok := op.Err.(syscall.Errno); ok {
-		return err
-	}
-	if e, ok := byMessage[op.Err.Error()]; ok {
-		c := *op
-		c.Err = e
-		return &c
-	}
-	return err
 }

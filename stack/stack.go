@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -25,8 +26,15 @@ import (
 // nicID is the stack's only NIC: the modem.
 const nicID tcpip.NICID = 1
 
-// ErrClosed is returned by every call on a closed Stack.
-var ErrClosed = errors.New("stack: closed")
+// ErrClosed is returned by every call on a closed Stack (Close included).
+// It matches net.ErrClosed: errors.Is(err, net.ErrClosed) holds for it,
+// and the stack's sockets fail with net.ErrClosed once it is closed.
+var ErrClosed error = stackClosed{}
+
+type stackClosed struct{}
+
+func (stackClosed) Error() string { return "stack: closed" }
+func (stackClosed) Unwrap() error { return net.ErrClosed }
 
 // Stack is a gVisor TCP/IP stack over one link endpoint, with an API
 // shaped like package net. All methods may be called from any goroutine.
@@ -51,14 +59,16 @@ type Stack struct {
 	dns    []netip.Addr
 	linkUp bool
 	closed bool
+	done   chan struct{} // closed by Close: wakes the sockets' blocked calls
 	http   *http.Transport
 
 	events eventQueue
 
-	conns    atomic.Int64 // open TCP connections
-	dials    chan struct{}
-	dialing  dialSet
-	counters counters
+	conns     atomic.Int64 // open TCP connections
+	dials     chan struct{}
+	dialing   dialSet
+	listeners listenTable
+	counters  counters
 }
 
 // New builds a stack over ep (the modem's link.Endpoint, or any gVisor
@@ -66,7 +76,7 @@ type Stack struct {
 // on: Close removes it, which closes it.
 func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	cfg.setDefaults()
-	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials)}
+	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials), done: make(chan struct{})}
 	s.events.init()
 	s.gs = gstack.New(gstack.Options{
 		NetworkProtocols: []gstack.NetworkProtocolFactory{
@@ -169,6 +179,7 @@ func (s *Stack) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	close(s.done)
 	tr := s.http
 	s.mu.Unlock()
 	if tr != nil {
