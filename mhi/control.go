@@ -21,6 +21,12 @@ type ControlOptions struct {
 	TxBuffers int
 	// BufSize is the size of each buffer (default ControlMTU).
 	BufSize int
+	// OnReset, if set, is called when the modem crashed (EventSysErr) and
+	// again when it was recovered (EventRecovered): the function behind
+	// the port lost its state (an MBIM function is closed, QMI client IDs
+	// are gone). It runs on the controller's event goroutine and must not
+	// block.
+	OnReset func()
 }
 
 // withDefaults fills in the defaults and bounds the buffer counts by the
@@ -104,8 +110,15 @@ func (c *Controller) OpenControl(ctx context.Context, name string, opts ControlO
 	}
 	p.unsub = c.Subscribe(func(e Event) {
 		switch e.Kind {
+		case EventSysErr:
+			if opts.OnReset != nil {
+				opts.OnReset()
+			}
 		case EventRecovered:
 			p.refill()
+			if opts.OnReset != nil {
+				opts.OnReset()
+			}
 		case EventRemoved:
 			// No message will ever come: wake Recv and Send, which
 			// may wait with no deadline of their own.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mhistack/mhistack/mhi"
 )
@@ -55,40 +56,25 @@ var _ Transport = (*mhi.ControlPort)(nil)
 
 // DialMHI opens the modem's "MBIM" control channel pair (12/13), starts a
 // Client on it, opens the function, and ties the client to the
-// controller's SYS_ERR recovery (Client.NotifyReset on EventSysErr and
-// EventRecovered), so that a Session re-opens and re-connects after a
-// modem crash. Close the client to release the channels.
+// controller's SYS_ERR recovery (Client.NotifyReset through
+// mhi.ControlOptions.OnReset), so that a Session re-opens and re-connects
+// after a modem crash. Close the client to release the channels.
 func DialMHI(ctx context.Context, c *mhi.Controller, opts Options) (*Client, error) {
-	port, err := c.OpenControl(ctx, "MBIM", mhi.ControlOptions{})
+	var cl atomic.Pointer[Client]
+	port, err := c.OpenControl(ctx, "MBIM", mhi.ControlOptions{OnReset: func() {
+		// The reset fan-out only signals: OnReset must not block.
+		if c := cl.Load(); c != nil {
+			c.NotifyReset()
+		}
+	}})
 	if err != nil {
 		return nil, err
 	}
-	cl := NewClient(&mhiTransport{ControlPort: port}, opts)
-	t := cl.t.(*mhiTransport)
-	t.unsub = c.Subscribe(func(e mhi.Event) {
-		if e.Kind == mhi.EventSysErr || e.Kind == mhi.EventRecovered {
-			// Subscribe callbacks must not block: the client's
-			// reset fan-out only signals.
-			cl.NotifyReset()
-		}
-	})
-	if err := cl.Open(ctx); err != nil {
-		cl.Close()
+	client := NewClient(port, opts)
+	cl.Store(client)
+	if err := client.Open(ctx); err != nil {
+		client.Close()
 		return nil, err
 	}
-	return cl, nil
-}
-
-// mhiTransport is a control port that also drops its controller
-// subscription when closed.
-type mhiTransport struct {
-	*mhi.ControlPort
-	unsub func()
-}
-
-func (t *mhiTransport) Close() error {
-	if t.unsub != nil {
-		t.unsub()
-	}
-	return t.ControlPort.Close()
+	return client, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mhistack/mhistack/internal/callbacks"
@@ -107,37 +108,25 @@ func NewClient(t Transport, opts Options) *Client {
 // DialMHI opens the modem's "QMI" control channel pair (14/15), starts a
 // Client on it, synchronises CTL (CTL Sync, which makes the modem drop
 // client IDs a previous host left) and ties the client to the
-// controller's SYS_ERR recovery (NotifyReset). Close the client to
-// release the channels.
+// controller's SYS_ERR recovery (NotifyReset through
+// mhi.ControlOptions.OnReset). Close the client to release the channels.
 func DialMHI(ctx context.Context, c *mhi.Controller, opts Options) (*Client, error) {
-	port, err := c.OpenControl(ctx, "QMI", mhi.ControlOptions{})
+	var cl atomic.Pointer[Client]
+	port, err := c.OpenControl(ctx, "QMI", mhi.ControlOptions{OnReset: func() {
+		if c := cl.Load(); c != nil {
+			c.NotifyReset()
+		}
+	}})
 	if err != nil {
 		return nil, err
 	}
-	t := &mhiTransport{ControlPort: port}
-	cl := NewClient(t, opts)
-	t.unsub = c.Subscribe(func(e mhi.Event) {
-		if e.Kind == mhi.EventSysErr || e.Kind == mhi.EventRecovered {
-			cl.NotifyReset()
-		}
-	})
-	if err := cl.Sync(ctx); err != nil {
-		cl.Close()
+	client := NewClient(port, opts)
+	cl.Store(client)
+	if err := client.Sync(ctx); err != nil {
+		client.Close()
 		return nil, err
 	}
-	return cl, nil
-}
-
-type mhiTransport struct {
-	*mhi.ControlPort
-	unsub func()
-}
-
-func (t *mhiTransport) Close() error {
-	if t.unsub != nil {
-		t.unsub()
-	}
-	return t.ControlPort.Close()
+	return client, nil
 }
 
 // Close releases the client IDs still allocated (bounded by one second),

@@ -191,7 +191,9 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() {
 		s.mu.Lock()
-		s.cids = nil // the modem forgot them
+		// The modem forgot its client IDs and calls: stopping or
+		// releasing them now would name IDs the host no longer holds.
+		s.cids, s.calls = nil, nil
 		s.mu.Unlock()
 		s.loop.SetLost(ErrModemReset)
 	})

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -37,9 +36,7 @@ type MBIMFunction struct {
 	out    func([]byte) error // nil while stopped
 	gen    uint64             // run generation: timers of an older run do nothing
 	timers map[*timerHandle]struct{}
-	in     chan []byte
-	quit   chan struct{}
-	wg     sync.WaitGroup
+	q      ctrlQueue
 	log    *slog.Logger
 
 	stats mbimCounters
@@ -189,6 +186,7 @@ func (c *MBIMConfig) setDefaults() {
 func NewMBIMFunction(cfg MBIMConfig) *MBIMFunction {
 	cfg.setDefaults()
 	f := &MBIMFunction{cfg: cfg, log: cfg.Logger}
+	f.q.dropped = &f.stats.dropped
 	f.st.powerOn(&f.cfg)
 	return f
 }
@@ -210,11 +208,6 @@ func (f *MBIMFunction) Stats() MBIMStats {
 		Dropped: s.dropped.Load(), HostErrors: s.hostErrors.Load()}
 }
 
-// mbimQueue bounds UL transfers waiting for the function's goroutine; a
-// host that floods control messages loses the excess (counted), as a real
-// function's buffer would overflow.
-const mbimQueue = 64
-
 // Start implements Function: the modem (re)started the channels.
 func (f *MBIMFunction) Start(p *Port) {
 	f.startWith(p.Send)
@@ -227,63 +220,31 @@ func (f *MBIMFunction) startWith(send func([]byte) error) {
 	f.gen++
 	f.out = send
 	f.st.powerOn(&f.cfg)
-	in, quit := make(chan []byte, mbimQueue), make(chan struct{})
-	f.in, f.quit = in, quit
 	f.scheduleLocked()
 	f.mu.Unlock()
-	f.wg.Add(1)
-	go f.run(in, quit)
+	f.q.start(f.run)
 }
 
 // Receive implements Function: it queues one UL transfer, or drops it
 // (counted) when the queue is full: the device goroutine must not wait.
-func (f *MBIMFunction) Receive(td []byte) { f.deliver(td, false) }
-
-// deliver queues td; block waits for room (Serve, which owns its reader).
-func (f *MBIMFunction) deliver(td []byte, block bool) {
-	f.mu.Lock()
-	in, quit := f.in, f.quit
-	f.mu.Unlock()
-	if in == nil {
-		return
-	}
-	b := append([]byte(nil), td...)
-	if block {
-		select {
-		case in <- b:
-		case <-quit:
-		}
-		return
-	}
-	select {
-	case in <- b:
-	default:
-		f.stats.dropped.Add(1)
-	}
-}
+func (f *MBIMFunction) Receive(td []byte) { f.q.deliver(td, false) }
 
 // Stop implements Function: the run's goroutine and timers end before it
 // returns.
 func (f *MBIMFunction) Stop() {
 	f.mu.Lock()
-	if f.quit == nil {
-		f.mu.Unlock()
-		return
-	}
-	close(f.quit)
-	f.quit, f.in, f.out = nil, nil, nil
+	f.out = nil
 	f.gen++
 	for h := range f.timers {
 		h.t.Stop()
 	}
 	f.timers = nil
 	f.mu.Unlock()
-	f.wg.Wait()
+	f.q.stop()
 }
 
 // run is the function's goroutine for one Start..Stop.
 func (f *MBIMFunction) run(in <-chan []byte, quit <-chan struct{}) {
-	defer f.wg.Done()
 	dec := mbim.Decoder{}
 	for {
 		select {
@@ -422,28 +383,5 @@ func (f *MBIMFunction) Configure(change func(*MBIMConfig)) {
 // everything read from rw to the function, and stops when reading fails
 // (rw closed or EOF). Serve closes rw before it returns.
 func (f *MBIMFunction) Serve(rw io.ReadWriteCloser) error {
-	var wmu sync.Mutex
-	f.startWith(func(b []byte) error {
-		wmu.Lock()
-		defer wmu.Unlock()
-		_, err := rw.Write(b)
-		return err
-	})
-	defer func() {
-		rw.Close()
-		f.Stop()
-	}()
-	buf := make([]byte, mbim.MaxControlTransfer)
-	for {
-		n, err := rw.Read(buf)
-		if n > 0 {
-			f.deliver(buf[:n], true)
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-	}
+	return serveStream(rw, mbim.MaxControlTransfer, f.startWith, func(b []byte) { f.q.deliver(b, true) }, f.Stop)
 }

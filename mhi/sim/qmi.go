@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/mhistack/mhistack/link/mbim"
@@ -46,8 +44,6 @@ type QMIFunction struct {
 	out      func([]byte) error
 	violate  func(rule, detail string)
 	unwatch  func()
-	in       chan []byte
-	quit     chan struct{}
 	clients  map[qmi.ClientID]*qmiClient
 	lastCID  map[qmi.Service]uint8
 	format   qmi.DataFormat
@@ -56,7 +52,7 @@ type QMIFunction struct {
 	ssSent   bool
 	violated int
 
-	wg    sync.WaitGroup
+	q     ctrlQueue
 	stats qmiCounters
 }
 
@@ -134,7 +130,9 @@ func NewQMIFunction(cfg QMIConfig) *QMIFunction {
 	if n == nil {
 		n = NewMBIMFunction(cfg.MBIM)
 	}
-	return &QMIFunction{cfg: cfg, net: n, log: cfg.Logger}
+	f := &QMIFunction{cfg: cfg, net: n, log: cfg.Logger}
+	f.q.dropped = &f.stats.dropped
+	return f
 }
 
 // Network returns the MBIM function whose network state the QMI
@@ -174,95 +172,43 @@ func (f *QMIFunction) startWith(send func([]byte) error, violate func(rule, deta
 	f.clients, f.lastCID = map[qmi.ClientID]*qmiClient{}, map[qmi.Service]uint8{}
 	f.format = qmi.DataFormat{LinkLayer: qmi.LinkLayerRawIP}
 	f.ssSent = false
-	in, quit := make(chan []byte, mbimQueue), make(chan struct{})
-	f.in, f.quit = in, quit
 	f.unwatch = n.watchLocked(f.networkChangedLocked)
 	// A modem without an MBIM channel registers when it starts.
 	n.st.radioChangedLocked(n)
 	n.mu.Unlock()
-	f.wg.Add(1)
-	go f.run(in, quit)
+	f.q.start(f.run)
 }
 
 // Receive implements Function: it queues one UL transfer (dropped,
 // counted, when the queue is full).
-func (f *QMIFunction) Receive(td []byte) { f.deliver(td, false) }
-
-func (f *QMIFunction) deliver(td []byte, block bool) {
-	f.net.mu.Lock()
-	in, quit := f.in, f.quit
-	f.net.mu.Unlock()
-	if in == nil {
-		return
-	}
-	b := append([]byte(nil), td...)
-	if block {
-		select {
-		case in <- b:
-		case <-quit:
-		}
-		return
-	}
-	select {
-	case in <- b:
-	default:
-		f.stats.dropped.Add(1)
-	}
-}
+func (f *QMIFunction) Receive(td []byte) { f.q.deliver(td, false) }
 
 // Stop implements Function.
 func (f *QMIFunction) Stop() {
 	f.net.mu.Lock()
-	if f.quit == nil {
-		f.net.mu.Unlock()
-		return
-	}
-	close(f.quit)
-	f.quit, f.in, f.out = nil, nil, nil
+	f.out = nil
 	unwatch := f.unwatch
 	f.unwatch = nil
 	f.net.mu.Unlock()
 	if unwatch != nil {
 		unwatch()
 	}
-	f.wg.Wait()
+	f.q.stop()
 }
 
 // Serve runs the function over a byte stream (a pipe in tests, a socket
 // for tools) until reading fails; it closes rw before it returns.
 func (f *QMIFunction) Serve(rw io.ReadWriteCloser) error {
-	var wmu sync.Mutex
-	f.startWith(func(b []byte) error {
-		wmu.Lock()
-		defer wmu.Unlock()
-		_, err := rw.Write(b)
-		return err
-	}, func(rule, detail string) {
-		if f.cfg.OnViolation != nil {
-			f.cfg.OnViolation(&Violation{Rule: rule, Detail: detail})
-		}
-	})
-	defer func() {
-		rw.Close()
-		f.Stop()
-	}()
-	buf := make([]byte, qmi.MaxFrame)
-	for {
-		n, err := rw.Read(buf)
-		if n > 0 {
-			f.deliver(buf[:n], true)
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, net.ErrClosed) {
-				return nil
+	return serveStream(rw, qmi.MaxFrame, func(send func([]byte) error) {
+		f.startWith(send, func(rule, detail string) {
+			if f.cfg.OnViolation != nil {
+				f.cfg.OnViolation(&Violation{Rule: rule, Detail: detail})
 			}
-			return err
-		}
-	}
+		})
+	}, func(b []byte) { f.q.deliver(b, true) }, f.Stop)
 }
 
 func (f *QMIFunction) run(in <-chan []byte, quit <-chan struct{}) {
-	defer f.wg.Done()
 	var dec qmi.Decoder
 	for {
 		select {
