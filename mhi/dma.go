@@ -14,6 +14,10 @@ type DMAUse struct {
 	Firmware int
 	// SegLen is the BHIe segment length (0: DefaultSegLen).
 	SegLen int
+	// CrashDump is the size of an RDDM crash dump collected over BHIe
+	// (Profile.CrashDumpSize; 0: none). It is staged while no firmware
+	// is, so the larger of the two counts.
+	CrashDump int
 }
 
 // DMABytes returns an upper bound of the DMA memory, in bytes, a
@@ -45,7 +49,7 @@ func DMABytes(p *Profile, u DMAUse) int {
 		o := ControlOptions{}.withDefaults(ul, dl)
 		n += (o.RxBuffers + o.TxBuffers) * DMAFootprint(o.BufSize, 64)
 	}
-	return n + firmwareFootprint(u)
+	return n + max(firmwareFootprint(u), bhieFootprint(u.CrashDump, u.SegLen))
 }
 
 // DMAFootprint is the most IOVA space one allocation of size bytes
@@ -67,13 +71,19 @@ func firmwareFootprint(u DMAUse) int {
 	if u.Firmware <= 0 {
 		return 0
 	}
-	segLen := u.SegLen
+	return max(DMAFootprint(u.Firmware, 4096), bhieFootprint(u.Firmware, u.SegLen))
+}
+
+// bhieFootprint is a BHIe vector table and its segments for size bytes.
+func bhieFootprint(size, segLen int) int {
+	if size <= 0 {
+		return 0
+	}
 	if segLen <= 0 {
 		segLen = DefaultSegLen
 	}
-	segs := (u.Firmware + segLen - 1) / segLen
-	bhie := DMAFootprint(16*segs, 4096) + segs*(4096-8) + (u.Firmware + 8*segs)
-	return max(DMAFootprint(u.Firmware, 4096), bhie)
+	segs := (size + segLen - 1) / segLen
+	return DMAFootprint(16*segs, 4096) + segs*(4096-8) + (size + 8*segs)
 }
 
 // ChannelMRU returns the receive buffer size of a data channel of p: the

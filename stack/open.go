@@ -59,6 +59,10 @@ type Options struct {
 	Link link.Options
 	// Sim tunes the emulated modem (Device "sim" only).
 	Sim SimOptions
+	// OnCrashDump receives the RAM dump of a modem whose firmware
+	// crashed into RDDM (mhi.Options.OnCrashDump; docs/RELIABILITY.md
+	// "Crash dumps"). The DMA arena has room for Profile.CrashDumpSize.
+	OnCrashDump func(mhi.CrashDump)
 	// DMASize overrides the size of the VFIO DMA arena (0: computed from
 	// the profile and Link, see DMASize). It is pinned memory and counts
 	// against RLIMIT_MEMLOCK (docs/VFIO.md).
@@ -98,7 +102,8 @@ type SimOptions struct {
 
 // DMASize returns the DMA arena Open maps for a modem with profile p and
 // link options lo (Options.Link with its Channel set): what the MHI
-// engine with its MBIM control port allocates (mhi.DMABytes) plus the
+// engine with its MBIM control port allocates (mhi.DMABytes, an RDDM
+// crash dump of the profile's size included) plus the
 // link's RX and TX pools (link.DMABytes, at lo.MTU or at least
 // link.DefaultMTU: the session's MTU is not known yet), with the arena's
 // headroom (vfio.ArenaSize). A network that reports an MTU well above
@@ -109,7 +114,7 @@ func DMASize(p *mhi.Profile, lo link.Options) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("stack: DMA size: %w", err)
 	}
-	return vfio.ArenaSize(mhi.DMABytes(p, mhi.DMAUse{}) + pools), nil
+	return vfio.ArenaSize(mhi.DMABytes(p, mhi.DMAUse{CrashDump: p.CrashDumpSize()}) + pools), nil
 }
 
 // Open brings the whole pipeline up and returns a stack on it: the
@@ -153,7 +158,7 @@ func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
 		opts.Channel = dataChannel(p)
 	}
 	closers = append(closers, cls...)
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger})
+	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger, OnCrashDump: opts.OnCrashDump})
 	if err != nil {
 		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 	}

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
@@ -26,7 +29,9 @@ the profile has an MBIM channel and QMI otherwise (telit-fn980-hwv1);
 -control forces one. With -device sim the emulated modem (qcom-sdx55m, as
 for every command, unless -profile names another) and its carrier network
 run in this process; -sim-apn and -sim-absent make the emulated bring-up
-fail the way a real one can.`,
+fail the way a real one can. A modem whose firmware had crashed into its
+RAM-dump mode (EE RDDM) is dumped before it is reset: status reports the
+dump and -dump FILE writes it (-sim-crash emulates such a modem).`,
 		Run: status,
 	})
 }
@@ -39,6 +44,12 @@ type sessionFlags struct {
 	control                  string
 	simAPN                   string
 	simAbsent                bool
+	simCrashDump             []byte // status -sim-crash
+}
+
+// simCrashImage is the RAM dump the emulated modem of -sim-crash holds.
+func simCrashImage() []byte {
+	return bytes.Repeat([]byte("mhictl -sim-crash RAM dump\n"), 1024)
 }
 
 func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
@@ -72,6 +83,7 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 		opts.Profile = f.simProfile().Name
 		opts.Sim.MBIM.APN = f.simAPN
 		opts.Sim.MBIM.SIMAbsent = f.simAbsent
+		opts.Sim.Modem.CrashedRDDM = f.simCrashDump
 	}
 	s, err := stack.Open(ctx, opts)
 	if err != nil {
@@ -130,6 +142,15 @@ type statusOut struct {
 	DNS          []string     `json:"dns"`
 	MTU          uint32       `json:"mtu"`
 	Counters     linkCounters `json:"counters"`
+	// CrashDump is set when the modem's firmware had crashed into RDDM
+	// and the bring-up collected its RAM dump.
+	CrashDump *dumpOut `json:"crash_dump,omitempty"`
+}
+
+type dumpOut struct {
+	Bytes int    `json:"bytes"`
+	Time  string `json:"time"`           // RFC 3339, UTC
+	File  string `json:"file,omitempty"` // where -dump wrote it
 }
 
 type linkCounters struct {
@@ -147,6 +168,9 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c := commands["status"]
 	fs := newFlagSet(c, "[-device sim|ADDRESS] [-apn APN] [flags]", stderr)
 	sf := addSessionFlags(fs)
+	dumpFile := fs.String("dump", "", "write the RAM dump to this `file` if the modem's firmware had crashed (EE RDDM) and the\n"+
+		"bring-up collected it before resetting the modem; status reports such a dump either way")
+	simCrash := fs.Bool("sim-crash", false, "-device sim: the emulated modem starts crashed in RDDM, holding a test RAM dump")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -155,6 +179,12 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err := sf.check(); err != nil {
 		return err
+	}
+	if *simCrash {
+		if sf.device != "sim" {
+			return usagef("-sim-crash needs -device sim")
+		}
+		sf.simCrashDump = simCrashImage()
 	}
 	ctx, cancel := sf.context(ctx)
 	defer cancel()
@@ -166,6 +196,15 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out, err := collectStatus(ctx, sf, s)
 	if err != nil {
 		return hint(err)
+	}
+	if d, ok := s.Controller().LastCrashDump(); ok {
+		out.CrashDump = &dumpOut{Bytes: len(d.Data), Time: d.Time.UTC().Format(time.RFC3339Nano)}
+		if *dumpFile != "" {
+			if err := os.WriteFile(*dumpFile, d.Data, 0o600); err != nil {
+				return fmt.Errorf("-dump: %w", err)
+			}
+			out.CrashDump.File = *dumpFile
+		}
 	}
 	if sf.json {
 		return writeJSON(stdout, out)
@@ -365,6 +404,13 @@ func printStatus(w io.Writer, o *statusOut) {
 	c := o.Counters
 	fmt.Fprintf(tw, "rx\t%d packets\t%d bytes\t%d drops\t%d errors\t%d rx_alloc_fail\n", c.RXPackets, c.RXBytes, c.RXDrops, c.RXErrors, c.RXAllocFail)
 	fmt.Fprintf(tw, "tx\t%d packets\t%d bytes\t%d drops\n", c.TXPackets, c.TXBytes, c.TXDrops)
+	if d := o.CrashDump; d != nil {
+		where := "not written (-dump FILE writes it)"
+		if d.File != "" {
+			where = "written to " + d.File
+		}
+		fmt.Fprintf(tw, "crash dump\t%d bytes collected at %s, %s\n", d.Bytes, d.Time, where)
+	}
 	tw.Flush()
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -120,5 +122,39 @@ func TestStatusOverQMI(t *testing.T) {
 	out.Reset()
 	if code := run(context.Background(), []string{"status", "-profile", "telit-fn980-hwv1", "-control", "mbim"}, &out, &out); code != 1 || !strings.Contains(out.String(), `no channel pair "MBIM"`) {
 		t.Errorf("-control mbim on telit-fn980-hwv1: exit %d, %q", code, out.String())
+	}
+}
+
+// A modem whose firmware had crashed into RDDM: the bring-up collects its
+// RAM dump, status reports it and -dump writes it.
+func TestStatusReportsAndWritesTheCrashDump(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "modem.rddm")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-sim-crash", "-dump", file}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "crash dump") || !strings.Contains(out.String(), "written to "+file) {
+		t.Errorf("status output does not report the dump:\n%s", out.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := simCrashImage(); !bytes.HasPrefix(b, img) {
+		t.Errorf("-dump wrote %d bytes not starting with the modem's image", len(b))
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var o statusOut
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.CrashDump != nil {
+		t.Errorf("a modem that never crashed reports a dump: %+v", o.CrashDump)
+	}
+	if code := run(context.Background(), []string{"status", "-device", "0000:01:00.0", "-sim-crash"}, &out, &errb); code != 2 {
+		t.Errorf("-sim-crash without -device sim: exit %d, want 2", code)
 	}
 }

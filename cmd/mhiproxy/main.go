@@ -50,6 +50,7 @@ type config struct {
 	pcap      string
 	mbimProxy string
 	cpuProf   string
+	dumpDir   string
 	logLevel  slog.Level
 }
 
@@ -85,6 +86,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var((*mbimProxyFlag)(&c.mbimProxy), "mbim-proxy", "serve libmbim's proxy protocol on the abstract Unix socket @mbim-proxy, the fixed name\n"+
 		"mbimcli -p and ModemManager connect to, so they share the modem (-mbim-proxy=NAME: another abstract name)")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile (runtime/pprof, for go tool pprof) of the whole run to `file`; it is complete at exit")
+	fs.StringVar(&c.dumpDir, "dump-dir", "", "write the RAM dump of every modem firmware crash (RDDM, collected before the modem is reset)\n"+
+		"to this existing `directory`, as DEVICE-YYYYMMDDTHHMMSS.mmmZ.rddm (UTC); the log names each file")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error (logs go to stderr)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
@@ -114,6 +117,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) {
 		return nil, fmt.Errorf("-device %q: want sim or a PCI address like 0000:01:00.0", c.open.Device)
+	}
+	if c.dumpDir != "" {
+		if err := checkDumpDir(c.dumpDir); err != nil {
+			return nil, err
+		}
 	}
 	if c.auth != "" && c.auth != "random" {
 		user, _, ok := strings.Cut(c.auth, ":")
@@ -237,6 +245,9 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 	}
 
 	cfg.open.Logger = log
+	if cfg.dumpDir != "" {
+		cfg.open.Stack.OnCrashDump = crashDumpWriter(cfg.dumpDir, cfg.open.Device, log)
+	}
 	octx, cancel := context.WithTimeout(ctx, bringUpTimeout)
 	nw, err := open(octx, cfg.open)
 	cancel()

@@ -114,6 +114,11 @@ type Options struct {
 	SOCHWVersion uint32
 	// IDIndex picks which of the profile's PCI IDs to impersonate.
 	IDIndex int
+	// CrashedRDDM, when set, makes the modem start crashed: EE RDDM,
+	// MHISTATUS SYS_ERR, holding this RAM dump image for the host to
+	// collect (rddm.go), as a modem whose firmware crashed before any
+	// host was there. Only at New: a reset brings it up normally.
+	CrashedRDDM []byte
 	// MSIVectors is how many MSI vectors the modem asks for (default
 	// one per event ring plus one, at most 32). Fewer than that make
 	// the host share vector 0 among BHI and every event ring.
@@ -335,6 +340,12 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 	}
 	m.mu.Lock()
 	m.powerOn()
+	if opts.CrashedRDDM != nil {
+		// No host is attached yet: no event, no MSI.
+		m.boot.rddm.dump = append([]byte(nil), opts.CrashedRDDM...)
+		m.setEE(mhi.EERDDM)
+		m.setState(mhi.StateSysErr)
+	}
 	m.mu.Unlock()
 	return m, nil
 }
