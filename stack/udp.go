@@ -161,7 +161,32 @@ func (c *dgram) setErr(err error) error {
 // UDPConn is a UDP socket over the modem: connected (DialUDP), it is a
 // net.Conn; unconnected (ListenUDP), a net.PacketConn that may send to
 // any destination. Errors are those of *net.UDPConn.
+//
+// A write waits (bounded by the write deadline) while the socket's
+// datagrams not yet handed to the modem (in the stack's transmit queue)
+// fill its send buffer (212 KiB unless SetWriteBuffer), as a Linux UDP
+// socket waits for its SO_SNDBUF; the transmit queue drops only what
+// many sockets together send beyond its length.
 type UDPConn struct{ dgram }
+
+// SetReadBuffer sizes the socket's receive buffer (SO_RCVBUF).
+func (c *UDPConn) SetReadBuffer(n int) error {
+	if c.isClosed() {
+		return c.opError("set", nil, net.ErrClosed)
+	}
+	c.ep.SocketOptions().SetReceiveBufferSize(int64(n), true)
+	return nil
+}
+
+// SetWriteBuffer sizes the socket's send buffer (SO_SNDBUF): how many
+// bytes of its datagrams may wait for the modem before a write waits.
+func (c *UDPConn) SetWriteBuffer(n int) error {
+	if c.isClosed() {
+		return c.opError("set", nil, net.ErrClosed)
+	}
+	c.ep.SocketOptions().SetSendBufferSize(int64(n), true)
+	return nil
+}
 
 // ReadFromUDPAddrPort reads one datagram and its source.
 func (c *UDPConn) ReadFromUDPAddrPort(b []byte) (int, netip.AddrPort, error) {

@@ -526,10 +526,11 @@ func (c *config) altTable() (*table, error) {
 	if skipped != "" {
 		t.notes = append(t.notes, skipped)
 	}
-	t.notes = append(t.notes, fmt.Sprintf("UDP: writes that return are counted as sent. Package stack puts a transmit queue "+
-		"(Config.TXQueueLen, gVisor's fifo qdisc) in front of the link and drops when it is full, as channel.Endpoint "+
-		"drops when its queue is full; neither slows the writer down, so loss shows where each path sheds load, and "+
-		"a UDP sender through mhistack has to pace itself as on any lossy link. Medians of delivered Mbit/s: mhistack %.0f, channel pair %.0f, ideal ring %.0f.",
+	t.notes = append(t.notes, fmt.Sprintf("UDP: writes that return are counted as sent. A package stack UDP socket's datagrams "+
+		"count against its send buffer (212 KiB, as Linux's SO_SNDBUF) until the link takes them from the transmit queue "+
+		"(Config.TXQueueLen, gVisor's fifo qdisc), so one fast writer waits for the link (TestUDPWriterWaitsForItsSendBuffer); "+
+		"the queue drops only what many sockets together send beyond its length. channel.Endpoint drops when its queue is "+
+		"full without slowing the writer. Loss shows where each path sheds load. Medians of delivered Mbit/s: mhistack %.0f, channel pair %.0f, ideal ring %.0f.",
 		at(0, 2).med("mbps"), at(ch, 2).med("mbps"), at(ring, 2).med("mbps")))
 	return t, nil
 }
