@@ -10,6 +10,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/mhistack/mhistack/internal/segment"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 )
@@ -233,21 +234,21 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 	}
 	// seg is per call: waiting for TX space releases t.mu, and another
 	// writer may run meanwhile.
-	var seg segmenter
+	var seg segment.Segmenter
 outer:
 	for _, pkt := range list {
-		if !seg.reset(pkt) {
+		if !seg.Reset(pkt) {
 			e.stats.txTooBig.Add(1)
 			if sent == 0 && inFrame == 0 {
 				err = &tcpip.ErrMessageTooLong{}
 			}
 			break
 		}
-		if seg.gso && seg.segments > 1 {
+		if seg.Cut() {
 			e.stats.txGSO.Add(1)
 		}
-		for !seg.done() {
-			size := seg.next()
+		for !seg.Done() {
+			size := seg.Next()
 			if size <= 0 || size > t.maxPacket {
 				e.stats.txTooBig.Add(1)
 				if sent == 0 && inFrame == 0 {
@@ -283,7 +284,7 @@ outer:
 				}
 				continue
 			}
-			seg.write(dst)
+			seg.Write(dst)
 			if tap := e.tap.Load(); tap != nil {
 				tap.write(dst)
 			}

@@ -5,13 +5,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
-	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-
+	"github.com/mhistack/mhistack/internal/chanpair"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -134,44 +131,26 @@ func write(b *testing.B, w io.Writer) {
 }
 
 func channelTransfer(b *testing.B) time.Duration {
-	ea, eb := channel.New(1024, 1500, ""), channel.New(1024, 1500, "")
+	pair := chanpair.New(1024, 1500)
 	pa := netip.MustParsePrefix("192.168.4.1/24")
 	pb := netip.MustParsePrefix("192.168.4.2/24")
-	sa, err := stack.New(ea, stack.Config{Addresses: []netip.Prefix{pa}})
+	sa, err := stack.New(pair.A, stack.Config{Addresses: []netip.Prefix{pa}})
 	if err != nil {
+		pair.Close()
 		b.Fatal(err)
 	}
-	sb, err := stack.New(eb, stack.Config{Addresses: []netip.Prefix{pb}})
+	sb, err := stack.New(pair.B, stack.Config{Addresses: []netip.Prefix{pb}})
 	if err != nil {
+		pair.Close()
+		sa.Close()
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	pump := func(from, to *channel.Endpoint) {
-		defer wg.Done()
-		for {
-			pkt := from.ReadContext(ctx)
-			if pkt == nil {
-				return
-			}
-			// An outbound packet becomes an inbound one by copy, as
-			// wireguard-go's tun does through its TUN reads and writes.
-			np := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: pkt.ToBuffer()})
-			proto := pkt.NetworkProtocolNumber
-			pkt.DecRef()
-			to.InjectInbound(proto, np)
-			np.DecRef()
-		}
-	}
-	wg.Add(2)
-	go pump(ea, eb)
-	go pump(eb, ea)
 	defer func() {
-		cancel()
-		wg.Wait()
+		pair.Close()
 		sa.Close()
 		sb.Close()
 	}()
+	ctx := context.Background()
 	l, err := sb.ListenTCP(netip.AddrPortFrom(pb.Addr(), 5001))
 	if err != nil {
 		b.Fatal(err)

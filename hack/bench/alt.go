@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/mhistack/mhistack/internal/chanpair"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi/sim"
 	mstack "github.com/mhistack/mhistack/stack"
@@ -154,29 +154,10 @@ func stackPairEnv(a, b gstack.LinkEndpoint, closeLinks func(), after ...func() e
 // channelPairEnv is wireguard-go's tun/netstack construction: two
 // channel.Endpoints (1024-packet queues, MTU 1500, no GSO) and a pump
 // goroutine per direction that turns each outbound packet into an
-// inbound one on the other side by copy.
+// inbound one on the other side by copy (internal/chanpair).
 func channelPairEnv() (*altEnv, error) {
-	ea, eb := channel.New(1024, 1500, ""), channel.New(1024, 1500, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	pump := func(from, to *channel.Endpoint) {
-		defer wg.Done()
-		for {
-			pkt := from.ReadContext(ctx)
-			if pkt == nil {
-				return
-			}
-			np := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: pkt.ToBuffer()})
-			proto := pkt.NetworkProtocolNumber
-			pkt.DecRef()
-			to.InjectInbound(proto, np)
-			np.DecRef()
-		}
-	}
-	wg.Add(2)
-	go pump(ea, eb)
-	go pump(eb, ea)
-	return stackPairEnv(ea, eb, func() { cancel(); wg.Wait() })
+	p := chanpair.New(1024, 1500)
+	return stackPairEnv(p.A, p.B, p.Close)
 }
 
 // ringPairEnv is the ideal ring (ring.go): the same two stacks with

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/mhistack/mhistack/internal/segment"
 	"github.com/mhistack/mhistack/link"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -785,15 +786,18 @@ func (l *carrierLink) ParseHeader(*stack.PacketBuffer) bool    { return true }
 func (l *carrierLink) Close()                                  {}
 func (l *carrierLink) SetOnCloseAction(func())                 {}
 
-// GSOMaxSize and SupportedGSO: host GSO, so the carrier's TCP hands the
-// link segments of up to 64 KiB, cut into MSS-sized packets as they are
-// copied out (carrier_gso.go).
+// GSOMaxSize and SupportedGSO: the carrier's NIC does TSO, as a network
+// server's NIC does: host GSO, so the carrier's TCP hands the link
+// segments of up to 64 KiB, cut into MSS-sized packets (internal/segment,
+// the same cutting the host's link does for UL) while they are copied into
+// the DL transfer or frame. gVisor builds, routes and checksums one packet
+// per 64 KiB instead of one per MSS.
 func (l *carrierLink) GSOMaxSize() uint32               { return 1 << 16 }
 func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSupported }
 
 // dlWriter is what one WritePackets call works with.
 type dlWriter struct {
-	seg dlSegmenter
+	seg segment.Segmenter
 	buf []byte // one DL packet (raw IP), grown on demand
 }
 
@@ -807,7 +811,7 @@ func (l *carrierLink) writer() *dlWriter {
 
 // put returns w to the pool without the packet it last walked.
 func (l *carrierLink) put(w *dlWriter) {
-	w.seg.pkt, w.seg.view = nil, nil
+	w.seg.Release()
 	l.pool.Put(w)
 }
 
@@ -832,18 +836,18 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 	seg := &w.seg
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		if !seg.reset(pkt) {
+		if !seg.Reset(pkt) {
 			l.cn.stats.dropped.Add(1)
 			n++
 			continue
 		}
-		for !seg.done() {
-			size := seg.next()
+		for !seg.Done() {
+			size := seg.Next()
 			if size > len(w.buf) {
 				w.buf = make([]byte, max(size, 2048))
 			}
 			b := w.buf[:size]
-			seg.write(b)
+			seg.Write(b)
 			if err := l.send(p, b); err != nil {
 				l.cn.stats.dropped.Add(1)
 				if n == 0 {
@@ -970,11 +974,11 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 			}
 			return i, nil
 		}
-		if !seg.reset(pkt) {
+		if !seg.Reset(pkt) {
 			l.cn.stats.dropped.Add(1)
 			continue
 		}
-		for !seg.done() && !a.closed {
+		for !seg.Done() && !a.closed {
 			l.addFramed(seg, session)
 		}
 	}
@@ -983,9 +987,9 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 
 // addFramed adds the next piece of seg's packet to the frame being
 // filled, pushing frames as they fill; a.mu is held.
-func (l *carrierLink) addFramed(seg *dlSegmenter, session uint8) {
+func (l *carrierLink) addFramed(seg *segment.Segmenter, session uint8) {
 	a := &l.agg
-	size := seg.next()
+	size := seg.Next()
 	for {
 		fr := a.cur
 		if !fr.open {
@@ -994,7 +998,7 @@ func (l *carrierLink) addFramed(seg *dlSegmenter, session uint8) {
 		}
 		fr.enc.SetSession(session)
 		if dst := fr.enc.Add(size); dst != nil {
-			seg.write(dst)
+			seg.Write(dst)
 			fr.n++
 			switch {
 			case fr.n >= a.maxD: // full: no need to wait for the timer
@@ -1016,11 +1020,11 @@ func (l *carrierLink) addFramed(seg *dlSegmenter, session uint8) {
 			big.open = true
 			big.enc.SetSession(session)
 			if dst := big.enc.Add(size); dst != nil {
-				seg.write(dst)
+				seg.Write(dst)
 				big.n = 1
 				a.push(big)
 			} else {
-				seg.skip()
+				seg.Skip()
 				l.cn.stats.dropped.Add(1)
 			}
 			return
@@ -1028,7 +1032,7 @@ func (l *carrierLink) addFramed(seg *dlSegmenter, session uint8) {
 		// No room for this piece: the frame goes, the piece starts the
 		// next one.
 		if !a.push(fr) {
-			seg.skip()
+			seg.Skip()
 			return
 		}
 	}

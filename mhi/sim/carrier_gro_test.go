@@ -18,6 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/mhistack/mhistack/internal/segment"
 )
 
 // ulSegment is an IPv4 TCP segment from the host's address to TestAddr4,
@@ -261,14 +263,14 @@ func testGSOCut(t *testing.T, v6 bool) {
 	}
 	pkt := newPkt()
 	defer pkt.DecRef()
-	var s dlSegmenter
-	if !s.reset(pkt) {
+	var s segment.Segmenter
+	if !s.Reset(pkt) {
 		t.Fatal("reset refused a TCP GSO packet")
 	}
 	var got []byte
-	for i := 0; !s.done(); i++ {
-		b := make([]byte, s.next())
-		s.write(b)
+	for i := 0; !s.Done(); i++ {
+		b := make([]byte, s.Next())
+		s.Write(b)
 		if !ulChecksumOK(b, proto) {
 			t.Fatalf("piece %d: bad checksum", i)
 		}
@@ -295,10 +297,10 @@ func testGSOCut(t *testing.T, v6 bool) {
 
 	pkt2 := newPkt()
 	defer pkt2.DecRef()
-	s.reset(pkt2)
-	s.skip()
-	b := make([]byte, s.next())
-	s.write(b)
+	s.Reset(pkt2)
+	s.Skip()
+	b := make([]byte, s.Next())
+	s.Write(b)
 	if tcp := header.TCP(b[l3:]); tcp.SequenceNumber() != 5000+mss || !bytes.Equal(tcp.Payload(), payload[mss:2*mss]) || !ulChecksumOK(b, proto) {
 		t.Errorf("after a skipped piece: seq %d, payload or checksum wrong", tcp.SequenceNumber())
 	}

@@ -1,29 +1,33 @@
-package sim
+// Package segment cuts a host-GSO TCP segment into the MSS-sized packets
+// it is sent as, each with its own IP and TCP header and a complete TCP
+// checksum, while the bytes are copied into their destination (a TX DMA
+// buffer, a DL transfer, a frame). It does in software what a NIC doing
+// TSO does: gVisor's TCP hands the link one packet of up to 64 KiB with a
+// partial checksum (stack.GSOTCPv4 / stack.GSOTCPv6 with NeedsCsum) and
+// the link sends it as many wire packets.
+//
+// It is used on both sides of the emulated link: link's TX path (the
+// host's uplink) and the emulated modem's carrier (mhi/sim's downlink).
+// A packet that is not a host-GSO TCP segment is passed through whole.
+package segment
 
 import (
 	"encoding/binary"
 
 	"gvisor.dev/gvisor/pkg/buffer"
-	gcsum "gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
-// The carrier's NIC does TSO, as a network server's NIC does: its TCP
-// hands it segments of up to 64 KiB (host GSO) and they are cut into
-// MSS-sized packets while they are copied into the DL transfer or frame,
-// so gVisor builds, routes and checksums one packet per 64 KiB instead of
-// one per MSS. The cutting is link/gso.go's segmenter (the host's side
-// does the same for UL).
-
-// maxDLHeaders bounds the IP and TCP headers of a GSO packet (IPv4 60 +
+// MaxHeaders bounds the IP and TCP headers of a GSO packet (IPv4 60 +
 // TCP 60; IPv6 40 + TCP 60).
-const maxDLHeaders = 120
+const MaxHeaders = 120
 
-// dlSegmenter walks one outgoing packet as the packets it is sent as: the
-// packet itself, or, for a host-GSO TCP segment, its MSS-sized pieces,
-// each with its own IP and TCP header and a complete TCP checksum.
-type dlSegmenter struct {
+// Segmenter walks one outgoing packet as the packets it is sent as: the
+// packet itself, or, for a host-GSO TCP segment, its MSS-sized pieces.
+// The zero value is ready for Reset; a Segmenter does not allocate.
+type Segmenter struct {
 	pkt *stack.PacketBuffer
 	gso bool
 
@@ -33,7 +37,7 @@ type dlSegmenter struct {
 
 	// GSO state: the original headers, their lengths, the payload left
 	// and the index of the next piece.
-	hdr      [maxDLHeaders]byte
+	hdr      [MaxHeaders]byte
 	l3, l4   int
 	v6       bool
 	mss      int
@@ -42,9 +46,10 @@ type dlSegmenter struct {
 	segments int
 }
 
-// reset starts pkt. It returns false if pkt is a GSO packet whose headers
-// cannot be cut (not IPv4/IPv6 + TCP, or longer than maxDLHeaders).
-func (s *dlSegmenter) reset(pkt *stack.PacketBuffer) bool {
+// Reset starts pkt. It returns false if pkt is a GSO packet whose headers
+// cannot be cut (not IPv4/IPv6 + TCP, or longer than MaxHeaders): the
+// caller drops such a packet as too big.
+func (s *Segmenter) Reset(pkt *stack.PacketBuffer) bool {
 	s.pkt = pkt
 	vl, off := pkt.AsViewList()
 	s.view, s.off = vl.Front(), off
@@ -56,7 +61,7 @@ func (s *dlSegmenter) reset(pkt *stack.PacketBuffer) bool {
 	}
 	s.l3, s.l4 = len(pkt.NetworkHeader().Slice()), len(pkt.TransportHeader().Slice())
 	s.v6 = g.Type == stack.GSOTCPv6
-	if s.l4 < header.TCPMinimumSize || s.l3+s.l4 > maxDLHeaders || s.l3+s.l4 > pkt.Size() ||
+	if s.l4 < header.TCPMinimumSize || s.l3+s.l4 > MaxHeaders || s.l3+s.l4 > pkt.Size() ||
 		(!s.v6 && s.l3 < header.IPv4MinimumSize) || (s.v6 && s.l3 < header.IPv6MinimumSize) {
 		return false
 	}
@@ -70,19 +75,32 @@ func (s *dlSegmenter) reset(pkt *stack.PacketBuffer) bool {
 	return true
 }
 
-// next returns the size of the next piece of the current packet.
-func (s *dlSegmenter) next() int {
+// Release forgets the current packet (it holds no reference of its own;
+// this only lets the packet be collected once the caller drops it).
+func (s *Segmenter) Release() { s.pkt, s.view = nil, nil }
+
+// Segments returns how many packets the current one is sent as (1 for a
+// packet that is not cut).
+func (s *Segmenter) Segments() int { return s.segments }
+
+// Cut reports whether the current packet is a host-GSO TCP segment sent
+// as more than one packet.
+func (s *Segmenter) Cut() bool { return s.gso && s.segments > 1 }
+
+// Next returns the size of the next piece of the current packet.
+func (s *Segmenter) Next() int {
 	if !s.gso {
 		return s.pkt.Size()
 	}
 	return s.l3 + s.l4 + min(s.mss, s.left)
 }
 
-// done reports whether the packet's last piece has been written.
-func (s *dlSegmenter) done() bool { return s.index == s.segments }
+// Done reports whether the packet's last piece has been written or
+// skipped.
+func (s *Segmenter) Done() bool { return s.index == s.segments }
 
 // read copies the packet's next len(dst) bytes into dst.
-func (s *dlSegmenter) read(dst []byte) {
+func (s *Segmenter) read(dst []byte) {
 	n := 0
 	for n < len(dst) && s.view != nil {
 		b := s.view.AsSlice()
@@ -97,8 +115,9 @@ func (s *dlSegmenter) read(dst []byte) {
 	}
 }
 
-// skip passes over the next piece (it was dropped).
-func (s *dlSegmenter) skip() {
+// Skip passes over the next piece (the caller dropped it); the pieces
+// after it keep their sequence numbers and IP IDs.
+func (s *Segmenter) Skip() {
 	s.index++
 	n := s.pkt.Size()
 	if s.gso {
@@ -118,8 +137,12 @@ func (s *dlSegmenter) skip() {
 	}
 }
 
-// write writes the next piece into dst (len(dst) == next()).
-func (s *dlSegmenter) write(dst []byte) {
+// Write writes the next piece into dst, which must be Next() bytes long.
+// A cut piece gets the original headers with its own IP length (and, for
+// IPv4, IP ID original+i and a new header checksum), sequence number,
+// flags (FIN and PSH on the last piece only, CWR on the first only) and a
+// complete TCP checksum.
+func (s *Segmenter) Write(dst []byte) {
 	s.index++
 	if !s.gso {
 		s.read(dst)
@@ -162,5 +185,5 @@ func (s *dlSegmenter) write(dst []byte) {
 		v4 := header.IPv4(ip)
 		xsum = header.PseudoHeaderChecksum(header.TCPProtocolNumber, v4.SourceAddress(), v4.DestinationAddress(), uint16(len(dst)-s.l3))
 	}
-	tcp.SetChecksum(^gcsum.Checksum(dst[s.l3:], xsum))
+	tcp.SetChecksum(^checksum.Checksum(dst[s.l3:], xsum))
 }

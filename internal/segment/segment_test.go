@@ -1,4 +1,4 @@
-package link
+package segment
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func gsoPacket(t *testing.T, v6 bool, payload []byte, mss uint16, flags header.T
 	tcp.Encode(&header.TCPFields{SrcPort: 4000, DstPort: 80, SeqNum: 0xfffff000, AckNum: 7,
 		DataOffset: uint8(header.TCPMinimumSize + len(opts)), Flags: flags, WindowSize: 1000})
 	copy(tcp[header.TCPMinimumSize:], opts)
-	tcp.SetChecksum(0x1234) // partial: the link must not trust it
+	tcp.SetChecksum(0x1234) // partial: the segmenter must not trust it
 	g := stack.GSO{MSS: mss, NeedsCsum: true, CsumOffset: header.TCPChecksumOffset}
 	if v6 {
 		g.Type, g.L3HdrLen = stack.GSOTCPv6, header.IPv6MinimumSize
@@ -48,7 +48,7 @@ func gsoPacket(t *testing.T, v6 bool, payload []byte, mss uint16, flags header.T
 	return pkt
 }
 
-func TestGSOSegmentCutsATCPSegmentIntoMSSPacketsWithValidChecksums(t *testing.T) {
+func TestCutsATCPSegmentIntoMSSPacketsWithValidChecksums(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		v6      bool
@@ -70,16 +70,16 @@ func TestGSOSegmentCutsATCPSegmentIntoMSSPacketsWithValidChecksums(t *testing.T)
 			}
 			pkt := gsoPacket(t, tc.v6, payload, tc.mss, tc.flags)
 			defer pkt.DecRef()
-			var s segmenter
-			if !s.reset(pkt) {
+			var s Segmenter
+			if !s.Reset(pkt) {
 				t.Fatal("reset refused the packet")
 			}
 			var got []byte
 			seq := uint32(0xfffff000)
 			n := 0
-			for !s.done() {
-				dst := make([]byte, s.next())
-				s.write(dst)
+			for !s.Done() {
+				dst := make([]byte, s.Next())
+				s.Write(dst)
 				n++
 				var seg []byte
 				var xsum uint16
@@ -115,7 +115,7 @@ func TestGSOSegmentCutsATCPSegmentIntoMSSPacketsWithValidChecksums(t *testing.T)
 				seq += uint32(len(data))
 				got = append(got, data...)
 				want := tc.flags
-				if !s.done() {
+				if !s.Done() {
 					want &^= header.TCPFlagFin | header.TCPFlagPsh
 				}
 				if n > 1 {
@@ -135,5 +135,80 @@ func TestGSOSegmentCutsATCPSegmentIntoMSSPacketsWithValidChecksums(t *testing.T)
 				t.Error("payload differs after segmentation")
 			}
 		})
+	}
+}
+
+// A skipped (dropped) piece leaves the pieces after it intact: right
+// sequence number, payload, IP ID and checksums, over IPv4 and IPv6.
+func TestSkippedPieceLeavesTheNextIntact(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		const mss = 1000
+		payload := make([]byte, 3*mss+10)
+		for i := range payload {
+			payload[i] = byte(i * 3)
+		}
+		pkt := gsoPacket(t, v6, payload, mss, header.TCPFlagAck|header.TCPFlagPsh)
+		var s Segmenter
+		if !s.Reset(pkt) || !s.Cut() || s.Segments() != 4 {
+			t.Fatalf("v6=%v: reset %d segments, cut %v", v6, s.Segments(), s.Cut())
+		}
+		s.Skip()
+		dst := make([]byte, s.Next())
+		s.Write(dst)
+		l3 := header.IPv4MinimumSize
+		var xsum uint16
+		if v6 {
+			l3 = header.IPv6MinimumSize
+			ip := header.IPv6(dst)
+			xsum = header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(dst)-l3))
+		} else {
+			ip := header.IPv4(dst)
+			if !ip.IsChecksumValid() || ip.ID() != 101 {
+				t.Errorf("v4: second piece has IP ID %d or a bad header checksum", ip.ID())
+			}
+			xsum = header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(dst)-l3))
+		}
+		tcp := header.TCP(dst[l3:])
+		if tcp.SequenceNumber() != 0xfffff000+mss || !bytes.Equal(tcp.Payload(), payload[mss:2*mss]) {
+			t.Errorf("v6=%v: after a skipped piece: seq %#x, payload wrong", v6, tcp.SequenceNumber())
+		}
+		if checksum.Checksum(dst[l3:], xsum) != 0xffff {
+			t.Errorf("v6=%v: bad TCP checksum after a skipped piece", v6)
+		}
+		s.Skip()
+		s.Skip()
+		if !s.Done() {
+			t.Errorf("v6=%v: not done after the last piece", v6)
+		}
+		s.Release()
+		pkt.DecRef()
+	}
+}
+
+// A packet that is not a host-GSO TCP segment goes through whole, and a
+// GSO packet whose headers cannot be cut is refused.
+func TestNonGSOPacketPassesWholeAndBadHeadersAreRefused(t *testing.T) {
+	payload := []byte("hello, world")
+	pkt := gsoPacket(t, false, payload, 1000, header.TCPFlagAck)
+	defer pkt.DecRef()
+	want := pkt.ToView().ToSlice()
+	pkt.GSOOptions = stack.GSO{}
+	var s Segmenter
+	if !s.Reset(pkt) || s.Cut() || s.Segments() != 1 || s.Next() != len(want) {
+		t.Fatalf("plain packet: cut %v, %d segments, next %d", s.Cut(), s.Segments(), s.Next())
+	}
+	got := make([]byte, s.Next())
+	s.Write(got)
+	if !bytes.Equal(got, want) || !s.Done() {
+		t.Error("plain packet not copied whole")
+	}
+
+	bad := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 40, Payload: buffer.MakeWithData(payload)})
+	defer bad.DecRef()
+	bad.TransportHeader().Push(8) // shorter than a TCP header
+	bad.NetworkHeader().Push(header.IPv4MinimumSize)
+	bad.GSOOptions = stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, MSS: 100}
+	if s.Reset(bad) {
+		t.Error("a GSO packet with an 8-byte transport header was accepted")
 	}
 }
