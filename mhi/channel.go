@@ -328,7 +328,9 @@ func (ch *Channel) Stop(ctx context.Context) error {
 // down by SYS_ERR gets its buffers back once the MHI reset has stopped the
 // device's DMA (docs/RELIABILITY.md, "The recovery sequence"). On a command
 // failure the host resets its side anyway, like Linux. The channel stays
-// released: SYS_ERR recovery does not restart it.
+// released: SYS_ERR recovery does not restart it. (If ctx ends while a
+// Start or Stop of the channel is still in flight, Reset returns the error
+// and the buffers stay queued; reset again.)
 func (ch *Channel) Reset(ctx context.Context) error {
 	ch.mu.Lock()
 	ch.started = false

@@ -52,17 +52,12 @@ func (rc *releaseCounter) check(t testing.TB, when string, bufs []*pci.Buffer) {
 	}
 }
 
-// TestSecondResetWaitsForTheResetInFlight: a DL Reset whose RESET_CHAN the
-// device does not answer is in flight when a second Reset of the channel
-// comes (as PowerDown, Close or a link endpoint's Close do). The second
-// must not return before the first has handed every queued buffer back,
-// and every buffer comes back exactly once, even after the device answers
-// the first command late.
-func TestSecondResetWaitsForTheResetInFlight(t *testing.T) {
-	r := newRig(t, "foxconn-sdx55", sim.Options{}, mhi.Options{Timeout: 500 * time.Millisecond})
-	r.powerUp()
-	rc := &releaseCounter{n: map[*pci.Buffer]int{}}
-	ul, dl, err := r.c.ChannelPair("LOOPBACK", mhi.ChannelOptions{}, mhi.ChannelOptions{Release: rc.release})
+// startWithDLQueued starts the LOOPBACK pair, the DL channel's buffers
+// going back to release, and queues n 4 KiB DL buffers (freed at cleanup),
+// which the device then holds: the Loopback sends nothing unless asked.
+func startWithDLQueued(t testing.TB, r *rig, release func(*pci.Buffer), n int) (*mhi.Channel, []*pci.Buffer) {
+	t.Helper()
+	ul, dl, err := r.c.ChannelPair("LOOPBACK", mhi.ChannelOptions{}, mhi.ChannelOptions{Release: release})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +70,12 @@ func TestSecondResetWaitsForTheResetInFlight(t *testing.T) {
 	}
 	dma := r.dev.DMA()
 	var bufs []*pci.Buffer
-	for range 8 {
+	t.Cleanup(func() {
+		for _, b := range bufs {
+			_ = dma.Free(b)
+		}
+	})
+	for range n {
 		b, err := dma.Alloc(4096, 64)
 		if err != nil {
 			t.Fatal(err)
@@ -86,11 +86,21 @@ func TestSecondResetWaitsForTheResetInFlight(t *testing.T) {
 		}
 	}
 	dl.Ring()
-	t.Cleanup(func() {
-		for _, b := range bufs {
-			_ = dma.Free(b)
-		}
-	})
+	return dl, bufs
+}
+
+// TestSecondResetWaitsForTheResetInFlight: a DL Reset whose RESET_CHAN the
+// device does not answer is in flight when a second Reset of the channel
+// comes (as PowerDown, Close or a link endpoint's Close do). The second
+// must not return before the first has handed every queued buffer back,
+// and every buffer comes back exactly once, even after the device answers
+// the first command late.
+func TestSecondResetWaitsForTheResetInFlight(t *testing.T) {
+	r := newRig(t, "foxconn-sdx55", sim.Options{}, mhi.Options{Timeout: 500 * time.Millisecond})
+	r.powerUp()
+	rc := &releaseCounter{n: map[*pci.Buffer]int{}}
+	dl, bufs := startWithDLQueued(t, r, rc.release, 8)
+	ctx := context.Background()
 
 	r.m.HoldCommands(true)
 	defer r.m.HoldCommands(false)

@@ -2,7 +2,6 @@ package mhi_test
 
 import (
 	"bytes"
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -34,37 +33,7 @@ func TestRecoveryReleasesBuffersOnlyAfterTheMHIResetStoppedDMA(t *testing.T) {
 		released = append(released, b)
 		mu.Unlock()
 	}
-	ul, dl, err := r.c.ChannelPair("LOOPBACK", mhi.ChannelOptions{}, mhi.ChannelOptions{Release: release})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := ul.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := dl.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	dma := r.dev.DMA()
-	var bufs []*pci.Buffer
-	for range 8 {
-		b, err := dma.Alloc(4096, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bufs = append(bufs, b)
-		if err := dl.Queue(b, len(b.Mem), mhi.EOT); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dl.Ring()
-	t.Cleanup(func() {
-		for _, b := range bufs {
-			_ = dma.Free(b)
-		}
-	})
-	// The doorbell is in the device's register: it holds the eight
-	// buffers (the Loopback sends nothing unless asked).
+	_, bufs := startWithDLQueued(t, r, release, 8)
 
 	if err := r.m.TriggerSysErr(); err != nil {
 		t.Fatal(err)

@@ -117,15 +117,9 @@ func (m *Modem) slowdown() {
 	}
 }
 
-// busMaster reports whether the function may master the bus, when the
-// host can tell (vpci can); a device whose bus mastering is off issues no
-// DMA at all.
-func (m *Modem) busMaster() bool {
-	if h, ok := m.host.(interface{ BusMaster() bool }); ok {
-		return h.BusMaster()
-	}
-	return true
-}
+// busMaster reports whether the function may master the bus: a device
+// whose bus mastering is off issues no DMA at all.
+func (m *Modem) busMaster() bool { return m.host.BusMaster() }
 
 // DrainPattern is the byte a modem with Options.DrainDMAOnSysErr writes
 // into the DL buffers it still holds after a SYS_ERR.

@@ -316,10 +316,6 @@ func (h *hostPort) RaiseMSI(n int) { h.d.raiseMSI(n) }
 
 func (h *hostPort) ResetConfig() { h.d.resetConfig() }
 
-// BusMaster reports whether the host has bus mastering enabled: a model
-// may check it before DMA it would skip on hardware whose function cannot
-// master the bus (a reset's write-back to host memory), instead of having
-// the access refused and recorded as a fault.
 func (h *hostPort) BusMaster() bool {
 	return !h.d.removed.Load() && h.d.cmd.Load()&pci.CmdBusMaster != 0
 }

@@ -51,4 +51,10 @@ type Host interface {
 	// the host restores config space (Linux pci_restore_state). The
 	// host's MSI eventfds stay; unlike an FLR the host did not ask.
 	ResetConfig()
+	// BusMaster reports whether the function may master the bus now
+	// (Command register bit 2, and not removed). A model skips DMA that a
+	// function without bus mastering would not issue — an MHI reset's
+	// write-back into host contexts while the host resets with bus
+	// mastering off — instead of having it refused and recorded.
+	BusMaster() bool
 }

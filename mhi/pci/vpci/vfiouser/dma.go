@@ -471,6 +471,10 @@ func (h *hostPort) DMAWrite32(iova uint64, v uint32) error {
 
 func (h *hostPort) RaiseMSI(n int) { h.s.raiseMSI(n) }
 
+func (h *hostPort) BusMaster() bool {
+	return !h.s.offline.Load() && h.s.cmd.Load()&pci.CmdBusMaster != 0
+}
+
 // ResetConfig is the model resetting its own PCIe core (vpci.Host): config
 // space returns to power-on values, as resetFunction does for an FLR, but
 // the model is not reset again and the client's eventfds stay.
