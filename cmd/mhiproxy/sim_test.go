@@ -48,20 +48,7 @@ func TestOnTheEmulatedModem(t *testing.T) {
 		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-pcap", pcap,
 			"-mbim-proxy=" + mbimName, "-apn", "internet", "-log-level", "warn"}, &stdout, &stderr, openModem)
 	}()
-	ready := regexp.MustCompile(`listening on (\S+) via sim/qcom-sdx55m, ip (\S+) (\S+), metrics http://(\S+)/metrics`)
-	var m []string
-	for deadline := time.Now().Add(60 * time.Second); m == nil; {
-		select {
-		case code := <-done:
-			t.Fatalf("exit %d before ready; stdout %q stderr %q", code, stdout.String(), stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ready line; stdout %q stderr %q", stdout.String(), stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-		m = ready.FindStringSubmatch(stdout.String())
-	}
+	m := waitReady(t, `listening on (\S+) via sim/qcom-sdx55m, ip (\S+) (\S+), metrics http://(\S+)/metrics`, done, &stdout, &stderr)
 	addr, maddr := m[1], m[4]
 	car := sim.DefaultCarrier()
 	if m[2] != car.IPv4.Addr().String() || m[3] != car.IPv6.Addr().String() {
@@ -175,20 +162,7 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-profile", "telit-fn980-hwv1", "-apn", "internet", "-log-level", "warn"},
 			&stdout, &stderr, openModem)
 	}()
-	ready := regexp.MustCompile(`listening on (\S+) via sim/telit-fn980-hwv1`)
-	var m []string
-	for deadline := time.Now().Add(60 * time.Second); m == nil; {
-		select {
-		case code := <-done:
-			t.Fatalf("exit %d before ready; stdout %q stderr %q", code, stdout.String(), stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ready line; stdout %q stderr %q", stdout.String(), stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-		m = ready.FindStringSubmatch(stdout.String())
-	}
+	m := waitReady(t, `listening on (\S+) via sim/telit-fn980-hwv1`, done, &stdout, &stderr)
 	c := &proxy.Client{Proxy: m[1]}
 	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(sim.TestName, portOf(oln.Addr())))
 	if err != nil {
@@ -208,5 +182,27 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d; stderr %q", code, stderr.String())
+	}
+}
+
+// waitReady waits (up to a minute) for mhiproxy's ready line matching
+// pattern on stdout and returns its submatches; an early exit or no line
+// fails the test.
+func waitReady(t *testing.T, pattern string, done <-chan int, stdout, stderr *syncBuffer) []string {
+	t.Helper()
+	ready := regexp.MustCompile(pattern)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		select {
+		case code := <-done:
+			t.Fatalf("exit %d before ready; stdout %q stderr %q", code, stdout.String(), stderr.String())
+		default:
+		}
+		if m := ready.FindStringSubmatch(stdout.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line; stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
