@@ -11,16 +11,6 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-// dumpImage is a RAM dump image whose bytes differ at every segment
-// boundary a wrong offset could shift.
-func dumpImage(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*131 + i>>9 + 1)
-	}
-	return b
-}
-
 // The firmware crashes into RDDM: the host collects the RAM dump over BHIe
 // before it resets the modem, delivers it byte-exact (OnCrashDump,
 // LastCrashDump, EventCrashDump), then recovers and data flows again.
@@ -36,7 +26,7 @@ func TestCrashDumpCollectedOverBHIeThenRecovered(t *testing.T) {
 	l := newLoop(r, "LOOPBACK", 2048, 16, 16)
 	rng := rand.New(rand.NewPCG(5, 6))
 	l.exchange(t, rng, 10, 5000)
-	img := dumpImage(70000) // four full segments and a partial one
+	img := bootImage(70000) // four full segments and a partial one
 	if err := r.m.TriggerCrash(img); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +73,7 @@ func TestCrashDumpCollectedAtPowerUp(t *testing.T) {
 	p := *profile(t, "foxconn-sdx55")
 	p.RDDMSize = 8 << 10
 	r := newRigProfile(t, &p, sim.Options{}, mhi.Options{})
-	img := dumpImage(5000)
+	img := bootImage(5000)
 	if err := r.m.TriggerCrash(img); err != nil {
 		t.Fatal(err)
 	}
