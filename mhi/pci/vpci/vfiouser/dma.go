@@ -256,13 +256,20 @@ func (s *Server) dmaUnmap(m *message) ([]byte, syscall.Errno) {
 		t.clear()
 		return r.encode(), 0
 	}
-	if r.Size == 0 || r.Addr+r.Size < r.Addr {
+	end := r.Addr + r.Size
+	switch {
+	case r.Size == 0 || (end < r.Addr && end != 0):
+		s.log.Warn("DMA_UNMAP: bad range", "iova", fmt.Sprintf("%#x", r.Addr), "size", fmt.Sprintf("%#x", r.Size))
 		return nil, syscall.EINVAL
+	case end == 0:
+		// A range up to the top of the 64-bit space (QEMU unmaps the
+		// upper half of its IOMMU address space that way on unplug).
+		end = ^uint64(0)
 	}
 	t.mu.Lock()
 	// Unmapped under the lock: no access can be inside the memory now,
 	// and none can start until the windows are gone from the table.
-	n, errno := t.unmapRange(r.Addr, r.Addr+r.Size)
+	n, errno := t.unmapRange(r.Addr, end)
 	t.mu.Unlock()
 	if errno != 0 {
 		return nil, errno

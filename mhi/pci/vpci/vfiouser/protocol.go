@@ -75,10 +75,12 @@ const (
 	maxMsgFDs = 16
 	// maxDMAMaps bounds the DMA table. Without a vIOMMU QEMU maps a few
 	// dozen RAM sections; behind intel-iommu with caching-mode=on it maps
-	// every guest IOMMU page on its own (4 KiB each): 65536 windows are
+	// every guest IOMMU page on its own (4 KiB each): 65535 windows are
 	// 256 MiB of scattered guest pages (adjacent ones merge), about 3 MiB
-	// of table.
-	maxDMAMaps = 65536
+	// of table. QEMU's client proposes 65535 and refuses a server
+	// announcing more ("max_dma_maps too large": the device fails to
+	// realize).
+	maxDMAMaps = 65535
 	// pageSize is the only DMA page size announced (pgsizes).
 	pageSize = 4096
 )

@@ -297,6 +297,11 @@ func TestVersionReplyFitsTheRequestAndIsNULTerminatedJSON(t *testing.T) {
 	if err := json.Unmarshal(full, &doc); err != nil || doc.Capabilities["max_msg_fds"] != float64(maxMsgFDs) {
 		t.Fatalf("full capabilities %s: %v", full, err)
 	}
+	// QEMU 10.2 proposes max_dma_maps 65535 and fails the device when
+	// the server announces more.
+	if m, _ := doc.Capabilities["max_dma_maps"].(float64); m < 1 || m > 65535 {
+		t.Errorf("max_dma_maps %v: QEMU's client accepts 1..65535", doc.Capabilities["max_dma_maps"])
+	}
 	if _, errno := r.cl.try(cmdVersion, []byte{1, 0, 0, 0}); errno != syscall.ENOTSUP {
 		t.Errorf("major 1: errno %v, want ENOTSUP", errno)
 	}
