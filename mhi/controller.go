@@ -521,7 +521,11 @@ func (c *Controller) checkStatus(how string) {
 	}
 }
 
-func (c *Controller) markRemoved() {
+// markRemoved fails everything with ErrRemoved: the device reads
+// all-ones, or its backend was asked to release it (markRemovedWhy).
+func (c *Controller) markRemoved() { c.markRemovedWhy("registers read all-ones") }
+
+func (c *Controller) markRemovedWhy(why string) {
 	c.mu.Lock()
 	if c.pm == pmRemoved || c.closed {
 		c.mu.Unlock()
@@ -532,7 +536,7 @@ func (c *Controller) markRemoved() {
 	c.dmaFence = false // a removed device reaches no host memory
 	c.broadcast()
 	c.mu.Unlock()
-	c.log.Error("device removed: registers read all-ones", "dev", c.name)
+	c.log.Error("device removed: "+why, "dev", c.name)
 	for _, ch := range c.channels {
 		ch.abort(ErrRemoved)
 	}

@@ -1,6 +1,12 @@
 package mhi
 
-import "time"
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi/pci"
+)
 
 // DefaultLivenessInterval is how often a powered controller checks on its
 // own that the device still answers (Options.LivenessInterval).
@@ -33,9 +39,14 @@ func (c *Controller) livenessInterval() time.Duration {
 
 // startLiveness starts the liveness goroutine unless it runs or is
 // disabled. It is called with interrupts, at the start of power-up.
+//
+// The same goroutine waits for a pci.Removable device's removal request
+// (vfio-pci's request interrupt on hot-unplug), also with the periodic
+// check disabled (releaseOnRequest).
 func (c *Controller) startLiveness() {
 	iv := c.livenessInterval()
-	if iv == 0 {
+	_, removable := c.dev.(pci.Removable)
+	if iv == 0 && !removable {
 		return
 	}
 	c.mu.Lock()
@@ -67,13 +78,25 @@ func (c *Controller) stopLiveness() {
 func (c *Controller) livenessLoop(l *liveness, iv time.Duration) {
 	defer c.wg.Done()
 	defer close(l.done)
-	t := time.NewTicker(iv)
-	defer t.Stop()
+	var tick <-chan time.Time
+	if iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		tick = t.C
+	}
+	var requested <-chan struct{}
+	rm, _ := c.dev.(pci.Removable)
+	if rm != nil {
+		requested = rm.RemovalRequested()
+	}
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-t.C:
+		case <-requested:
+			c.releaseOnRequest(rm)
+			return
+		case <-tick:
 		}
 		c.mu.Lock()
 		pm, closed := c.pm, c.closed
@@ -89,4 +112,24 @@ func (c *Controller) livenessLoop(l *liveness, iv time.Duration) {
 		c.stats.LivenessChecks.Add(1)
 		c.checkStatus("liveness check")
 	}
+}
+
+// releaseResetWait bounds the MHI reset releaseOnRequest gives the device.
+const releaseResetWait = 500 * time.Millisecond
+
+// releaseOnRequest gives the device back when the system asks for it
+// (hot-unplug, unbind): as a driver's remove does, it resets MHI first so
+// that the device stops its DMA before the kernel turns bus mastering off,
+// then fails everything with ErrRemoved and lets the backend release the
+// function.
+func (c *Controller) releaseOnRequest(rm pci.Removable) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseResetWait)
+	err := c.mhiReset(ctx)
+	cancel()
+	why := "the host asked for it back (hot-unplug or unbind: VFIO request interrupt); MHI reset, released"
+	if err != nil {
+		why = fmt.Sprintf("the host asked for it back (hot-unplug or unbind: VFIO request interrupt); released (the MHI reset did not complete: %v)", err)
+	}
+	c.markRemovedWhy(why)
+	rm.Release()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -84,5 +85,95 @@ func TestLivenessCheckRunsWhilePoweredOnly(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if n := off.c.Stats().LivenessChecks; n != 0 {
 		t.Errorf("%d liveness checks with LivenessInterval -1", n)
+	}
+}
+
+// removableDevice is the emulated modem's function with a removal request,
+// as vfio.Device gives one when vfio-pci's request interrupt fires.
+type removableDevice struct {
+	*vpci.Device
+	m          *sim.Modem
+	requested  chan struct{}
+	releasedIn chan mhi.State // the modem's state when Release came
+}
+
+func (d removableDevice) RemovalRequested() <-chan struct{} { return d.requested }
+
+func (d removableDevice) Release() {
+	st, _ := d.m.State()
+	d.Remove() // reads all-ones from now on, as a released vfio device
+	select {
+	case d.releasedIn <- st:
+	default:
+	}
+}
+
+// A pci.Removable device's removal request: the engine resets MHI (the
+// device stops its DMA, as under a driver's remove), fails a blocked Recv
+// with ErrRemoved and releases the device, with the periodic liveness
+// check disabled: before, nothing read a register on an idle controller
+// and the Recv waited forever (hot-unplug of a modem driven through
+// vfio-pci), and the device kept DMAing until the kernel turned bus
+// mastering off.
+func TestRemovalRequestResetsReleasesAndEndsABlockedRecv(t *testing.T) {
+	dev, m, err := sim.NewDevice(profile(t, "foxconn-sdx55"), sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := removableDevice{Device: dev, m: m, requested: make(chan struct{}), releasedIn: make(chan mhi.State, 1)}
+	events := make(chan mhi.Event, 16)
+	c, err := mhi.New(rd, mhi.Options{Profile: profile(t, "foxconn-sdx55"), LivenessInterval: -1, Timeout: 3 * time.Second,
+		OnEvent: func(e mhi.Event) {
+			select {
+			case events <- e:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.PowerUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	port, err := c.OpenControl(ctx, "LOOPBACK", mhi.ControlOptions{BufSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer port.Close()
+	got := make(chan error, 1)
+	go func() {
+		_, err := port.Recv(context.Background())
+		got <- err
+	}()
+	close(rd.requested)
+	select {
+	case st := <-rd.releasedIn:
+		if st == mhi.StateM0 {
+			t.Errorf("released with the modem still in M0: no MHI reset first")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the device was not released within 5 s of the request")
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, mhi.ErrRemoved) {
+			t.Fatalf("Recv after the removal request = %v, want ErrRemoved", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Recv still blocked 5 s after the removal request")
+	}
+	for {
+		select {
+		case e := <-events:
+			if e.Kind == mhi.EventRemoved {
+				return
+			}
+		case <-time.After(time.Second):
+			t.Fatal("no EventRemoved")
+		}
 	}
 }

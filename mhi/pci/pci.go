@@ -26,6 +26,9 @@ var (
 	ErrNotSupported = errors.New("pci: not supported")
 	// ErrNoIOVASpace is returned when the DMA window below 4 GiB is exhausted.
 	ErrNoIOVASpace = errors.New("pci: IOVA space exhausted")
+	// ErrRemoved: the function is gone (hot-unplugged, or released at
+	// the kernel's request); nothing reaches it any more.
+	ErrRemoved = errors.New("pci: device removed")
 )
 
 // Device is one PCI function opened for exclusive use.
@@ -53,6 +56,20 @@ type Device interface {
 	Reset() error
 	// Close releases the device.
 	Close() error
+}
+
+// Removable is implemented by a Device whose backend learns that the
+// function is going away while it still answers: vfio-pci asks user space
+// to release a function the kernel is removing (hot-unplug, unbind) with
+// its request interrupt. RemovalRequested is closed then; the owner may
+// still quiesce the device (stop its DMA, as a driver's remove does) and
+// calls Release, or the backend releases it by itself after a short grace
+// period. From the release on, the BARs read all-ones and config space,
+// interrupts and reset fail with ErrRemoved.
+type Removable interface {
+	RemovalRequested() <-chan struct{}
+	// Release gives the function back now; it is idempotent.
+	Release()
 }
 
 // Info identifies a function.

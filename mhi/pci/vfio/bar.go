@@ -28,6 +28,7 @@ type BAR struct {
 	region Region
 	maps   []barMap
 	closed atomic.Bool
+	gone   *atomic.Bool // the device's: released at the kernel's request
 }
 
 var _ pci.BAR = (*BAR)(nil)
@@ -56,10 +57,14 @@ func (d *Device) BAR(i int) (pci.BAR, error) {
 	if r.Size == 0 || !r.Readable() {
 		return nil, fmt.Errorf("vfio: %s: BAR %d is not implemented (or is an I/O BAR vfio does not expose)", d.addr, i)
 	}
+	if d.gone.Load() {
+		return nil, fmt.Errorf("vfio: %s: %w", d.addr, pci.ErrRemoved)
+	}
 	b, err := mapBAR(d.fd, r)
 	if err != nil {
 		return nil, fmt.Errorf("vfio: %s: %w", d.addr, err)
 	}
+	b.gone = &d.gone
 	d.bars[i] = b
 	return b, nil
 }
@@ -110,7 +115,7 @@ func (b *BAR) Mapped() bool {
 // the mmap'ed areas. ok is false when the access is outside the BAR or
 // misaligned.
 func (b *BAR) addr(off, n uint64) (a uintptr, ok bool) {
-	if off%n != 0 || off >= b.region.Size || b.region.Size-off < n || b.closed.Load() {
+	if off%n != 0 || off >= b.region.Size || b.region.Size-off < n || b.closed.Load() || (b.gone != nil && b.gone.Load()) {
 		return 0, false
 	}
 	for i := range b.maps {

@@ -37,6 +37,10 @@ type fakeKernel struct {
 	eventfds []int32
 	resets   int
 	destroy  int
+	// reqIRQ offers the request interrupt index; reqFD is the eventfd
+	// installed on it (-1: none).
+	reqIRQ bool
+	reqFD  int32
 }
 
 const (
@@ -175,8 +179,16 @@ func (k *fakeKernel) device(req uintptr, arg unsafe.Pointer) (int, error) {
 		if q.Index == IRQMSIX {
 			q.Flags, q.Count = irqEventfd|irqNoResize, fakeMSIXCount
 		}
+		if q.Index == IRQReq && k.reqIRQ {
+			q.Flags, q.Count = irqEventfd, 1
+		}
 	case ioctlDeviceSetIRQs:
 		h := (*irqSetHdr)(arg)
+		if h.Index == IRQReq && k.reqIRQ && h.Flags == irqSetDataEventfd|irqSetActionTrigger && h.Count == 1 {
+			k.reqFD = *(*int32)(unsafe.Add(arg, unsafe.Sizeof(*h)))
+			k.calls = append(k.calls, "SET_IRQS(request eventfd)")
+			return 0, nil
+		}
 		if h.Index != IRQMSIX || h.Flags&irqSetActionTrigger == 0 {
 			return -1, unix.EINVAL
 		}
@@ -221,7 +233,7 @@ func installFakeKernel(t *testing.T) (*fakeKernel, *Options) {
 	if err := os.MkdirAll(filepath.Join(dev, "vfio/devices"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	k := &fakeKernel{t: t, iommuFD: filepath.Join(dev, "iommu"), deviceFD: filepath.Join(dev, "vfio/devices", fakeDeviceFile), maps: map[uint64]uint64{}}
+	k := &fakeKernel{t: t, iommuFD: filepath.Join(dev, "iommu"), deviceFD: filepath.Join(dev, "vfio/devices", fakeDeviceFile), maps: map[uint64]uint64{}, reqFD: -1}
 	if err := os.WriteFile(k.iommuFD, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

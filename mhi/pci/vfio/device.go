@@ -31,6 +31,18 @@ type Device struct {
 	dma    *arena
 	intr   *interrupts
 	closed atomic.Bool
+
+	// The request interrupt (request.go): requested is closed when the
+	// kernel asks for the function; gone is set and removed closed when
+	// it is released.
+	gone       atomic.Bool
+	requested  chan struct{}
+	releaseNow chan struct{}
+	relOnce    sync.Once
+	removed    chan struct{}
+	req        *pci.EventVector
+	reqDone    chan struct{}
+	reqStop    sync.Once
 }
 
 var _ pci.Device = (*Device)(nil)
@@ -96,6 +108,9 @@ func newDevice(addr string, fd int, mmu iommu, o Options) (*Device, error) {
 	if d.dma, err = newArena(mmu, o); err != nil {
 		return nil, fmt.Errorf("vfio: %s: %w", addr, err)
 	}
+	if err := d.setupRequest(); err != nil {
+		return nil, errors.Join(err, d.dma.close())
+	}
 	return d, nil
 }
 
@@ -158,6 +173,9 @@ func (d *Device) configRW(off int, p []byte, write bool) error {
 	if d.closed.Load() {
 		return pci.ErrClosed
 	}
+	if d.gone.Load() {
+		return fmt.Errorf("vfio: %s: %w", d.addr, pci.ErrRemoved)
+	}
 	cfg := d.regions[RegionConfig]
 	if off < 0 || uint64(off)+uint64(len(p)) > cfg.Size {
 		return fmt.Errorf("vfio: %s: config access %#x+%d outside %#x bytes", d.addr, off, len(p), cfg.Size)
@@ -215,6 +233,9 @@ func (d *Device) Reset() error {
 	if d.closed.Load() {
 		return pci.ErrClosed
 	}
+	if d.gone.Load() {
+		return fmt.Errorf("vfio: %s: %w", d.addr, pci.ErrRemoved)
+	}
 	if !d.CanReset() {
 		return fmt.Errorf("vfio: %s: no reset method (no FLR, PM or bus reset): %w", d.addr, pci.ErrNotSupported)
 	}
@@ -238,6 +259,7 @@ func (d *Device) Interrupts() pci.Interrupts { return d.intr }
 // arena, then closes the device and its group/container or IOAS: the
 // reverse of Open. Memory from BAR and DMA must no longer be used.
 func (d *Device) Close() error {
+	d.stopRequest()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Swap(true) {

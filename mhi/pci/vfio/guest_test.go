@@ -534,3 +534,62 @@ func nvmeIdentify(t *testing.T, dev *vfio.Device, bar *vfio.BAR, vec pci.Vector)
 		}
 	}
 }
+
+// Unbinding the function from vfio-pci while it is open: the kernel asks
+// for it with the request interrupt (RemovalRequested), the owner calls
+// Release, the Device releases it (Removed closes, the BAR reads
+// all-ones), and the unbind completes instead of waiting for the process
+// to close it.
+func TestGuestEduReleasedOnTheKernelsRequest(t *testing.T) {
+	addr := guestDevice(t, 0x1234, 0x11e8, "edu")
+	dev, err := vfio.Open(addr, &vfio.Options{Backend: vfio.BackendType1, HugePages: vfio.HugePagesOff, DMASize: 1 << 20, IOVALimit: 1 << 28})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dev.Close()
+	if n := dev.IRQs()[vfio.IRQReq].Count; n < 1 {
+		t.Fatalf("vfio-pci offers no request interrupt (count %d)", n)
+	}
+	bar, err := dev.BAR(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := bar.Read32(eduID); id == 0xffffffff {
+		t.Fatalf("edu ID reads all-ones before any request")
+	}
+	unbound := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		var sys vfio.Sysfs
+		unbound <- sys.Unbind(addr)
+	}()
+	select {
+	case <-dev.RemovalRequested():
+		t.Logf("the kernel asked for the device %v after the unbind began", time.Since(t0).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("no request within 5 s of the unbind")
+	}
+	dev.Release()
+	select {
+	case <-dev.Removed():
+		t.Logf("released %v after the unbind began", time.Since(t0).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the device was not released within 5 s of the unbind")
+	}
+	select {
+	case err := <-unbound:
+		if err != nil {
+			t.Fatalf("unbind: %v", err)
+		}
+		t.Logf("unbind done after %v", time.Since(t0).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the unbind did not complete within 5 s of the release")
+	}
+	if v := bar.Read32(eduID); v != 0xffffffff {
+		t.Errorf("BAR read after the release = %#x, want all-ones", v)
+	}
+	var b [2]byte
+	if err := dev.ConfigRead(0, b[:]); !errors.Is(err, pci.ErrRemoved) {
+		t.Errorf("ConfigRead after the release = %v, want pci.ErrRemoved", err)
+	}
+}

@@ -20,8 +20,17 @@ type interrupts struct {
 	index int // IRQMSIX or IRQMSI; -1 when the function has neither
 	max   int
 
-	mu   sync.Mutex
-	vecs []*vector
+	mu       sync.Mutex
+	vecs     []*vector
+	released bool // the device was released at the kernel's request
+}
+
+// release records that the device descriptor is about to be given back:
+// no more SET_IRQS. Blocked Waits stay blocked until Disable or Close.
+func (in *interrupts) release() {
+	in.mu.Lock()
+	in.released = true
+	in.mu.Unlock()
 }
 
 var _ pci.Interrupts = (*interrupts)(nil)
@@ -60,6 +69,9 @@ func (in *interrupts) Enable(n int) ([]pci.Vector, error) {
 	defer in.mu.Unlock()
 	if in.d.closed.Load() {
 		return nil, pci.ErrClosed
+	}
+	if in.d.gone.Load() {
+		return nil, fmt.Errorf("vfio: %s: %w", in.d.addr, pci.ErrRemoved)
 	}
 	if in.index < 0 {
 		return nil, fmt.Errorf("vfio: %s has neither MSI nor MSI-X: %w", in.d.addr, pci.ErrNotSupported)
@@ -115,6 +127,13 @@ func (in *interrupts) disableLocked() error {
 	if len(in.vecs) == 0 {
 		return nil
 	}
+	if in.released {
+		// The kernel tore the vectors down with the device; the
+		// eventfds are ours to close.
+		closeVectors(in.vecs)
+		in.vecs = nil
+		return nil
+	}
 	_, err := in.setIRQs(irqSetDataNone|irqSetActionTrigger, 0, nil)
 	closeVectors(in.vecs)
 	in.vecs = nil
@@ -144,18 +163,23 @@ func (in *interrupts) setIRQs(flags uint32, start int, fds []int32) (int, error)
 // data (nil for DATA_NONE): DATA_NONE|TRIGGER with count 0 disables the
 // index; with count 1 it fires vector start.
 func (in *interrupts) setIRQsN(flags uint32, start, count int, fds []int32) (int, error) {
+	return setIRQs(in.d.fd, in.index, flags, start, count, fds)
+}
+
+// setIRQs sends one vfio_irq_set for count vectors of index from start.
+func setIRQs(fd, index int, flags uint32, start, count int, fds []int32) (int, error) {
 	hdr := int(unsafe.Sizeof(irqSetHdr{}))
 	buf := make([]byte, hdr+4*len(fds))
 	le := binary.LittleEndian
 	le.PutUint32(buf[0:], uint32(len(buf)))
 	le.PutUint32(buf[4:], flags)
-	le.PutUint32(buf[8:], uint32(in.index))
+	le.PutUint32(buf[8:], uint32(index))
 	le.PutUint32(buf[12:], uint32(start))
 	le.PutUint32(buf[16:], uint32(count))
 	for i, fd := range fds {
 		le.PutUint32(buf[hdr+4*i:], uint32(fd))
 	}
-	return ioctl(in.d.fd, ioctlDeviceSetIRQs, unsafe.Pointer(&buf[0]))
+	return ioctl(fd, ioctlDeviceSetIRQs, unsafe.Pointer(&buf[0]))
 }
 
 // vector is one enabled MSI/MSI-X vector.
@@ -186,6 +210,9 @@ func (v *vector) Trigger() error {
 	}
 	if !live {
 		return pci.ErrClosed
+	}
+	if in.released {
+		return fmt.Errorf("vfio: %s: %w", in.d.addr, pci.ErrRemoved)
 	}
 	if _, err := in.setIRQsN(irqSetDataNone|irqSetActionTrigger, v.Index(), 1, nil); err != nil {
 		return fmt.Errorf("vfio: %s: trigger vector %d: %w", in.d.addr, v.Index(), err)
