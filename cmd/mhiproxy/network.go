@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/stack"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
@@ -68,14 +72,101 @@ func openModem(ctx context.Context, o openOptions) (network, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &modem{Stack: s, device: o.Device, log: so.Logger}, nil
+	m := &modem{Stack: s, device: o.Device, log: so.Logger}
+	if c := s.Controller(); c != nil {
+		m.unsub = c.Subscribe(func(e mhi.Event) {
+			if e.Kind == mhi.EventRemoved {
+				m.removed(e.Err)
+			}
+		})
+	}
+	return m, nil
 }
 
 // modem is a *stack.Stack from stack.Open as mhiproxy's network.
+//
+// When the modem goes away (hot-unplug: the kernel asked for it back and
+// the MHI engine released it; or it stopped answering), the stack is
+// closed at once, which ends every relayed connection, and from then on
+// dials, lookups and UDP associations fail with errModemRemoved's message,
+// so that clients get a clear error (HTTP 502 with the reason, SOCKS
+// general failure) instead of waiting on a dead link. mhiproxy keeps
+// running: a supervisor or the user restarts it when the modem is back.
 type modem struct {
 	*stack.Stack
 	device string
 	log    *slog.Logger
+
+	unsub     func()
+	gone      atomic.Pointer[error] // why, once the modem was removed
+	bg        sync.WaitGroup        // the closing goroutine removed starts
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// errModemRemoved is what clients are told after the modem went away.
+var errModemRemoved = errors.New("the modem was removed; restart mhiproxy once it is back")
+
+// removed runs on a controller goroutine (it must not block): it records
+// the removal and closes the stack in the background.
+func (m *modem) removed(cause error) {
+	err := fmt.Errorf("%w (%s: %v)", errModemRemoved, m.device, cause)
+	if !m.gone.CompareAndSwap(nil, &err) {
+		return
+	}
+	m.log.Error("modem removed: closing every connection; clients get an error from now on", "device", m.device, "err", cause)
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		_ = m.closeStack()
+	}()
+}
+
+func (m *modem) closeStack() error {
+	m.closeOnce.Do(func() { m.closeErr = m.Stack.Close() })
+	return m.closeErr
+}
+
+// Close closes the stack (once) and waits for a removal's closing.
+func (m *modem) Close() error {
+	if m.unsub != nil {
+		m.unsub()
+	}
+	err := m.closeStack()
+	m.bg.Wait()
+	if m.gone.Load() != nil {
+		return nil // the removal's errors were logged with it
+	}
+	return err
+}
+
+// removedErr is the error for op after a removal, or nil.
+func (m *modem) removedErr(op, network string) error {
+	if e := m.gone.Load(); e != nil {
+		return &net.OpError{Op: op, Net: network, Err: *e}
+	}
+	return nil
+}
+
+func (m *modem) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if err := m.removedErr("dial", network); err != nil {
+		return nil, err
+	}
+	return m.Stack.DialContext(ctx, network, address)
+}
+
+func (m *modem) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if err := m.removedErr("lookup", network); err != nil {
+		return nil, err
+	}
+	return m.Stack.LookupNetIP(ctx, network, host)
+}
+
+func (m *modem) ListenPacket(network, address string) (net.PacketConn, error) {
+	if err := m.removedErr("listen", network); err != nil {
+		return nil, err
+	}
+	return m.Stack.ListenPacket(network, address)
 }
 
 func (m *modem) Describe() string {
