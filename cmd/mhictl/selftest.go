@@ -236,6 +236,9 @@ func openPair(ctx context.Context, c *mhi.Controller, dma pci.DMA, name string, 
 		return nil, err
 	}
 	p.ul, p.dl = ul, dl
+	// A ring of N elements holds N-1 TREs: a DL ring smaller than the
+	// receive buffers (DIAG has 16 elements) would refuse the last.
+	rxBufs = max(1, min(rxBufs, dl.Elements()-1))
 	for i := 0; i < rxBufs+txBufs; i++ {
 		b, err := dma.Alloc(bufLen, 64)
 		if err != nil {

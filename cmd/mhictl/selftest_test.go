@@ -31,3 +31,19 @@ func TestSelftestUsesTheIPChannelWhenTheProfileHasNoLoopback(t *testing.T) {
 		t.Errorf("-json: %+v", o)
 	}
 }
+
+// DIAG's rings have 16 elements, fewer than selftest's 16 receive buffers
+// plus the slot a ring keeps empty: it failed with "mhi: ring full".
+func TestSelftestOnAPairWithA16ElementRing(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"selftest", "-profile", "qcom-sdx55m", "-channel", "DIAG", "-count", "200", "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out.String(), errb.String())
+	}
+	var o selftestOut
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatalf("-json: %v\n%s", err, out.String())
+	}
+	if o.Channel != "DIAG" || o.Received != 200 || o.Lost != 0 || o.Corrupted != 0 {
+		t.Errorf("-json: %+v", o)
+	}
+}
