@@ -28,7 +28,14 @@ The server listens on a UNIX socket for QEMU's vfio-user-pci device
 (-device vfio-user-pci,socket=PATH; guest RAM must be memory-backend-memfd
 with share=on); the guest kernel then drives the modem as a PCI function. SIGUSR1 makes the modem
 crash (SYS_ERR); SIGUSR2 logs the carrier networks' counters; SIGINT/SIGTERM
-stop the server. Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
+stop the server. -control PATH opens a UNIX socket for faults at run time,
+one command per line, one reply line each ("ok ..." or "error ..."):
+syserr (alias crash: the firmware crashes, SYS_ERR), slow DURATION (a slow
+device: a pause per TRE and per event; slow 0 ends it), m1 (the modem goes
+idle), fail-bhi CODE (the next BHI download fails), stats (state, DMA
+windows, refused DMAs, violations, carrier counters); "mhictl sim control"
+is a client. The device DMAs only into memory the client (QEMU) mapped:
+an access outside every DMA map is refused and counted (dma_faults). Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
 pings and the MBIM pair runs the emulated MBIM function (link/mbim's peer:
 OPEN, BASIC_CONNECT, a data session) unless -function says otherwise;
 -function NAME=carrier puts the carrier network on a data pair: TCP and UDP
@@ -84,9 +91,11 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
 	sblTime := fs.Duration("sbl-time", 0, "how long the SBL runs before AMSS with -boot pbl (0: modem default)")
 	loseFW := fs.Bool("lose-firmware-on-syserr", false, "come back in PBL after a SYS_ERR recovery reset")
+	fullChain := fs.Bool("full-boot-chain", false, "with -boot pbl: the SBL waits for the whole image over BHIe (mhictl fw load -bhie) instead of moving on to mission mode by itself")
 	slow := fs.Duration("slow", 0, "sleep this long per TRE and per event (a slow modem)")
 	syserrAfter := fs.Duration("syserr-after", 0, "crash (SYS_ERR) once, this long after the modem first reaches mission mode (0: never; SIGUSR1 works any time)")
 	once := fs.Bool("once", false, "exit when the first client disconnects (QEMU exited)")
+	controlPath := fs.String("control", "", "UNIX socket `path` for run-time faults and counters (see above; a stale socket is replaced)")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logVFIO := fs.Bool("log-messages", false, "log every vfio-user message (at debug level; very verbose)")
@@ -192,6 +201,9 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *slow > 0 {
 		modem.SetSlow(*slow)
 	}
+	if *fullChain {
+		modem.SetFullBootChain(true)
+	}
 
 	srvLog := log.With("part", "vfio-user")
 	if !*logVFIO && level < slog.LevelInfo {
@@ -236,6 +248,18 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		served <- srv.Serve(l)
 	}()
+	reqs := make(chan controlRequest)
+	var ctl *controlServer
+	if *controlPath != "" {
+		if ctl, err = listenControl(*controlPath, reqs, log.With("part", "control")); err != nil {
+			srv.Close()
+			l.Close()
+			return err
+		}
+	}
+	handle := func(line string, crash func(string) error) string {
+		return control(line, modem, srv, crash, func() string { return logCarriers(log, carriers) })
+	}
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -248,7 +272,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			case <-ctx.Done():
 			}
 		}
-		watchModem(ctx, log, modem, *syserrAfter, usr1, usr2, func() { logCarriers(log, carriers) })
+		watchModem(ctx, log, modem, *syserrAfter, usr1, usr2, func() { logCarriers(log, carriers) }, reqs, handle)
 	}()
 
 	var serveErr error
@@ -257,6 +281,10 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		log.Info("stopping")
 	case serveErr = <-served:
 		served = nil
+	}
+	if ctl != nil {
+		ctl.Close()
+		os.Remove(*controlPath)
 	}
 	cancel()
 	srv.Close()
@@ -284,8 +312,10 @@ type Function = sim.Function
 // watchModem logs the modem's state changes (what a kernel cross-check
 // compares dmesg with), crashes it on SIGUSR1, and once after syserrAfter
 // in mission mode; SIGUSR2 calls report. usr1 and usr2 receive the
-// signals (the caller installs them). It returns when ctx ends.
-func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration, usr1, usr2 <-chan os.Signal, report func()) {
+// signals (the caller installs them). Control requests go to handle,
+// which gets the same SYS_ERR injection. It returns when ctx ends.
+func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter time.Duration, usr1, usr2 <-chan os.Signal, report func(),
+	reqs <-chan controlRequest, handle func(line string, crash func(why string) error) string) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	var crashAt time.Time
@@ -293,25 +323,28 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 	lastS, lastEE := m.State()
 	log.Info("modem state", "state", lastS, "ee", lastEE)
 	var lastImg [2]uint32
-	crash := func(why string) {
+	crash := func(why string) error {
 		log.Info("injecting SYS_ERR", "why", why)
 		if err := m.TriggerSysErr(); err != nil {
 			log.Warn("SYS_ERR injection failed", "err", err)
-			return
+			return err
 		}
 		// TriggerSysErr returns once SYS_ERR is visible, but the host
 		// may reset the modem before the next poll: log it now.
 		lastS = mhi.StateSysErr
 		log.Info("modem state", "state", lastS, "ee", lastEE)
+		return nil
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-usr1:
-			crash("SIGUSR1")
+			_ = crash("SIGUSR1")
 		case <-usr2:
 			report()
+		case r := <-reqs:
+			r.reply <- handle(r.line, crash)
 		case <-tick.C:
 		}
 		s, ee := m.State()
@@ -333,7 +366,7 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 		}
 		if !crashed && !crashAt.IsZero() && time.Now().After(crashAt) {
 			crashed = true
-			crash(fmt.Sprintf("-syserr-after %v in mission mode", syserrAfter))
+			_ = crash(fmt.Sprintf("-syserr-after %v in mission mode", syserrAfter))
 		}
 	}
 }
@@ -365,7 +398,8 @@ func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders 
 
 // logCarriers logs each carrier network's counters ("carrier stats"):
 // what the kernel cross-check reads DL aggregation from.
-func logCarriers(log *slog.Logger, carriers map[string]*sim.CarrierNetwork) {
+func logCarriers(log *slog.Logger, carriers map[string]*sim.CarrierNetwork) string {
+	var sum []string
 	for name, cn := range carriers {
 		cs := cn.Stats()
 		perFrame := 0.0
@@ -375,7 +409,11 @@ func logCarriers(log *slog.Logger, carriers map[string]*sim.CarrierNetwork) {
 		log.Info("carrier stats", "channel", name, "ul_packets", cs.ULPackets, "dl_packets", cs.DLPackets,
 			"dl_frames", cs.DLFrames, "per_frame", fmt.Sprintf("%.1f", perFrame), "echoes", cs.Echoes,
 			"tcp_flows", cs.TCPFlows, "udp_flows", cs.UDPFlows, "refused", cs.Refused, "dns", cs.DNSQueries, "dropped", cs.Dropped)
+		sum = append(sum, fmt.Sprintf("%s: ul_packets=%d dl_packets=%d dl_frames=%d tcp_flows=%d dropped=%d",
+			name, cs.ULPackets, cs.DLPackets, cs.DLFrames, cs.TCPFlows, cs.Dropped))
 	}
+	sort.Strings(sum)
+	return strings.Join(sum, "; ")
 }
 
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
