@@ -21,6 +21,7 @@
 #   hack/kernel-crosscheck.sh --install-build-deps   # apt-get install what the QEMU build needs (CI)
 #   hack/kernel-crosscheck.sh [harness flags]        # obtain QEMU + kernels, run every check
 #   hack/kernel-crosscheck.sh --qemu-only            # just obtain QEMU, print its path
+#   hack/kernel-crosscheck.sh --kernel-only SUITE    # just fetch SUITE's kernel, print LABEL=DIR
 # Harness flags (hack/kernelcheck -help): -profiles, -kernels, -keep, -timeout …
 # Environment: QEMU=/path/to/qemu-system-x86_64 skips the build;
 # MHISTACK_CACHE moves the cache.
@@ -219,7 +220,7 @@ fetch_kernel() {
 	[ -n "$pkg" ] || die "cannot tell which kernel $suite's linux-image-amd64 depends on (run apt-get update)"
 	dir=$cache/kernels
 	mkdir -p "$dir"
-	debs=$(ls "$dir/${pkg}"_*.deb 2>/dev/null | tail -n 1)
+	debs=$(ls "$dir/${pkg}"_*.deb 2>/dev/null | tail -n 1 || true)
 	if [ -z "$debs" ]; then
 		log "downloading $pkg ($suite)"
 		# shellcheck disable=SC2086
@@ -233,6 +234,14 @@ fetch_kernel() {
 	fi
 	echo "$(echo "$pkg" | sed -E 's/^linux-image-([0-9]+\.[0-9]+).*/\1/')=${debs%.deb}"
 }
+
+# --kernel-only SUITE: just fetch SUITE's kernel (cached), print LABEL=DIR
+# (hack/vfio-mhi-e2e.sh uses it).
+if [ "${1:-}" = --kernel-only ]; then
+	[ -n "${2:-}" ] || die "--kernel-only needs a suite (bookworm, bookworm-backports)"
+	fetch_kernel "$2"
+	exit 0
+fi
 
 suites=${KERNEL_SUITES:-bookworm bookworm-backports}
 qemu=$(find_qemu)

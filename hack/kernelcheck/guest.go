@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -22,6 +23,15 @@ var modules = []struct{ name, args string }{
 	{"mhi_net", ""},
 	{"mhi_wwan_ctrl", ""},
 	{"mhi_wwan_mbim", ""},
+}
+
+// moduleNames are the names of modules, in order.
+func moduleNames() []string {
+	var names []string
+	for _, m := range modules {
+		names = append(names, m.name)
+	}
+	return names
 }
 
 // portTypes maps channel names to the WWAN port types mhi_wwan_ctrl gives
@@ -129,15 +139,7 @@ var guestChecks = []string{
 // console as "MHISTACK-CHECK name PASS|FAIL detail"; the SYS_ERR check
 // asks the harness to crash the modem with "MHISTACK-REQUEST syserr".
 // Kernel messages are dumped between MHISTACK-DMESG markers at the end.
-const initScript = `#!/bin/busybox sh
-/bin/busybox --install -s /bin
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /tmp
-echo "MHISTACK-INIT uptime=$(cut -d' ' -f1 /proc/uptime)"
-
+const initScript = qh.GuestPreamble + `
 CHANNELS="@CHANNELS@"
 PORTS="@PORTS@"
 NETDEVS="@NETDEVS@"
@@ -145,8 +147,6 @@ PINGDEV="@PINGDEV@"
 LOSEFW=@LOSEFW@
 WAIT=@WAIT@
 
-check() { echo "MHISTACK-CHECK $1 $2 $3"; }
-up() { cut -d' ' -f1 /proc/uptime; }
 # Errors of the MHI stack in dmesg since line $1 (expected SYS_ERR
 # processing lines are not errors).
 # After a doubly detected SYS_ERR the kernel may be left believing the
@@ -160,15 +160,6 @@ errors_since() {
 	dmesg | tail -n +$1 | grep -iE 'mhi|wwan|0000:00:' |
 		grep -iE 'fail|timeout|timed out|unable|could not|error|warn|BUG|call trace' |
 		grep -vE "$known" | head -n 5
-}
-# wait_for SECONDS COMMAND...: poll every 0.2 s.
-wait_for() {
-	local n=$(( $1 * 5 )); shift
-	while [ $n -gt 0 ]; do
-		"$@" && return 0
-		sleep 0.2; n=$((n-1))
-	done
-	"$@"
 }
 all_channels() { for c in $CHANNELS; do [ -e /sys/bus/mhi/devices/$c ] || return 1; done; }
 missing_channels() { for c in $CHANNELS; do [ -e /sys/bus/mhi/devices/$c ] || echo -n "$c "; done; }

@@ -12,16 +12,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -31,13 +26,9 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
+	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
 	"github.com/mhistack/mhistack/mhi"
 )
-
-// prereqError is a missing tool or file: exit status 2.
-type prereqError struct{ msg string }
-
-func (e prereqError) Error() string { return e.msg }
 
 // kernelFlag collects -kernel LABEL=DIR (an unpacked linux-image package).
 type kernelFlag []kernelDir
@@ -90,7 +81,7 @@ func main() {
 	flag.String("repo", ".", "mhistack checkout (unused; accepted for the script)")
 	flag.String("cache", "", "cache directory (unused; accepted for the script)")
 	flag.Parse()
-	c.profiles, c.pbl = splitList(profiles), splitList(pbl)
+	c.profiles, c.pbl = qh.SplitList(profiles), qh.SplitList(pbl)
 	if c.initFile != "" {
 		b, err := os.ReadFile(c.initFile)
 		if err != nil {
@@ -102,26 +93,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c)
 	stop()
-	var pe prereqError
-	switch {
-	case errors.As(err, &pe):
-		fmt.Fprintf(os.Stderr, "kernel-crosscheck: cannot run: %v\n", err)
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "kernel-crosscheck: FAIL: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Println("kernel-crosscheck: PASS")
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	qh.Exit("kernel-crosscheck", err)
 }
 
 // result is one guest run: a kernel and a profile.
@@ -168,19 +140,19 @@ func (r *result) failed() bool {
 func run(ctx context.Context, c config) error {
 	start := time.Now()
 	if c.qemu == "" || c.mhictl == "" || len(c.kernels) == 0 {
-		return prereqError{"need -qemu, -mhictl and at least one -kernel LABEL=DIR (hack/kernel-crosscheck.sh passes them)"}
+		return qh.PrereqError{Msg: "need -qemu, -mhictl and at least one -kernel LABEL=DIR (hack/kernel-crosscheck.sh passes them)"}
 	}
 	if err := initramfs.CheckStatic(c.busybox); err != nil {
-		return prereqError{err.Error()}
+		return qh.PrereqError{Msg: err.Error()}
 	}
 	for _, p := range c.profiles {
 		if _, ok := mhi.Lookup(p); !ok && p != "all" {
-			return prereqError{fmt.Sprintf("unknown profile %q", p)}
+			return qh.Prereqf("unknown profile %q", p)
 		}
 	}
 	for _, p := range c.pbl {
 		if pr, ok := mhi.Lookup(p); !ok || pr.FirmwareImage == "" {
-			return prereqError{fmt.Sprintf("-pbl %q: not a profile with a firmware image", p)}
+			return qh.Prereqf("-pbl %q: not a profile with a firmware image", p)
 		}
 	}
 	work, err := os.MkdirTemp("", "kernel-crosscheck-")
@@ -233,8 +205,7 @@ func run(ctx context.Context, c config) error {
 	}
 	wg.Wait()
 	for _, err := range errs {
-		var pe prereqError
-		if errors.As(err, &pe) {
+		if qh.IsPrereq(err) {
 			return err
 		}
 	}
@@ -247,18 +218,20 @@ func run(ctx context.Context, c config) error {
 			failed++
 			continue
 		}
+		var rep qh.Report
 		for _, name := range r.order {
 			ch := r.checks[name]
-			v := "PASS"
+			st := qh.Pass
 			if ch.skip {
-				v = "SKIP"
+				st = qh.Skip
 			}
 			if !ch.pass {
-				v = "FAIL"
-				failed++
+				st = qh.Fail
 			}
-			fmt.Printf("%s  %s/%s  %-24s %s\n", v, r.kernel, r.profile, name, ch.detail)
+			rep.Add(qh.Row{Scope: r.kernel + "/" + r.profile, Name: name, Status: st, Detail: ch.detail})
 		}
+		rep.Print(os.Stdout)
+		failed += rep.Failed()
 		fmt.Printf("      %s/%s  boot to /init %v, run %v\n", r.kernel, r.profile, r.boot.Round(100*time.Millisecond), r.wall.Round(100*time.Millisecond))
 	}
 	fmt.Printf("kernel-crosscheck: %d runs in %v\n", len(jobs), time.Since(start).Round(time.Second))
@@ -271,13 +244,13 @@ func run(ctx context.Context, c config) error {
 // kernelProfiles returns the profiles whose first PCI ID the kernel's
 // mhi_pci_generic binds to.
 func kernelProfiles(k kernelDir) ([]string, error) {
-	_, modDir, err := findKernel(k.dir)
+	_, modDir, err := qh.FindKernel(k.dir)
 	if err != nil {
 		return nil, err
 	}
 	ko, err := initramfs.Module(modDir, "mhi_pci_generic")
 	if err != nil {
-		return nil, prereqError{err.Error()}
+		return nil, qh.PrereqError{Msg: err.Error()}
 	}
 	aliases := pciAliases(ko)
 	var names, skipped []string
@@ -292,34 +265,15 @@ func kernelProfiles(k kernelDir) ([]string, error) {
 	return names, nil
 }
 
-// findKernel returns the vmlinuz and module tree of an unpacked package.
-func findKernel(dir string) (kernel, modDir string, err error) {
-	kernels, _ := filepath.Glob(filepath.Join(dir, "boot/vmlinuz-*"))
-	mods, _ := filepath.Glob(filepath.Join(dir, "lib/modules/*"))
-	if len(kernels) != 1 || len(mods) != 1 {
-		return "", "", prereqError{fmt.Sprintf("%s: want one boot/vmlinuz-* and one lib/modules/*, found %v and %v", dir, kernels, mods)}
-	}
-	return kernels[0], mods[0], nil
-}
-
 // buildInitramfs packs busybox, the modules and init (made from the
 // mhi_pci_generic module by makeInit) into path.
 func buildInitramfs(path, busybox, modDir string, extra map[string]initramfs.Entry, makeInit func(pciGeneric []byte) string) error {
-	files := map[string]initramfs.Entry{}
-	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp", "lib", "lib/modules"} {
-		files[d] = initramfs.Entry{Mode: initramfs.Dir}
-	}
-	bb, err := os.ReadFile(busybox)
+	files, err := qh.BaseFiles(busybox)
 	if err != nil {
-		return prereqError{err.Error()}
+		return err
 	}
-	files["bin/busybox"] = initramfs.Entry{Mode: initramfs.Exec, Data: bb}
-	for _, m := range modules {
-		data, err := initramfs.Module(modDir, m.name)
-		if err != nil {
-			return prereqError{fmt.Sprintf("module %s: %v", m.name, err)}
-		}
-		files["lib/modules/"+m.name+".ko"] = initramfs.Entry{Mode: initramfs.File, Data: data}
+	if _, err := qh.AddModules(files, modDir, moduleNames(), nil); err != nil {
+		return err
 	}
 	// mbimcli and its libraries for the MBIM section (mbim.go).
 	if err := addMbimcli(files); err != nil {
@@ -329,23 +283,8 @@ func buildInitramfs(path, busybox, modDir string, extra map[string]initramfs.Ent
 		files[name] = e
 	}
 	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(makeInit(files["lib/modules/mhi_pci_generic.ko"].Data))}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := initramfs.Write(f, files); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return qh.WriteInitramfs(path, files)
 }
-
-var (
-	checkRE   = regexp.MustCompile(`MHISTACK-CHECK (\S+) (PASS|FAIL|SKIP) ?(.*)`)
-	initRE    = regexp.MustCompile(`MHISTACK-INIT uptime=([\d.]+)`)
-	summaryRE = regexp.MustCompile(`msg=summary violations=(\d+) dma_faults=(\d+)`)
-	stateRE   = regexp.MustCompile(`msg="modem state" state=(\S+) ee=(\S+)`)
-)
 
 // runOne boots one kernel against one emulated profile.
 // runOne boots one kernel against one emulated profile; with pbl the
@@ -364,7 +303,7 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 		fw = firmware(p.FirmwareImage)
 		extra = firmwareFiles(p.FirmwareImage, fw)
 	}
-	kernel, modDir, err := findKernel(k.dir)
+	kernel, modDir, err := qh.FindKernel(k.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -376,17 +315,17 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	initrd := filepath.Join(dir, "initramfs.cpio.gz")
 	// The carrier network on the pair the ping checks use, with a blob
 	// for the guest to download through it (tcp.go).
-	blobs, err := startBlobServer()
+	blobs, err := qh.NewBlobServer(tcpBlobSize)
 	if err != nil {
 		return nil, err
 	}
-	defer blobs.close()
+	defer blobs.Close()
 	var exp expect
 	if err := buildInitramfs(initrd, c.busybox, modDir, extra, func(ko []byte) string {
 		exp = expectFor(p, ko)
 		exp.loseFirmware = pbl
 		if carrierPair(exp) != "" {
-			exp.tcpPort, exp.tcpSum = blobs.port(), blobs.sum
+			exp.tcpPort, exp.tcpSum = blobs.Port(), blobs.Sum
 		}
 		if c.initFile != "" {
 			return c.initScript
@@ -402,139 +341,76 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	say := func(format string, args ...any) { fmt.Printf(tag+format+"\n", args...) }
 
 	// The modem first: QEMU connects while it realizes the device and
-	// never retries (kernel-crosscheck.md §5.4).
+	// never retries (kernel-crosscheck.md §5.4). Killed with the run (the
+	// harness interrupted), like QEMU.
 	sock := filepath.Join(dir, "modem.sock")
-	modemLog, err := os.Create(filepath.Join(dir, "modem.log"))
+	var echo func(string)
+	if c.verbose {
+		echo = func(line string) { fmt.Printf("%smodem| %s\n", tag, line) }
+	}
+	modemLogPath := filepath.Join(dir, "modem.log")
+	modem, err := qh.StartModem(ctx, c.mhictl, append(modemArgs, "-socket", sock), sock, modemLogPath, echo)
 	if err != nil {
 		return nil, err
 	}
-	defer modemLog.Close()
-	var modemOut bytes.Buffer
-	var modemMu sync.Mutex
-	// Killed with the run (the harness interrupted), like QEMU.
-	modem := exec.CommandContext(ctx, c.mhictl, append(modemArgs, "-socket", sock)...)
-	pr, pw := io.Pipe()
-	modem.Stdout, modem.Stderr = pw, pw
-	if err := modem.Start(); err != nil {
-		return nil, prereqError{fmt.Sprintf("start %s: %v", c.mhictl, err)}
-	}
-	modemDone := make(chan error, 1)
-	go func() { modemDone <- modem.Wait(); pw.Close() }()
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			modemMu.Lock()
-			modemOut.WriteString(line + "\n")
-			modemMu.Unlock()
-			fmt.Fprintln(modemLog, line)
-			if c.verbose {
-				fmt.Printf("%smodem| %s\n", tag, line)
-			}
-		}
-	}()
-	stopModem := func() {
-		select {
-		case <-modemDone:
-		case <-time.After(15 * time.Second):
-			modem.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-modemDone:
-			case <-time.After(10 * time.Second):
-				modem.Process.Kill()
-				<-modemDone
-			}
-		}
-		<-copied
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			modem.Process.Kill()
-			stopModem()
-			return nil, fmt.Errorf("the modem never listened on %s:\n%s", sock, modemOut.String())
-		}
-	}
 
-	args := []string{
-		"-L", "/usr/share/seabios", "-L", "/usr/share/qemu",
-		"-machine", "q35,memory-backend=mem", "-accel", "tcg", "-cpu", "max", "-smp", fmt.Sprint(c.smp), "-m", c.mem,
+	m := qh.Machine{
+		QEMU: c.qemu, Firmware: true, Mem: c.mem, SMP: c.smp,
 		// Guest RAM as a shared memfd: the vfio-user client then passes
 		// it with DMA_MAP and the modem DMAs into it directly.
-		"-object", "memory-backend-memfd,id=mem,size=" + c.mem + ",share=on",
-		"-kernel", kernel, "-initrd", initrd,
-		"-append", "console=ttyS0 loglevel=4 log_buf_len=8M panic=-1",
-		"-display", "none", "-no-reboot", "-nodefaults", "-serial", "stdio", "-nic", "none",
-		"-device", fmt.Sprintf(`{"driver":"vfio-user-pci","socket":{"path":%q,"type":"unix"},"rombar":0}`, sock),
+		SharedMemory: true,
+		Kernel:       kernel, Initrd: initrd,
+		Append:  "loglevel=4 log_buf_len=8M panic=-1",
+		Devices: []string{fmt.Sprintf(`{"driver":"vfio-user-pci","socket":{"path":%q,"type":"unix"},"rombar":0}`, sock)},
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	qemu := exec.CommandContext(qctx, c.qemu, args...)
-	qemu.Stderr = os.Stderr
-	out, err := qemu.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
 	serial, err := os.Create(filepath.Join(dir, "serial.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer serial.Close()
 	say("booting %s with %s emulated (logs in %s)", filepath.Base(kernel), profile, dir)
-	qStart := time.Now()
-	if err := qemu.Start(); err != nil {
-		modem.Process.Kill()
-		stopModem()
-		return nil, prereqError{fmt.Sprintf("start %s: %v", c.qemu, err)}
-	}
 	var dmesg []string
 	var kernelConfig string
 	inDmesg, done := false, false
 	crashes := 0
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
-		fmt.Fprintln(serial, line)
+	qStart := time.Now()
+	_, qerr := qh.Boot(qctx, m, serial, func(line string) {
 		switch {
 		case line == "MHISTACK-DMESG-BEGIN":
 			inDmesg = true
-			continue
+			return
 		case line == "MHISTACK-DMESG-END":
 			inDmesg = false
-			continue
+			return
 		case inDmesg:
 			dmesg = append(dmesg, line)
-			continue
+			return
 		}
 		if c.verbose {
 			fmt.Printf("%sguest| %s\n", tag, line)
 		}
-		if m := initRE.FindStringSubmatch(line); m != nil && r.boot == 0 {
+		if m := qh.InitRE.FindStringSubmatch(line); m != nil && r.boot == 0 {
 			r.boot = time.Since(qStart)
 		}
 		if v, ok := strings.CutPrefix(line, "MHISTACK-INFO kernel-config "); ok {
 			kernelConfig = v
 		}
-		if m := checkRE.FindStringSubmatch(line); m != nil {
-			r.add(m[1], m[2] != "FAIL", m[3])
-			if m[2] == "SKIP" {
-				r.skipped(m[1])
+		if name, st, detail, ok := qh.ParseCheck(line); ok {
+			r.add(name, st != qh.Fail, detail)
+			if st == qh.Skip {
+				r.skipped(name)
 			}
-			say("%s %s %s", m[2], m[1], m[3])
+			say("%s %s %s", st, name, detail)
 		}
 		if strings.Contains(line, "MHISTACK-REQUEST syserr") {
 			crashes++
 			say("crashing the modem (SIGUSR1: SYS_ERR)")
-			modem.Process.Signal(syscall.SIGUSR1)
+			modem.Signal(syscall.SIGUSR1)
 		}
 		if strings.Contains(line, "MHISTACK-REQUEST carrier-stats") {
-			modem.Process.Signal(syscall.SIGUSR2)
+			modem.Signal(syscall.SIGUSR2)
 		}
 		if strings.HasPrefix(line, "MHISTACK-DONE") {
 			done = true
@@ -542,9 +418,12 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 		if strings.Contains(line, "Kernel panic") {
 			r.add("kernel", false, line)
 		}
+	})
+	if qh.IsPrereq(qerr) {
+		modem.Signal(syscall.SIGKILL)
+		modem.Stop(0)
+		return nil, qerr
 	}
-	_, _ = io.Copy(io.Discard, out)
-	qerr := qemu.Wait()
 	if ctx.Err() != nil {
 		r.add("guest-finished", false, "interrupted")
 	} else if qctx.Err() != nil {
@@ -552,7 +431,7 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	} else if !done {
 		r.add("guest-finished", false, fmt.Sprintf("the guest stopped before the end of its checks (qemu: %v)", qerr))
 	}
-	stopModem()
+	modem.Stop(15 * time.Second)
 	if ch, ok := r.checks["mission-mode"]; ok && kernelConfig != "" {
 		ch.detail += fmt.Sprintf(" [kernel config %s]", kernelConfig)
 		r.checks["mission-mode"] = ch
@@ -569,11 +448,9 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	os.WriteFile(filepath.Join(dir, "dmesg.log"), []byte(strings.Join(dmesg, "\n")+"\n"), 0o644)
 
 	// The modem's side.
-	modemMu.Lock()
-	mlog := modemOut.String()
-	modemMu.Unlock()
-	if m := summaryRE.FindStringSubmatch(mlog); m == nil {
-		r.add("modem-verdict", false, "the modem printed no summary (crashed?); see "+modemLog.Name())
+	mlog := modem.Log()
+	if m := qh.SummaryRE.FindStringSubmatch(mlog); m == nil {
+		r.add("modem-verdict", false, "the modem printed no summary (crashed?); see "+modemLogPath)
 	} else {
 		ok := m[1] == "0" && m[2] == "0"
 		detail := fmt.Sprintf("%s host protocol violations, %s refused DMAs", m[1], m[2])
@@ -585,12 +462,12 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	r.add("modem-syserr-cycle", sysErrCycle(mlog), stateTrail(mlog))
 	if ch, ok := r.checks["tcp-download"]; ok && !ch.skip {
 		agg, ok := aggregation(mlog)
-		ch.detail += fmt.Sprintf("; the host served %d bytes; modem: %s", blobs.served.Load(), agg)
+		ch.detail += fmt.Sprintf("; the host served %d bytes; modem: %s", blobs.Served.Load(), agg)
 		ch.pass = ch.pass && ok
 		r.checks["tcp-download"] = ch
 	}
 	if ch, ok := r.checks["tcp-upload"]; ok && !ch.skip {
-		ch.detail += fmt.Sprintf("; the host received %d bytes", blobs.received.Load())
+		ch.detail += fmt.Sprintf("; the host received %d bytes", blobs.Received.Load())
 		r.checks["tcp-upload"] = ch
 	}
 	if exp.pingDev == "mhi_hwip0" {
@@ -617,21 +494,9 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	return r, nil
 }
 
-// firmware returns the made-up image the guest offers as name: not a
-// real boot loader, just bytes the emulated boot ROM checks arrive intact.
+// firmware returns the made-up image the guest offers as name.
 func firmware(name string) []byte {
-	b := make([]byte, 192<<10+123) // not a multiple of any page or segment size
-	x := uint32(2166136261)
-	for _, c := range []byte(name) {
-		x = (x ^ uint32(c)) * 16777619
-	}
-	for i := range b {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		b[i] = byte(x)
-	}
-	return b
+	return qh.Firmware(name, 192<<10+123) // not a multiple of any page or segment size
 }
 
 // firmwareFiles places fw at lib/firmware/name, where the kernel's
@@ -649,15 +514,13 @@ func firmwareFiles(name string, fw []byte) map[string]initramfs.Entry {
 	return files
 }
 
-var imageRE = regexp.MustCompile(`msg="boot image received" via=(\S+) size=(\d+) sha256=([0-9a-f]+)`)
-
 // firmwareDownloads checks the modem received fw over BHI want times (at
 // power-up and after each crash), intact each time.
 func firmwareDownloads(log string, fw []byte, want int) (bool, string) {
 	sum := fmt.Sprintf("%x", sha256.Sum256(fw))
 	var got []string
 	good := 0
-	for _, m := range imageRE.FindAllStringSubmatch(log, -1) {
+	for _, m := range qh.ImageRE.FindAllStringSubmatch(log, -1) {
 		if m[1] == "BHI" && m[2] == fmt.Sprint(len(fw)) && m[3] == sum {
 			good++
 			got = append(got, "intact")
@@ -669,32 +532,8 @@ func firmwareDownloads(log string, fw []byte, want int) (bool, string) {
 	return good == want && len(got) == want, detail
 }
 
-// sysErrCycle reports whether the modem went SYS_ERR → … → M0 in AMSS,
-// i.e. the host reset it and brought it back to mission mode.
-func sysErrCycle(log string) bool {
-	crashed := false
-	for _, m := range stateRE.FindAllStringSubmatch(log, -1) {
-		switch {
-		case m[1] == "SYS_ERR":
-			crashed = true
-		case crashed && m[1] == "M0" && m[2] == "AMSS":
-			return true
-		}
-	}
-	return false
-}
-
-// stateTrail is the modem's state sequence, compressed.
-func stateTrail(log string) string {
-	var s []string
-	for _, m := range stateRE.FindAllStringSubmatch(log, -1) {
-		st := m[1] + "/" + m[2]
-		if len(s) == 0 || s[len(s)-1] != st {
-			s = append(s, st)
-		}
-	}
-	return strings.Join(limit(s, 16), " → ")
-}
+func sysErrCycle(log string) bool  { return qh.SysErrCycle(log) }
+func stateTrail(log string) string { return qh.StateTrail(log, 16) }
 
 var dmesgErrRE = regexp.MustCompile(`(?i)fail|timeout|timed out|unable|could not|error|warn|BUG|call trace|oops|underflow`)
 var dmesgOK = regexp.MustCompile(`SYS ERROR|SYS_ERROR|System error detected|Triggering SYS_ERR|error_detected|Transitioning from PM state`)
@@ -767,20 +606,6 @@ next:
 	return complaints, tolerated
 }
 
-func firstLines(s, pattern string, n int) string {
-	re := regexp.MustCompile(pattern)
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if re.MatchString(l) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(limit(out, n), " | ")
-}
+func firstLines(s, pattern string, n int) string { return qh.FirstLines(s, pattern, n) }
 
-func limit(s []string, n int) []string {
-	if len(s) > n {
-		return append(s[:n:n], fmt.Sprintf("(%d more)", len(s)-n))
-	}
-	return s
-}
+func limit(s []string, n int) []string { return qh.Limit(s, n) }

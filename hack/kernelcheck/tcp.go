@@ -15,18 +15,13 @@ package main
 // harness looks for it and says so.
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 )
 
 // tcpBlobSize is what the guest downloads: a few MiB, a few seconds in TCG.
@@ -35,58 +30,6 @@ const tcpBlobSize = 4 << 20
 // tcpChecks are the guest's verdicts of the section, in order (the
 // harness adds qmap-rmnet itself).
 var tcpChecks = []string{"tcp-download", "tcp-upload"}
-
-// blobServer serves the download on the host's loopback, where the
-// carrier network's 198.18.0.1 leads.
-type blobServer struct {
-	l        net.Listener
-	srv      *http.Server
-	blob     []byte
-	sum      string
-	served   atomic.Int64 // bytes of /blob sent
-	received atomic.Int64 // bytes of /upload bodies read
-}
-
-func startBlobServer() (*blobServer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	b := &blobServer{l: l, blob: make([]byte, tcpBlobSize)}
-	x := uint32(0x6d686973)
-	for i := range b.blob {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		b.blob[i] = byte(x)
-	}
-	b.sum = fmt.Sprintf("%x", sha256.Sum256(b.blob))
-	mux := http.NewServeMux()
-	mux.HandleFunc("/blob", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(b.blob)))
-		n, _ := w.Write(b.blob)
-		b.served.Add(int64(n))
-	})
-	// POST /upload answers with the body's SHA-256: the guest compares
-	// it with its own.
-	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
-		h := sha256.New()
-		n, err := io.Copy(h, r.Body)
-		b.received.Add(n)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		fmt.Fprintf(w, "%x\n", h.Sum(nil))
-	})
-	b.srv = &http.Server{Handler: mux}
-	go b.srv.Serve(l)
-	return b, nil
-}
-
-func (b *blobServer) port() int { return b.l.Addr().(*net.TCPAddr).Port }
-
-func (b *blobServer) close() { b.srv.Close() }
 
 // tcpSection is the guest script's TCP part (withTCP puts it in).
 const tcpSection = `

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -54,15 +55,6 @@ func (r *result) line(s string) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // verdict returns nil when the run passed: the binary exited 0, nothing
 // failed, and every required test passed (not skipped).
 func (r *result) verdict(required []string) error {
@@ -82,7 +74,7 @@ func (r *result) verdict(required []string) error {
 		problems = append(problems, "failed: "+strings.Join(r.fail, ", "))
 	}
 	for _, t := range required {
-		if !contains(r.pass, t) {
+		if !slices.Contains(r.pass, t) {
 			problems = append(problems, t+" did not pass (skipped or missing)")
 		}
 	}
