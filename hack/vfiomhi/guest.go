@@ -191,8 +191,11 @@ rm -f /tmp/dl
 begin kill9-restart
 rm -f /tmp/rest
 tb=$(up)
+# From the kill until a new mhiproxy has reset it, the modem keeps moving
+# data the dead process left queued, and the kernel has turned bus
+# mastering off: the harness tolerates those refused DMAs (main.go).
 http_proxy=$PROXY timeout 120 wget -q -O - "$URL/blob?rate=$PACE" 2>/dev/null |
-	( head -c 1048576 > /dev/null; up > /tmp/tk; kill -9 $PROXYPID; wc -c > /tmp/rest )
+	( head -c 1048576 > /dev/null; echo "MHISTACK-WINDOW begin kill9"; up > /tmp/tk; kill -9 $PROXYPID; wc -c > /tmp/rest )
 wait $PROXYPID 2>/dev/null
 tk=$(cat /tmp/tk 2>/dev/null)
 rest=$(cat /tmp/rest 2>/dev/null || echo 0)
@@ -201,6 +204,7 @@ midway=yes
 if [ -z "$tk" ] || [ $(( rest + 1048576 )) -ge $SIZE ]; then midway=no; fi
 if start_proxy /tmp/proxy2.log; then
 	t1=$(up)
+	echo "MHISTACK-WINDOW end kill9"
 	get /blob /tmp/dl; rc=$?
 	got=$(sha256sum /tmp/dl | cut -d' ' -f1)
 	if [ $midway = no ]; then
@@ -224,7 +228,7 @@ rm -f /tmp/hrest
 # The reader asks for the unplug once the first MiB of a paced download
 # has arrived, and counts what comes after.
 http_proxy=$PROXY timeout 120 wget -q -O - "$URL/blob?rate=$PACE" 2>/dev/null |
-	( head -c 1048576 > /dev/null; echo "MHISTACK-REQUEST unplug"; up > /tmp/t0; wc -c > /tmp/hrest ) &
+	( head -c 1048576 > /dev/null; echo "MHISTACK-WINDOW begin unplug"; echo "MHISTACK-REQUEST unplug"; up > /tmp/t0; wc -c > /tmp/hrest ) &
 WPID=$!
 wait_for 60 [ -e /tmp/t0 ]
 gone=no

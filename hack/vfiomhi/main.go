@@ -150,6 +150,7 @@ type runner struct {
 	begun   map[string]time.Time // check name → when the guest began it
 	host    map[string]string    // check name → what the harness adds to the detail
 	hostBad map[string]string    // check name → why the harness fails it
+	windows []window             // when bus mastering went off on purpose
 }
 
 func (r *runner) scope() string {

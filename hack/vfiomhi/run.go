@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +19,43 @@ import (
 )
 
 var (
-	beginRE = regexp.MustCompile(`^MHISTACK-BEGIN (\S+)`)
+	beginRE  = regexp.MustCompile(`^MHISTACK-BEGIN (\S+)`)
+	windowRE = regexp.MustCompile(`^MHISTACK-WINDOW (begin|end) (\S+)`)
+	faultRE  = regexp.MustCompile(`^time=(\S+) level=WARN msg="DMA refused" .*fault="([^"]*)"`)
 )
+
+// window is a span of host time in which the harness itself made the
+// kernel turn the modem's bus mastering off under running traffic (kill
+// -9 of mhiproxy, hot-unplug): the modem's DMA refused for that reason in
+// it is expected, not a host protocol violation.
+type window struct {
+	name       string
+	begin, end time.Time // end zero: to the end of the run
+}
+
+// judgeFaults splits the modem's refused DMAs into those inside a window
+// with bus mastering off (tolerated) and the rest.
+func judgeFaults(log string, windows []window) (tolerated, other []string) {
+	for _, line := range strings.Split(log, "\n") {
+		m := faultRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		in := ""
+		for _, w := range windows {
+			if err == nil && !at.Before(w.begin.Add(-time.Second)) && (w.end.IsZero() || !at.After(w.end.Add(time.Second))) {
+				in = w.name
+			}
+		}
+		if in != "" && strings.Contains(m[2], "bus master disabled") {
+			tolerated = append(tolerated, in)
+			continue
+		}
+		other = append(other, m[2])
+	}
+	return tolerated, other
+}
 
 // dataPair is the pair mhiproxy's stack.Open uses on p: IP_HW0 (raw IP)
 // when the profile has it, else IP_HW0_MBIM (MBIM NTB16).
@@ -137,6 +174,19 @@ func (r *runner) run(ctx context.Context) error {
 		if qh.InitRE.MatchString(line) && initAt == 0 {
 			initAt = now.Sub(t0)
 		}
+		if w := windowRE.FindStringSubmatch(line); w != nil {
+			r.mu.Lock()
+			if w[1] == "begin" {
+				r.windows = append(r.windows, window{name: w[2], begin: now})
+			} else {
+				for i := range r.windows {
+					if r.windows[i].name == w[2] && r.windows[i].end.IsZero() {
+						r.windows[i].end = now
+					}
+				}
+			}
+			r.mu.Unlock()
+		}
 		if b := beginRE.FindStringSubmatch(line); b != nil {
 			r.mu.Lock()
 			r.begun[b[1]] = now
@@ -208,11 +258,24 @@ func (r *runner) run(ctx context.Context) error {
 	if s := qh.SummaryRE.FindStringSubmatch(mlog); s == nil {
 		r.rep.Add(qh.Row{Scope: r.scope(), Name: "modem-verdict", Status: qh.Fail, Detail: "the modem printed no summary (crashed?); see " + modemLog})
 	} else {
-		detail := fmt.Sprintf("%s host protocol violations, %s DMAs refused (outside every DMA map)", s[1], s[2])
-		if s[1] != "0" || s[2] != "0" {
+		// A DMA refused with bus mastering off inside a window is also
+		// one "host protocol violation" of the strict modem: both are
+		// forgiven together.
+		r.mu.Lock()
+		tolerated, other := judgeFaults(mlog, r.windows)
+		r.mu.Unlock()
+		violations, _ := strconv.Atoi(s[1])
+		violations -= len(tolerated)
+		ok := violations <= 0 && len(other) == 0
+		detail := fmt.Sprintf("%d host protocol violations, %d DMAs refused (outside every DMA map or with bus mastering off)", max(violations, 0), len(other))
+		if len(tolerated) > 0 {
+			detail += fmt.Sprintf("; %d DMAs refused with bus mastering off after the kernel took the device back (%s), tolerated",
+				len(tolerated), strings.Join(slices.Compact(tolerated), ", "))
+		}
+		if !ok {
 			detail += ": " + qh.FirstLines(mlog, `msg=violation|msg="dma fault"|msg="host protocol violation"|DMA refused`, 3)
 		}
-		r.rep.Add(qh.Row{Scope: r.scope(), Name: "modem-verdict", Status: pass(s[1] == "0" && s[2] == "0"), Detail: detail})
+		r.rep.Add(qh.Row{Scope: r.scope(), Name: "modem-verdict", Status: pass(ok), Detail: detail})
 	}
 	runDetail := fmt.Sprintf("boot to /init %v, run %v", initAt.Round(100*time.Millisecond), time.Since(t0).Round(100*time.Millisecond))
 	switch {

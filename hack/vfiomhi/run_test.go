@@ -1,0 +1,25 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// Only a refusal for bus mastering off, inside a window the harness
+// opened (kill -9, unplug), is forgiven.
+func TestJudgeFaultsForgivesBusMasterOffOnlyInsideAWindow(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	log := `time=2026-12-01T15:00:10.000Z level=WARN msg="DMA refused" part=vfio-user fault="vpci: DMA fault: write of 16 bytes at IOVA 0x1000: bus master disabled"
+time=2026-12-01T15:00:10.500Z level=WARN msg="DMA refused" part=vfio-user fault="vpci: DMA fault: write of 16 bytes at IOVA 0x9000: unmapped"
+time=2026-12-01T15:00:30.000Z level=WARN msg="DMA refused" part=vfio-user fault="vpci: DMA fault: write of 16 bytes at IOVA 0x1000: bus master disabled"
+time=2026-12-01T15:01:00.000Z level=WARN msg="DMA refused" part=vfio-user fault="vpci: DMA fault: read of 4 bytes at IOVA 0x2000: bus master disabled"
+`
+	windows := []window{{name: "kill9", begin: t0.Add(9 * time.Second), end: t0.Add(12 * time.Second)}, {name: "unplug", begin: t0.Add(55 * time.Second)}}
+	tolerated, other := judgeFaults(log, windows)
+	if len(tolerated) != 2 || tolerated[0] != "kill9" || tolerated[1] != "unplug" {
+		t.Errorf("tolerated %q", tolerated)
+	}
+	if len(other) != 2 {
+		t.Errorf("other %q: want the unmapped one and the bus-master one outside every window", other)
+	}
+}
