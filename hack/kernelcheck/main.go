@@ -145,26 +145,15 @@ func run(ctx context.Context, c config) error {
 	if err := initramfs.CheckStatic(c.busybox); err != nil {
 		return qh.PrereqError{Msg: err.Error()}
 	}
-	for _, p := range c.profiles {
-		if _, ok := mhi.Lookup(p); !ok && p != "all" {
-			return qh.Prereqf("unknown profile %q", p)
-		}
+	if err := qh.CheckProfiles(c.profiles, c.pbl, true); err != nil {
+		return err
 	}
-	for _, p := range c.pbl {
-		if pr, ok := mhi.Lookup(p); !ok || pr.FirmwareImage == "" {
-			return qh.Prereqf("-pbl %q: not a profile with a firmware image", p)
-		}
-	}
-	work, err := os.MkdirTemp("", "kernel-crosscheck-")
+	work, cleanup, err := qh.WorkDir("kernel-crosscheck", c.keep)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	c.work = work
-	if c.keep {
-		fmt.Printf("kernel-crosscheck: work directory %s\n", work)
-	} else {
-		defer os.RemoveAll(work)
-	}
 
 	type job struct {
 		k   kernelDir

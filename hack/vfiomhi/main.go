@@ -27,7 +27,6 @@ import (
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
 	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
-	"github.com/mhistack/mhistack/mhi"
 )
 
 type config struct {
@@ -77,15 +76,8 @@ func run(ctx context.Context, c config) error {
 			return qh.Prereqf("%v: build it with CGO_ENABLED=0", err)
 		}
 	}
-	for _, p := range c.profiles {
-		if _, ok := mhi.Lookup(p); !ok {
-			return qh.Prereqf("unknown profile %q", p)
-		}
-	}
-	for _, p := range c.pbl {
-		if pr, ok := mhi.Lookup(p); !ok || pr.FirmwareImage == "" {
-			return qh.Prereqf("-pbl %q: not a profile with a firmware image", p)
-		}
+	if err := qh.CheckProfiles(c.profiles, c.pbl, false); err != nil {
+		return err
 	}
 	label, dir, ok := strings.Cut(c.kernel, "=")
 	if !ok {
@@ -95,16 +87,12 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "vfio-mhi-e2e-")
+	work, cleanup, err := qh.WorkDir("vfio-mhi-e2e", c.keep)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	c.work = work
-	if c.keep {
-		fmt.Printf("vfio-mhi-e2e: work directory %s\n", work)
-	} else {
-		defer os.RemoveAll(work)
-	}
 	type job struct {
 		profile string
 		pbl     bool

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
+	"github.com/mhistack/mhistack/mhi"
 )
 
 // PrereqError is a missing tool, file or download: exit status 2.
@@ -305,4 +306,35 @@ func SplitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// CheckProfiles checks that every name in profiles is a modem profile
+// ("all" passes too when allowAll) and every one in pbl a profile with a
+// firmware image.
+func CheckProfiles(profiles, pbl []string, allowAll bool) error {
+	for _, p := range profiles {
+		if _, ok := mhi.Lookup(p); !ok && !(allowAll && p == "all") {
+			return Prereqf("unknown profile %q", p)
+		}
+	}
+	for _, p := range pbl {
+		if pr, ok := mhi.Lookup(p); !ok || pr.FirmwareImage == "" {
+			return Prereqf("-pbl %q: not a profile with a firmware image", p)
+		}
+	}
+	return nil
+}
+
+// WorkDir makes the run's work directory and says where it is when keep
+// is set; cleanup removes it otherwise.
+func WorkDir(prog string, keep bool) (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", prog+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Printf("%s: work directory %s\n", prog, dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
