@@ -423,12 +423,17 @@ func (e *Endpoint) onControllerEvent(ev mhi.Event) {
 		// Release once the MHI reset has stopped the device's DMA. A
 		// chain in progress will never end.
 		e.resetRX.Store(true)
+		e.tx.hold.start()
 		e.log.Warn("SYS_ERR: channels down", "err", ev.Err)
 	case mhi.EventRecovered:
-		// Channels restarted with empty rings: refill at once.
+		// Channels restarted with empty rings: the UL frames the
+		// SYS_ERR took off go first; refill at once.
+		e.requeueHeld()
 		e.resetRX.Store(true)
 		e.kickRefill()
 		e.notify()
+	case mhi.EventRemoved, mhi.EventRecoveryFailed:
+		e.dropHeld()
 	}
 }
 

@@ -32,6 +32,9 @@ type Stats struct {
 	TXWakeups uint64
 	// TXDoorbells counts UL doorbell batches (Channel.Ring calls).
 	TXDoorbells uint64
+	// TXRequeued counts UL frames a SYS_ERR took off the ring before
+	// the device sent them, queued again after recovery (requeue.go).
+	TXRequeued uint64
 	// TXGSO counts host-GSO segments (GSOSegment) the endpoint cut into
 	// more than one packet; TXPackets counts the packets.
 	TXGSO uint64
@@ -99,6 +102,7 @@ type counters struct {
 	txPackets, txBytes, txFrames, txCompletions, txFull    atomic.Uint64
 	txDoorbells, txGSO, txWakeups                          atomic.Uint64
 	txTooBig, txTimeout, txLinkDown, txClosed              atomic.Uint64
+	txRequeued                                             atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces       atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges  atomic.Uint64
 	missedIRQ, deferredPolls, rxCsumDevice, inlineHandoffs atomic.Uint64
@@ -152,7 +156,7 @@ func (e *Endpoint) Stats() Stats {
 			Session: c.dropSession.Load(),
 		},
 		TXPackets: c.txPackets.Load(), TXBytes: c.txBytes.Load(), TXFrames: c.txFrames.Load(),
-		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(),
+		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(), TXRequeued: c.txRequeued.Load(),
 		TXGSO: c.txGSO.Load(), TXWakeups: c.txWakeups.Load(),
 		TXDrops: TXDrops{
 			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),

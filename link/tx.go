@@ -56,6 +56,9 @@ type txState struct {
 	returned bool
 
 	timers sync.Pool // *time.Timer for waits, so that backpressure does not allocate
+
+	// hold keeps the UL frames a SYS_ERR takes off the ring (requeue.go).
+	hold ulHold
 }
 
 func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
@@ -79,6 +82,7 @@ func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
 		t.all = append(t.all, b)
 		t.free = append(t.free, b)
 	}
+	t.hold.init(t.all)
 	return nil
 }
 
@@ -155,6 +159,9 @@ func (e *Endpoint) txComplete(c mhi.Completion) {
 
 // txRelease is the UL channel's Release (reset, SYS_ERR, Close).
 func (e *Endpoint) txRelease(b *pci.Buffer) {
+	if e.tx.hold.hold(b) {
+		return
+	}
 	e.tx.put(b)
 	e.tx.flush()
 }
@@ -336,6 +343,7 @@ func (e *Endpoint) queueFrame(b *pci.Buffer, n int, deadline *time.Time) tcpip.E
 		err := e.ul.Queue(b, n, mhi.EOT)
 		if err == nil {
 			e.tx.unrung = true
+			e.tx.hold.queued(b, n)
 			e.stats.txFrames.Add(1)
 			return nil
 		}
