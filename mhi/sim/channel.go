@@ -281,9 +281,13 @@ func (m *Modem) place(c *channel, pkt []byte) (int, bool) {
 		if off == len(pkt) {
 			code = mhi.CodeEOT
 		}
+		if code == mhi.CodeEOT {
+			// Counted before the event is posted: a host that saw
+			// the EOT finds it in Stats.
+			m.stats.packetsDL.Add(1)
+		}
 		m.post(c.er, mhi.TxEvent(addr, n, code, c.num), el.D1&mhi.TREBEI != 0)
 		if code == mhi.CodeEOT {
-			m.stats.packetsDL.Add(1)
 			return off, true
 		}
 	}
