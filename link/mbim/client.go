@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/internal/callbacks"
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 )
 
 // Transport carries MBIM messages to and from a function. Send writes
@@ -17,11 +18,7 @@ import (
 // normally holds one message, but libmbim does not rely on it and neither
 // does this package). *mhi.ControlPort is a Transport; StreamTransport
 // adapts a pipe, a socket or a character device.
-type Transport interface {
-	Send(ctx context.Context, msg []byte) error
-	Recv(ctx context.Context) ([]byte, error)
-	Close() error
-}
+type Transport = ctrlstream.Transport
 
 // Options configure a Client. The zero value is what libmbim uses.
 type Options struct {

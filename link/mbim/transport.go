@@ -3,53 +3,22 @@ package mbim
 import (
 	"context"
 	"io"
-	"sync"
 	"sync/atomic"
 
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/mhi"
 )
 
 // StreamTransport adapts a byte stream (a socket, a pipe, a PTY,
 // /dev/wwan0mbim0) to Transport. Send writes each fragment with one
-// Write; Recv returns what one Read returned.
-type StreamTransport struct {
-	rw  io.ReadWriteCloser
-	wmu sync.Mutex
-	buf []byte
-}
+// Write; Recv returns what one Read returned (at most
+// MaxControlTransfer bytes).
+type StreamTransport = ctrlstream.Stream
 
 // NewStreamTransport wraps rw; Close closes it.
 func NewStreamTransport(rw io.ReadWriteCloser) *StreamTransport {
-	return &StreamTransport{rw: rw, buf: make([]byte, MaxControlTransfer)}
+	return ctrlstream.New(rw, MaxControlTransfer)
 }
-
-// Send implements Transport. ctx is not consulted once the write started:
-// a stream cannot take back half a message.
-func (s *StreamTransport) Send(ctx context.Context, msg []byte) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_, err := s.rw.Write(msg)
-	return err
-}
-
-// Recv implements Transport. It is called by one goroutine at a time (the
-// client's reader); ctx is honoured by closing the stream (Close).
-func (s *StreamTransport) Recv(ctx context.Context) ([]byte, error) {
-	n, err := s.rw.Read(s.buf)
-	if n > 0 {
-		return append([]byte(nil), s.buf[:n]...), nil
-	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return nil, err
-}
-
-// Close implements Transport.
-func (s *StreamTransport) Close() error { return s.rw.Close() }
 
 // The MHI control port is the transport on real and emulated modems.
 var _ Transport = (*mhi.ControlPort)(nil)

@@ -4,23 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mhistack/mhistack/internal/callbacks"
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/mhi"
 )
 
 // Transport carries QMUX frames to and from the modem: Send writes one
 // frame, Recv returns the next chunk of the modem's output, which the
-// Client reads as a byte stream. *mhi.ControlPort is a Transport.
-type Transport interface {
-	Send(ctx context.Context, msg []byte) error
-	Recv(ctx context.Context) ([]byte, error)
-	Close() error
-}
+// Client reads as a byte stream. *mhi.ControlPort is a Transport;
+// StreamTransport adapts a pipe, a socket or a character device.
+type Transport = ctrlstream.Transport
+
+// StreamTransport adapts a byte stream (a socket, a pipe, a PTY,
+// /dev/wwan0qmi0) to Transport: one Write per frame, Recv returns what
+// one Read returned (at most MaxFrame bytes).
+type StreamTransport = ctrlstream.Stream
+
+// NewStreamTransport wraps rw; Close closes it.
+func NewStreamTransport(rw io.ReadWriteCloser) *StreamTransport { return ctrlstream.New(rw, MaxFrame) }
 
 // The MHI control port is the transport on real and emulated modems.
 var _ Transport = (*mhi.ControlPort)(nil)

@@ -26,8 +26,7 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // rig runs the emulated modem's QMI function over a pipe and a client on
-// the other end (mbim.StreamTransport has the same three methods as
-// qmi.Transport). A host protocol violation fails the test.
+// the other end. A host protocol violation fails the test.
 func rig(t *testing.T, cfg sim.QMIConfig) (*qmi.Client, *sim.QMIFunction) {
 	t.Helper()
 	cfg.OnViolation = func(err error) { t.Errorf("modem saw a host violation: %v", err) }
@@ -35,7 +34,7 @@ func rig(t *testing.T, cfg sim.QMIConfig) (*qmi.Client, *sim.QMIFunction) {
 	host, dev := net.Pipe()
 	done := make(chan struct{})
 	go func() { defer close(done); fn.Serve(dev) }()
-	c := qmi.NewClient(mbim.NewStreamTransport(host), qmi.Options{})
+	c := qmi.NewClient(qmi.NewStreamTransport(host), qmi.Options{})
 	t.Cleanup(func() { c.Close(); <-done })
 	return c, fn
 }
@@ -309,7 +308,7 @@ func TestModemReportsHostViolations(t *testing.T) {
 	host, dev := net.Pipe()
 	done := make(chan struct{})
 	go func() { defer close(done); fn.Serve(dev) }()
-	c := qmi.NewClient(mbim.NewStreamTransport(host), qmi.Options{})
+	c := qmi.NewClient(qmi.NewStreamTransport(host), qmi.Options{})
 	defer func() { c.Close(); <-done }()
 	ctx := testCtx(t)
 	// A request for a client ID never allocated.
