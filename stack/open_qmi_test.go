@@ -95,6 +95,7 @@ func TestOpenQMI(t *testing.T) {
 			if ls == nil || ls.RXFrames == 0 || ls.RXPackets <= ls.RXFrames {
 				t.Errorf("link stats %+v: want DL aggregation (more packets than frames)", ls)
 			}
+			t.Logf("DL %d packets in %d frames, UL %d packets in %d frames", ls.RXPackets, ls.RXFrames, ls.TXPackets, ls.TXFrames)
 		})
 	}
 }
