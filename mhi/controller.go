@@ -531,11 +531,23 @@ func (c *Controller) markRemovedWhy(why string) {
 		c.mu.Unlock()
 		return
 	}
+	c.setRemovedLocked()
+	c.mu.Unlock()
+	c.finishRemoved(why)
+}
+
+// setRemovedLocked puts the controller in pmRemoved: waits fail and no
+// doorbell is rung from now on. The caller holds c.mu.
+func (c *Controller) setRemovedLocked() {
 	c.pm = pmRemoved
 	c.mission = false
 	c.dmaFence = false // a removed device reaches no host memory
 	c.broadcast()
-	c.mu.Unlock()
+}
+
+// finishRemoved fails the channels with ErrRemoved and tells the
+// subscribers, after setRemovedLocked.
+func (c *Controller) finishRemoved(why string) {
 	c.log.Error("device removed: "+why, "dev", c.name)
 	for _, ch := range c.channels {
 		ch.abort(ErrRemoved)

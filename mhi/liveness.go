@@ -1,7 +1,6 @@
 package mhi
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -118,18 +117,48 @@ func (c *Controller) livenessLoop(l *liveness, iv time.Duration) {
 const releaseResetWait = 500 * time.Millisecond
 
 // releaseOnRequest gives the device back when the system asks for it
-// (hot-unplug, unbind): as a driver's remove does, it resets MHI first so
-// that the device stops its DMA before the kernel turns bus mastering off,
-// then fails everything with ErrRemoved and lets the backend release the
-// function.
+// (hot-unplug, unbind), as a driver's remove does: no doorbell from now
+// on, then an MHI reset so that the device stops its DMA before the
+// kernel turns bus mastering off, then every channel and wait fails with
+// ErrRemoved and the backend releases the function.
 func (c *Controller) releaseOnRequest(rm pci.Removable) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseResetWait)
-	err := c.mhiReset(ctx)
-	cancel()
-	why := "the host asked for it back (hot-unplug or unbind: VFIO request interrupt); MHI reset, released"
-	if err != nil {
-		why = fmt.Sprintf("the host asked for it back (hot-unplug or unbind: VFIO request interrupt); released (the MHI reset did not complete: %v)", err)
+	c.mu.Lock()
+	if c.pm == pmRemoved || c.closed {
+		c.mu.Unlock()
+		rm.Release()
+		return
 	}
-	c.markRemovedWhy(why)
+	c.setRemovedLocked()
+	c.mu.Unlock()
+	// A doorbell in flight holds its channel's lock and checked the
+	// state before: taking each lock once waits them out, so that none
+	// reaches the device after its reset.
+	for _, ch := range c.channels {
+		ch.mu.Lock()
+		ch.mu.Unlock()
+	}
+	why := "the host asked for it back (hot-unplug or unbind: VFIO request interrupt); MHI reset, released"
+	if err := c.resetForRelease(); err != nil {
+		why = fmt.Sprintf("the host asked for it back (hot-unplug or unbind: VFIO request interrupt); released (MHI reset: %v)", err)
+	}
+	c.finishRemoved(why)
 	rm.Release()
+}
+
+// resetForRelease sets MHICTRL.RESET and polls for the device to clear
+// it, at most releaseResetWait (the controller is already marked
+// removed, so its waits would return at once).
+func (c *Controller) resetForRelease() error {
+	c.rmw(RegMHICTRL, CtrlReset, 1, 1)
+	deadline := time.Now().Add(releaseResetWait)
+	for {
+		v := c.read(RegMHICTRL)
+		if v != 0xFFFFFFFF && v&CtrlReset == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("MHICTRL.RESET still set after %v", releaseResetWait)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -3,6 +3,7 @@ package mhi_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,7 +117,13 @@ func (d removableDevice) Release() {
 // vfio-pci), and the device kept DMAing until the kernel turned bus
 // mastering off.
 func TestRemovalRequestResetsReleasesAndEndsABlockedRecv(t *testing.T) {
-	dev, m, err := sim.NewDevice(profile(t, "foxconn-sdx55"), sim.Options{})
+	var vmu sync.Mutex
+	var violations []string
+	dev, m, err := sim.NewDevice(profile(t, "foxconn-sdx55"), sim.Options{Strict: true, OnViolation: func(err error) {
+		vmu.Lock()
+		violations = append(violations, err.Error())
+		vmu.Unlock()
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +153,25 @@ func TestRemovalRequestResetsReleasesAndEndsABlockedRecv(t *testing.T) {
 	defer port.Close()
 	got := make(chan error, 1)
 	go func() {
-		_, err := port.Recv(context.Background())
-		got <- err
+		for {
+			// LOOPBACK echoes the writer's messages below.
+			if _, err := port.Recv(context.Background()); err != nil {
+				got <- err
+				return
+			}
+		}
 	}()
+	// A writer rings the UL doorbell as fast as it can across the
+	// request: no doorbell may reach the modem after its reset.
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		for port.Send(context.Background(), []byte("mhistack")) == nil {
+			n++
+		}
+		sent <- n
+	}()
+	time.Sleep(20 * time.Millisecond)
 	close(rd.requested)
 	select {
 	case st := <-rd.releasedIn:
@@ -166,6 +189,17 @@ func TestRemovalRequestResetsReleasesAndEndsABlockedRecv(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Recv still blocked 5 s after the removal request")
 	}
+	select {
+	case n := <-sent:
+		t.Logf("%d messages sent before the removal", n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Send still succeeding 5 s after the removal")
+	}
+	vmu.Lock()
+	for _, v := range violations {
+		t.Errorf("modem saw a protocol violation: %s", v)
+	}
+	vmu.Unlock()
 	for {
 		select {
 		case e := <-events:
