@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/mhistack/mhistack/internal/unixpeer"
 )
 
 // ProxySocket is the abstract unix socket name libmbim clients connect to
@@ -90,8 +89,7 @@ func NewProxy(c *Client, opts ProxyOptions) *Proxy {
 		opts.Name = ProxySocket
 	}
 	if opts.AllowUID == nil {
-		me := uint32(os.Getuid())
-		opts.AllowUID = func(uid uint32) bool { return uid == 0 || uid == me }
+		opts.AllowUID = unixpeer.RootOrSelf()
 	}
 	if opts.MaxClients <= 0 {
 		opts.MaxClients = 32
@@ -165,19 +163,12 @@ func (p *Proxy) accept(ln net.Listener) {
 
 // peerAllowed checks the connecting process's user (SO_PEERCRED).
 func (p *Proxy) peerAllowed(uc *net.UnixConn) bool {
-	raw, err := uc.SyscallConn()
+	uid, pid, err := unixpeer.Cred(uc)
 	if err != nil {
 		return false
 	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return false
-	}
-	if !p.opts.AllowUID(cred.Uid) {
-		p.log.Warn("mbim proxy: peer refused", "uid", cred.Uid, "pid", cred.Pid)
+	if !p.opts.AllowUID(uid) {
+		p.log.Warn("mbim proxy: peer refused", "uid", uid, "pid", pid)
 		return false
 	}
 	return true
