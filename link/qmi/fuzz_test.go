@@ -2,8 +2,11 @@ package qmi_test
 
 import (
 	"bytes"
+	"context"
+	"net"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/mhistack/mhistack/link/qmi"
 )
@@ -267,3 +270,89 @@ func FuzzWDA(f *testing.F) {
 		}
 	})
 }
+
+// FuzzQmiProxyServer feeds a client byte stream to the qmi-proxy, which
+// serves an emulated modem. The proxy must not crash or hang, must drop
+// the client's goroutines when it leaves, must forward nothing to the
+// modem unless the stream holds an Internal Proxy Open with a path, and
+// must never let the client use, release or sync away the client ID
+// mhistack holds.
+func FuzzQmiProxyServer(f *testing.F) {
+	frame := func(m *qmi.Message, tid uint16) []byte {
+		m.TID = tid
+		b, err := m.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	open := frame(qmi.NewRequest(qmi.ServiceCTL, qmi.CTLInternalProxyOpen).AddString(0x01, "/dev/cdc-wdm0"), 1)
+	var s []byte
+	s = append(s, open...)
+	s = append(s, frame(qmi.AllocateCIDRequest(qmi.ServiceDMS), 2)...)
+	s = append(s, frame(&qmi.Message{Service: qmi.ServiceDMS, Client: 1, ID: qmi.DMSGetIDs}, 3)...)
+	s = append(s, frame(qmi.ReleaseCIDRequest(qmi.ClientID{Service: qmi.ServiceDMS, Client: 1}), 4)...)
+	s = append(s, frame(qmi.NewRequest(qmi.ServiceCTL, qmi.CTLSync), 5)...)
+	f.Add(s)
+	f.Add(append(append([]byte(nil), open...), frame(&qmi.Message{Service: qmi.ServiceWDS, Client: 1, ID: qmi.WDSGetPacketServiceStatus}, 6)...))
+	f.Add(frame(qmi.AllocateCIDRequest(qmi.ServiceNAS), 2))
+	r := newProxyRig(f, qmi.ProxyOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	own, err := r.host.AllocateCID(ctx, qmi.ServiceWDS)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		before := r.fn.Stats().Requests
+		a, b := net.Pipe()
+		r.p.ServeConn(b)
+		go func() {
+			buf := make([]byte, 4096)
+			for {
+				if _, err := a.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		a.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		a.Write(data)
+		a.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for r.p.Clients() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("proxy client did not go away")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if !opensProxy(data) && r.fn.Stats().Requests != before {
+			t.Fatal("a stream without Internal Proxy Open reached the modem")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := r.host.Service(qmi.ServiceWDS, own).Do(ctx, qmi.NewRequest(qmi.ServiceWDS, qmi.WDSGetPacketServiceStatus)); err != nil {
+			t.Fatalf("mhistack's client ID after the stream: %v", err)
+		}
+		r.takeViolations() // fuzzed requests may name any client ID
+	})
+}
+
+// opensProxy reports whether a stream holds an Internal Proxy Open
+// request with a device path.
+func opensProxy(data []byte) bool {
+	var d qmi.Decoder
+	d.Write(data)
+	for range len(data) + 1 {
+		m, err := d.Next()
+		if m == nil && err == nil {
+			return false
+		}
+		if m != nil && m.Service == qmi.ServiceCTL && m.ID == qmi.CTLInternalProxyOpen && !m.FromModem && m.Kind == qmi.Request {
+			if v, ok := m.Get(0x01); ok && len(v) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+

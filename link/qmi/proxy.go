@@ -278,7 +278,9 @@ func (p *Proxy) indication(m *Message) {
 			}
 		}
 	} else if pc := p.owner[ClientID{m.Service, m.Client}]; pc != nil {
-		to = append(to, pc)
+		if _, _, self := p.holderLocked(ClientID{m.Service, m.Client}); !self {
+			to = append(to, pc)
+		}
 	}
 	p.mu.Unlock()
 	if len(to) == 0 {
@@ -558,7 +560,24 @@ func (pc *proxyClient) forward(m *Message) {
 			<-pc.sem
 			pc.reqs.Done()
 		}()
-		r, err := pc.p.c.Do(pc.ctx, m)
+		ctx := pc.ctx
+		if m.Service == ServiceCTL && m.ID == CTLAllocateCID {
+			// Finish an allocation even if the client leaves, so
+			// that the ID is tracked (disowned) rather than leaked.
+			ctx = pc.p.ctx
+		}
+		r, err := pc.p.c.Do(ctx, m)
+		if m.Service != ServiceCTL && ErrorCodeOf(err) == ErrInvalidClientID {
+			// The modem does not know the ID the client named: it
+			// holds nothing.
+			p := pc.p
+			id := ClientID{m.Service, m.Client}
+			p.mu.Lock()
+			if p.owner[id] == pc {
+				delete(p.owner, id)
+			}
+			p.mu.Unlock()
+		}
 		if r == nil {
 			pc.p.log.Debug("qmi proxy: forward failed", "msg", m.String(), "err", err)
 			if pc.ctx.Err() == nil {

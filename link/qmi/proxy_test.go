@@ -37,7 +37,7 @@ type proxyRig struct {
 	violations []string
 }
 
-func newProxyRig(t *testing.T, opts qmi.ProxyOptions) *proxyRig {
+func newProxyRig(t testing.TB, opts qmi.ProxyOptions) *proxyRig {
 	t.Helper()
 	r := &proxyRig{}
 	r.fn = sim.NewQMIFunction(sim.QMIConfig{OnViolation: func(err error) {
@@ -269,6 +269,17 @@ func TestProxyProtocol(t *testing.T) {
 	}
 	if n := r.fn.Stats().Requests; n != before {
 		t.Errorf("%d refused requests reached the modem", n-before)
+	}
+	// An ID nobody holds is forwarded; the modem's INVALID_CLIENT_ID
+	// means the client holds nothing.
+	if err := c.call(req(qmi.ServiceNAS, 200, 1, qmi.NASGetServingSystem)).Result(); !errors.Is(err, qmi.ErrInvalidClientID) {
+		t.Errorf("unallocated client ID: %v", err)
+	}
+	if held, _ := r.p.ClientIDs(); len(held) != 1 {
+		t.Errorf("after the modem refused an ID the proxy tracks %v", held)
+	}
+	if v := r.takeViolations(); len(v) != 1 || !strings.Contains(v[0], "does not hold") {
+		t.Errorf("modem violations %q, want the unallocated client ID", v)
 	}
 	// A malformed request (TLV length past the frame) is answered.
 	c.write([]byte{0x01, 0x0f, 0x00, 0x00, 0x02, id.Client, 0x00, 0x21, 0x00, 0x25, 0x00, 0x03, 0x00, 0x01, 0x05, 0x00})
