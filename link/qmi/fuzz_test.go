@@ -355,4 +355,3 @@ func opensProxy(data []byte) bool {
 	}
 	return false
 }
-
