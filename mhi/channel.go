@@ -38,8 +38,10 @@ type ChannelOptions struct {
 	// with EventRing.SetNotify deliver completions through Poll instead.
 	OnComplete func(Completion)
 	// Release receives every buffer still queued when the channel is
-	// reset, by the client, by SYS_ERR recovery or by Close; nothing is
-	// lost silently. It must not block.
+	// reset, by the client, by SYS_ERR recovery, by Close or at mission
+	// mode for a channel of the SBL (docs/RELIABILITY.md, "The SBL's
+	// channels at mission mode"); nothing is lost silently. It must not
+	// block.
 	Release func(*pci.Buffer)
 	// MRU overrides the receive buffer size for this channel.
 	MRU int
@@ -349,7 +351,11 @@ func (ch *Channel) Reset(ctx context.Context) error {
 		// Drop further events for the channel before the device
 		// confirms.
 		ch.state.Store(uint32(ChanDisabled))
-		err = ch.c.command(ctx, TypeResetCmd, ch.cfg.Num)
+		if ch.cfg.EE.Has(ch.c.currentEE()) {
+			err = ch.c.command(ctx, TypeResetCmd, ch.cfg.Num)
+		}
+		// else the EE that ran it has ended (eeEnded): host side
+		// only, as Linux mhi_unprepare_channel.
 		ch.er.markStale(ch.cfg.Num)
 	}
 	// Down already (SYS_ERR, removal, power-down), or the command
@@ -370,6 +376,38 @@ func opName(op *chanOp) string {
 		return "reset"
 	}
 	return "start or stop"
+}
+
+// eeEnded takes the channel down when the device has moved to execution
+// environment ee and ee has no such channel (SAHARA, an SBL channel, at
+// mission mode), like Linux: mhi_pm_mission_mode_transition
+// (drivers/bus/mhi/host/pm.c) destroys the devices of the environment
+// being left (mhi_destroy_device, main.c), and their channels are reset
+// host-side only: mhi_unprepare_channel sends no RESET_CHAN for a channel
+// the current EE does not have (the firmware that ran it is gone). Every
+// queued buffer goes back through Release exactly once, the channel is
+// DISABLED and released (recovery does not restart it), and Queue fails
+// with ErrNotRunning wrapping ErrState. A state change of the channel in
+// flight is waited for first (bounded by ctx).
+func (ch *Channel) eeEnded(ctx context.Context, ee EE) {
+	if ch.cfg.EE.Has(ee) {
+		return
+	}
+	ch.mu.Lock()
+	idle := ChanState(ch.state.Load()) == ChanDisabled && !ch.started && ch.op == nil &&
+		(ch.ring.buf == nil || ch.rp.Load() == ch.wp.Load())
+	ch.mu.Unlock()
+	if idle {
+		return
+	}
+	op, cur, err := ch.begin(ctx, true)
+	if err != nil {
+		ch.c.log.Warn("channel of an ended EE: waiting for the operation in flight", "dev", ch.c.name, "ch", ch.cfg.Num, "op", opName(cur), "err", err)
+		return
+	}
+	defer ch.end(op)
+	ch.abort(fmt.Errorf("channel not available in EE %s: %w", ee, ErrState))
+	ch.c.log.Info("channel of an ended EE reset host-side", "dev", ch.c.name, "ch", ch.cfg.Num, "name", ch.cfg.Name, "ee", ee)
 }
 
 // quiesce takes the channel down host-side without touching its buffers
@@ -475,6 +513,9 @@ func (ch *Channel) ringLocked() {
 	c := ch.c
 	c.mu.Lock()
 	allowed, m2 := c.doorbellAllowedLocked(), c.pm == pmM2
+	// Not for a channel the device's EE does not have: the SBL's
+	// channels between EE_EVENT(AMSS) and their teardown (eeEnded).
+	allowed = allowed && ch.cfg.EE.Has(c.ee)
 	c.mu.Unlock()
 	if !allowed {
 		return

@@ -15,10 +15,13 @@
 // SYS_ERR recovery resets the device (MHICTRL.RESET, which stops its DMA)
 // before any queued buffer goes back to its client, and restarts only the
 // channels whose client still wants them (docs/RELIABILITY.md, "The
-// recovery sequence"). PowerUp resets a device found in any state but RESET
+// recovery sequence"); a SYS_ERR before it has ended, the restarts
+// included, makes it go round again instead of being lost. PowerUp resets a device found in any state but RESET
 // or READY — one a host process left running when it died — with bus
 // mastering off before it hands it new rings (same document, "Power-up
-// over a device left running").
+// over a device left running"). At mission mode the channels of the SBL
+// (SAHARA) are taken down host-side, their buffers handed back (same
+// document, "The SBL's channels at mission mode").
 package mhi
 
 import (
@@ -181,6 +184,12 @@ type Controller struct {
 	lastDump       *CrashDump  // the latest RDDM dump (rddm.go)
 
 	stats ControllerStats
+
+	// recoveryEndHook, when set (tests only, export_test.go), runs on
+	// the recovery goroutine after the channel restarts, just before
+	// endRecovery: the window in which nothing of recovery waits on the
+	// device.
+	recoveryEndHook func()
 }
 
 // ControllerStats are counters; read them with Stats.

@@ -102,3 +102,12 @@ func AbandonForTest(c *Controller) []*pci.Buffer {
 	}
 	return bufs
 }
+
+// SetRecoveryEndHookForTest makes f run on the recovery goroutine after
+// recovery has started the channels again and before it checks for a new
+// SYS_ERR and ends. Set it before the SYS_ERR.
+func SetRecoveryEndHookForTest(c *Controller, f func()) {
+	c.mu.Lock()
+	c.recoveryEndHook = f
+	c.mu.Unlock()
+}

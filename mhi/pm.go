@@ -144,7 +144,7 @@ func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
 	if err != nil {
 		return err
 	}
-	return c.missionModeTransition()
+	return c.missionModeTransition(ctx)
 }
 
 // mhiReset sets MHICTRL.RESET and waits for the device to clear it, then
@@ -223,11 +223,17 @@ func (c *Controller) programMMIO() error {
 }
 
 // missionModeTransition runs once the device reported EE AMSS and M0
-// (§4.5 step 6): check BHI_EXECENV, seed the hardware event rings.
-func (c *Controller) missionModeTransition() error {
+// (§4.5 step 6): check BHI_EXECENV, take down the channels of the
+// environment that ended (SBL's SAHARA), seed the hardware event rings.
+func (c *Controller) missionModeTransition(ctx context.Context) error {
 	ee := EE(c.read(c.bhiOff + BHIExecEnv))
 	if !ee.MissionMode() {
 		return fmt.Errorf("mhi: %s: EE event said mission mode but BHI_EXECENV is %s: %w", c.name, ee, ErrProtocol)
+	}
+	for _, ch := range c.channels {
+		if ch != nil {
+			ch.eeEnded(ctx, ee)
+		}
 	}
 	for _, er := range c.events {
 		if er.cfg.Hardware() {
@@ -458,7 +464,10 @@ const recoveryAttempts = 3
 // dropped) but their buffers left with the device; EventSysErr; MHI reset,
 // which stops the device's DMA; only then buffers back to the clients and
 // rings rewound; PBL or READY transition again; then every channel whose
-// client still wants it (not reset since) is started again.
+// client still wants it (not reset since) is started again. A SYS_ERR at
+// any point before recovery ends, the restarts included, makes it go
+// round again (at most recoveryAttempts times), then the function-level
+// reset (flr.go) is the last resort.
 func (c *Controller) recover(ctx context.Context) {
 	defer c.wg.Done()
 	start := time.Now()
@@ -466,13 +475,28 @@ func (c *Controller) recover(ctx context.Context) {
 	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
 	c.collectCrashDump(ctx) // rddm.go: only a device in EE RDDM
 	var err error
-	for attempt := 1; attempt <= recoveryAttempts; attempt++ {
-		if err = c.recoverDevice(ctx); err == nil {
+	for attempt, flr := 1, false; ; {
+		if flr {
+			err = c.recoverByFunctionReset(ctx, err) // flr.go
+		} else if err = c.recoverDevice(ctx); err == nil {
 			err = c.restartChannels(ctx)
 		}
-		if err == nil || !errors.Is(err, ErrSysErr) || c.opts.NoRecovery {
+		if err == nil {
+			if c.recoveryEndHook != nil {
+				c.recoveryEndHook()
+			}
+			if err = c.endRecovery(start); err == nil {
+				break
+			}
+		}
+		if flr || ctx.Err() != nil || c.opts.NoRecovery || errors.Is(err, ErrRemoved) {
 			break
 		}
+		if !errors.Is(err, ErrSysErr) || attempt == recoveryAttempts {
+			flr = true
+			continue
+		}
+		attempt++
 		c.log.Warn("SYS_ERR again during recovery; retrying", "dev", c.name, "attempt", attempt, "err", err)
 		c.quiesceChannels(ErrSysErr)
 		c.mu.Lock()
@@ -481,10 +505,13 @@ func (c *Controller) recover(ctx context.Context) {
 		c.dmaFence = true
 		c.mu.Unlock()
 	}
-	if err != nil && ctx.Err() == nil && !c.opts.NoRecovery && !errors.Is(err, ErrRemoved) {
-		err = c.recoverByFunctionReset(ctx, err) // flr.go
+	if err == nil {
+		c.stats.Recoveries.Add(1)
+		c.log.Info("recovered from SYS_ERR", "dev", c.name, "took", time.Since(start))
+		c.emit(Event{Kind: EventRecovered, EE: c.currentEE()})
+		return
 	}
-	if err != nil && ctx.Err() == nil && c.dmaFenced() {
+	if ctx.Err() == nil && c.dmaFenced() {
 		// No MHI reset completed and none will: the buffers go back
 		// without the device confirming it stopped (PowerDown and
 		// Close, which cancel ctx, reset the device first instead).
@@ -493,23 +520,42 @@ func (c *Controller) recover(ctx context.Context) {
 	c.mu.Lock()
 	c.recovering = false
 	c.cancelRecovery()
-	if err != nil {
-		if c.pm != pmRemoved && !c.closed {
-			c.pm = pmFatal
-		}
-	} else {
-		c.lastRecover = time.Since(start)
+	if c.pm != pmRemoved && !c.closed {
+		c.pm = pmFatal
 	}
 	c.broadcast()
 	c.mu.Unlock()
-	if err != nil {
-		c.log.Error("SYS_ERR recovery failed", "dev", c.name, "err", err)
-		c.emit(Event{Kind: EventRecoveryFailed, Err: err})
-		return
+	c.log.Error("SYS_ERR recovery failed", "dev", c.name, "err", err)
+	c.emit(Event{Kind: EventRecoveryFailed, Err: err})
+}
+
+// endRecovery ends a recovery whose device is back and whose channels are
+// started again, unless the device failed again meanwhile: a SYS_ERR that
+// sysErrDetected recorded after the last wait that would have seen it
+// (the last START_CHAN completed, then the modem crashed), or one
+// MHISTATUS shows but no interrupt has reported yet. Then it returns
+// ErrSysErr and recovery goes round again; no SYS_ERR is lost. The check
+// and the end of recovering are one critical section: a SYS_ERR detected
+// after it starts a recovery of its own.
+func (c *Controller) endRecovery(start time.Time) error {
+	st, ee, removed := c.deviceStatus()
+	if removed {
+		c.markRemoved()
+		return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
 	}
-	c.stats.Recoveries.Add(1)
-	c.log.Info("recovered from SYS_ERR", "dev", c.name, "took", time.Since(start))
-	c.emit(Event{Kind: EventRecovered, EE: c.currentEE()})
+	if State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr {
+		c.sysErrDetected(ee, "MHISTATUS at the end of recovery")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.devState == StateSysErr {
+		return fmt.Errorf("mhi: %s: SYS_ERR again after the channel restarts: %w", c.name, ErrSysErr)
+	}
+	c.recovering = false
+	c.cancelRecovery()
+	c.lastRecover = time.Since(start)
+	c.broadcast()
+	return nil
 }
 
 // recoverDevice resets the device, reclaims the buffers once the reset has

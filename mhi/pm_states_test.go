@@ -218,23 +218,32 @@ func TestSuspendWithULTransfersPendingIsBusyAndStaysInM0(t *testing.T) {
 // ends it.
 func sblRig(t *testing.T) *rig {
 	t.Helper()
-	r := newRig(t, "qcom-qdu100",
-		sim.Options{Boot: sim.BootPBL, StayInSBL: true, Functions: map[string]sim.Function{"SAHARA": &sim.Loopback{}}},
-		mhi.Options{Firmware: func(string) ([]byte, error) { return []byte("sbl image"), nil }})
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- r.c.PowerUp(ctx) }()
+	r, errc, cancel := startInSBL(t)
 	t.Cleanup(func() {
 		cancel()
 		if err := <-errc; err == nil {
 			t.Error("PowerUp reached mission mode in a modem that stays in the SBL")
 		}
 	})
+	return r
+}
+
+// startInSBL is sblRig without the clean-up: the caller gets PowerUp's
+// result (once the modem leaves the SBL, sim.Modem.LeaveSBL, or cancel
+// is called).
+func startInSBL(t *testing.T) (*rig, <-chan error, context.CancelFunc) {
+	t.Helper()
+	r := newRig(t, "qcom-qdu100",
+		sim.Options{Boot: sim.BootPBL, StayInSBL: true, Functions: map[string]sim.Function{"SAHARA": &sim.Loopback{}}},
+		mhi.Options{Firmware: func(string) ([]byte, error) { return []byte("sbl image"), nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- r.c.PowerUp(ctx) }()
 	waitFor(t, 10*time.Second, "M0 in the SBL", func() bool {
 		st, ee, _ := r.c.State()
 		return st == mhi.StateM0 && ee == mhi.EESBL
 	})
-	return r
+	return r, errc, cancel
 }
 
 // TestSBLChannelStartsBeforeMissionMode: SAHARA runs in the SBL, before

@@ -3,6 +3,7 @@ package sim
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/mhistack/mhistack/mhi"
 )
@@ -176,22 +177,51 @@ func (m *Modem) walkBHIeTable(table uint64, size int, seg func(addr, n uint64) b
 }
 
 // sblDone moves the SBL on to mission mode (with full-boot-chain only once
-// the BHIe image arrived): BHI_EXECENV = AMSS first (the
-// host reads it in its mission-mode transition), then EE_EVENT(AMSS).
+// the BHIe image arrived): the SBL's channels end with it (SAHARA: the
+// firmware that ran them is gone; nothing is written to host memory),
+// BHI_EXECENV = AMSS first (the host reads it in its mission-mode
+// transition), then EE_EVENT(AMSS).
 func (m *Modem) sblDone() {
 	m.sblUntil = zeroTime
-	if m.ee != mhi.EESBL || m.opts.StayInSBL {
+	if m.ee != mhi.EESBL || m.opts.StayInSBL && !m.sblReleased {
 		return
 	}
 	if m.boot.fullBootChain && !m.boot.bhieDone {
 		// Waits for BHIE_TXVECDB; bhieDownload re-arms the timer.
 		return
 	}
+	for _, c := range m.chans {
+		if c != nil && c.started && !c.cfg.EE.Has(mhi.EEAMSS) {
+			m.forgetChannel(c)
+			c.eeEnded = true
+			m.updatePair(c.pair)
+		}
+	}
 	m.setEE(mhi.EEAMSS)
 	switch m.state {
 	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
 		m.post(0, mhi.EEEvent(mhi.EEAMSS), false)
 	}
+}
+
+// LeaveSBL ends the SBL of a modem with Options.StayInSBL now, as if its
+// SBLTime had passed: the SBL's channels end and the modem moves to AMSS
+// (EE_EVENT(AMSS)). It returns ErrState unless the modem is in the SBL in
+// M0–M3. Until the next SoC reset or FLR, StayInSBL no longer holds it. It
+// must not be called from a Function callback.
+func (m *Modem) LeaveSBL() error { return m.call(reqLeaveSBL) }
+
+// leaveSBL is LeaveSBL on the device goroutine; the caller holds m.mu.
+func (m *Modem) leaveSBL() error {
+	switch {
+	case m.ee != mhi.EESBL:
+		return fmt.Errorf("sim: LeaveSBL in EE %s: %w", m.ee, ErrState)
+	case m.state != mhi.StateM0 && m.state != mhi.StateM1 && m.state != mhi.StateM2 && m.state != mhi.StateM3:
+		return fmt.Errorf("sim: LeaveSBL in %s: %w", m.state, ErrState)
+	}
+	m.sblReleased = true
+	m.sblDone()
+	return nil
 }
 
 // BHIImage returns the last image received over BHI (zero before any).

@@ -17,7 +17,11 @@ type channel struct {
 
 	state   mhi.ChanState // the device's view: DISABLED until START
 	started bool          // ring cached: START seen, no RESET since
-	faulted bool          // the ring became unreadable; idle until restarted
+	// eeEnded: the channel ended with its execution environment (the
+	// SBL's, at AMSS); the host may ring it until it has handled
+	// EE_EVENT(AMSS), and such doorbells are ignored.
+	eeEnded bool
+	faulted bool // the ring became unreadable; idle until restarted
 	ring    ring
 	ctx     uint64 // IOVA of the channel context
 	rp, wp  uint64

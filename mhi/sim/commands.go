@@ -110,6 +110,12 @@ func (m *Modem) command(el mhi.Element, addr uint64) {
 		code = mhi.CodeUndefErr
 	}
 	m.post(0, mhi.CmdCompletionEvent(addr, code), false)
+	if typ == mhi.TypeStartCmd && code == mhi.CodeSuccess && m.sysErrOnStart > 0 {
+		// SysErrOnStart.
+		if m.sysErrOnStart--; m.sysErrOnStart == 0 {
+			m.enterSysErr()
+		}
+	}
 }
 
 // startChannel is START_CHAN (§8.4): read the channel context if the ring
@@ -158,7 +164,7 @@ func (m *Modem) startChannel(c *channel) mhi.Code {
 		c.rp, c.wp = ctx.RP, ctx.WP
 		c.cache.invalidate()
 		c.td, c.tdBroken = c.td[:0], false
-		c.started = true
+		c.started, c.eeEnded = true, false
 	} else if r := c.ring; r.contains(ctx.WP) {
 		// Restart after STOP: the ring and our read pointer stay.
 		c.wp = ctx.WP

@@ -28,6 +28,19 @@ import (
 // from a Function callback.
 func (m *Modem) TriggerSysErr() error { return m.call(reqSysErr) }
 
+// SysErrOnStart makes the modem crash like TriggerSysErr right after it
+// has posted the completion of the n-th successful START_CHAN from now
+// (counting every channel's; n <= 0 cancels): the host gets its START
+// completed and, in the same pass of the device, MHISTATUS = SYS_ERR,
+// STATE_CHANGE(SYS_ERR) and the INTVEC MSI. It fires once. It is how a
+// test makes the modem fail at a precise point of the host's channel
+// start-up, e.g. just after SYS_ERR recovery restarted the last channel.
+func (m *Modem) SysErrOnStart(n int) {
+	m.mu.Lock()
+	m.sysErrOnStart = max(n, 0)
+	m.mu.Unlock()
+}
+
 // Hang makes the modem crash like TriggerSysErr, but wedged: it ignores
 // MHICTRL from then on, so MHICTRL.RESET is never cleared and MHISTATUS
 // stays SYS_ERR, and recovery through MHI reset cannot succeed. Only a

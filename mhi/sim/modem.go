@@ -85,10 +85,11 @@ type Options struct {
 	// SBLTime is how long the SBL runs after M0 before it reports AMSS
 	// (default 5 ms).
 	SBLTime time.Duration
-	// StayInSBL keeps a modem booted from PBL in the SBL for good: it
-	// never reports AMSS, so the host's power-up waits for mission mode
-	// while the SBL's channels (SAHARA) run, as during a firmware upload
-	// over SAHARA.
+	// StayInSBL keeps a modem booted from PBL in the SBL until
+	// Modem.LeaveSBL: it does not report AMSS, so the host's power-up
+	// waits for mission mode while the SBL's channels (SAHARA) run, as
+	// during a firmware upload over SAHARA. (When the modem moves on to
+	// AMSS, the SBL's channels end with the SBL.)
 	StayInSBL bool
 	// LoseFirmwareOnSysErr makes the modem come back in PBL after a
 	// SYS_ERR recovery reset (the host must download again).
@@ -228,6 +229,12 @@ type Modem struct {
 	// draining: the DL buffers still written after a SYS_ERR
 	// (Options.DrainDMAOnSysErr), guarded by mu.
 	draining []dmaSpan
+	// sblReleased: LeaveSBL ended a StayInSBL SBL (until the next SoC
+	// reset), guarded by mu.
+	sblReleased bool
+	// sysErrOnStart: SysErrOnStart's countdown of START_CHAN
+	// completions (0: off), guarded by mu.
+	sysErrOnStart int
 }
 
 var zeroTime time.Time
@@ -376,6 +383,7 @@ func (m *Modem) powerOn() {
 	m.state = mhi.StateReset
 	m.sblUntil = zeroTime
 	m.hung = false
+	m.sblReleased = false
 	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
 	if m.opts.Boot == BootPBL {
 		m.setEE(mhi.EEPBL)
@@ -638,6 +646,9 @@ func (m *Modem) chDoorbell(n int) {
 	if !c.active() {
 		if l := m.regs.chLatch(n); l.seq != c.dbSeq {
 			c.dbSeq = l.seq
+			if c.eeEnded {
+				return
+			}
 			m.violate(ruleDoorbellState, "doorbell for channel %d, which is %s", n, c.state)
 		}
 		return
@@ -684,6 +695,7 @@ const (
 	reqCorruptRP
 	reqHang
 	reqCrash
+	reqLeaveSBL
 )
 
 // call runs a request on the device goroutine and waits for it.
@@ -696,7 +708,7 @@ func (m *Modem) callRequest(r *request) error {
 	if !m.attached.Load() {
 		return ErrDetached
 	}
-	if k != reqM1 && k != reqInject && k != reqCorruptRP {
+	if k != reqM1 && k != reqInject && k != reqCorruptRP && k != reqLeaveSBL {
 		// A crash or reset interrupts whatever the device waits for.
 		m.abort.Store(true)
 		kick(m.erKick)
@@ -722,6 +734,8 @@ func (m *Modem) handle(r *request) {
 		m.hung = true
 	case reqCrash:
 		m.crashIntoRDDM(r.dump) // rddm.go
+	case reqLeaveSBL:
+		err = m.leaveSBL()
 	case reqM1:
 		err = m.enterM1()
 	case reqReset:

@@ -258,6 +258,11 @@ func (m *Modem) stopChannels(writeBack bool) {
 // MSIs and the host configuration (§8.5 step 1).
 func (m *Modem) forgetRings() {
 	m.cmd = cmdRing{}
+	for _, c := range m.chans {
+		if c != nil {
+			c.eeEnded = false
+		}
+	}
 	for i := range m.ers {
 		m.ers[i] = eventRing{idx: i}
 	}

@@ -1,0 +1,73 @@
+package mhi_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+)
+
+// TestSBLChannelsEndAtMissionMode: SAHARA (qcom-qdu100, SBL only) runs in
+// the SBL with receive buffers queued; then the modem moves to AMSS
+// (sim.Modem.LeaveSBL, whose SBL channels end with it). Like Linux
+// mhi_pm_mission_mode_transition, the host must take SAHARA down
+// host-side, without RESET_CHAN (the strict modem would report one for a
+// channel it no longer runs): every queued buffer back through Release
+// exactly once, Queue refused with ErrNotRunning wrapping ErrState, the
+// channel claimable again and not startable in AMSS, and mission-mode
+// channels working. Before, SAHARA stayed ENABLED with its buffers queued
+// on a ring nobody served.
+func TestSBLChannelsEndAtMissionMode(t *testing.T) {
+	r, errc, cancel := startInSBL(t)
+	defer cancel()
+	ctx, cancelOps := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelOps()
+	l := newLoop(r, "SAHARA", 4096, 8, 8)
+	l.exchange(t, rand.New(rand.NewPCG(41, 42)), 10, 4096)
+	waitFor(t, 5*time.Second, "UL completions and all 8 DL buffers queued again", func() bool {
+		return l.ul.Outstanding() == 0 && l.dl.Outstanding() == 8
+	})
+
+	if err := r.m.LeaveSBL(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("PowerUp after the SBL: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("PowerUp did not return after the SBL")
+	}
+
+	l.mu.Lock()
+	rx := append([]*pci.Buffer(nil), l.rxFree...)
+	l.mu.Unlock()
+	seen := map[*pci.Buffer]int{}
+	for _, b := range rx {
+		seen[b]++
+	}
+	if len(rx) != 8 || len(seen) != 8 {
+		t.Errorf("%d DL buffers back (%d distinct) at mission mode, want each of the 8 once", len(rx), len(seen))
+	}
+	if n := l.dl.Outstanding(); n != 0 {
+		t.Errorf("SAHARA DL still has %d buffers outstanding", n)
+	}
+	b := <-l.txFree
+	if err := l.ul.Queue(b, 1, mhi.EOT); !errors.Is(err, mhi.ErrNotRunning) || !errors.Is(err, mhi.ErrState) {
+		t.Errorf("Queue on SAHARA in AMSS = %v, want ErrNotRunning wrapping ErrState", err)
+	}
+	ul, _, err := r.c.ChannelPair("SAHARA", mhi.ChannelOptions{}, mhi.ChannelOptions{})
+	if err != nil {
+		t.Fatalf("claiming SAHARA again: %v", err)
+	}
+	if err := ul.Start(ctx); !errors.Is(err, mhi.ErrState) {
+		t.Errorf("starting SAHARA in AMSS = %v, want ErrState", err)
+	}
+	lb := newLoop(r, "LOOPBACK", 4096, 8, 8)
+	lb.exchange(t, rand.New(rand.NewPCG(43, 44)), 10, 4096)
+}
