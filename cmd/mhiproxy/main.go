@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
@@ -49,6 +50,7 @@ type config struct {
 	metrics   string
 	pcap      string
 	mbimProxy string
+	qmiProxy  string
 	cpuProf   string
 	dumpDir   string
 	logLevel  slog.Level
@@ -75,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.open.Stack.Profile, "profile", "", "modem `profile` (mhi table name): with -device sim the modem to emulate (default qcom-sdx55m;\n"+
 		"telit-fn980-hwv1 has only QMI control); with a PCI address it overrides matching by PCI IDs")
 	fs.StringVar(&c.open.Stack.Control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel,\n"+
-		"else qmi; a QMI session carries data as QMAP, v5 if the modem agrees; -mbim-proxy needs mbim)")
+		"else qmi; a QMI session carries data as QMAP, v5 if the modem agrees; -mbim-proxy needs mbim, -qmi-proxy qmi)")
 	fs.StringVar(&c.open.APN, "apn", "", "access point name for the data session (empty: the modem's default bearer)")
 	fs.StringVar(&c.open.APNUser, "apn-user", "", "APN username, for carriers that require PAP/CHAP")
 	fs.StringVar(&c.open.APNPassword, "apn-password", "", "APN password")
@@ -83,8 +85,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108")
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet on the modem link to this pcap `file`")
-	fs.Var((*mbimProxyFlag)(&c.mbimProxy), "mbim-proxy", "serve libmbim's proxy protocol on the abstract Unix socket @mbim-proxy, the fixed name\n"+
+	fs.Var(&socketNameFlag{&c.mbimProxy, mbim.ProxySocket}, "mbim-proxy", "serve libmbim's proxy protocol on the abstract Unix socket @mbim-proxy, the fixed name\n"+
 		"mbimcli -p and ModemManager connect to, so they share the modem (-mbim-proxy=NAME: another abstract name)")
+	fs.Var(&socketNameFlag{&c.qmiProxy, qmi.ProxySocket}, "qmi-proxy", "serve libqmi's proxy protocol on the abstract Unix socket @qmi-proxy, the fixed name\n"+
+		"qmicli -p and ModemManager connect to, so they share a QMI data session's modem (-qmi-proxy=NAME: another\n"+
+		"abstract name); qmicli needs --device-open-qmi unless its -d path is a real QMI port")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile (runtime/pprof, for go tool pprof) of the whole run to `file`; it is complete at exit")
 	fs.StringVar(&c.dumpDir, "dump-dir", "", "write the RAM dump of every modem firmware crash (RDDM, collected before the modem is reset)\n"+
 		"to this existing `directory`, as DEVICE-YYYYMMDDTHHMMSS.mmmZ.rddm (UTC); the log names each file")
@@ -115,6 +120,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.open.Stack.Control == "qmi" && c.mbimProxy != "" {
 		return nil, fmt.Errorf("-mbim-proxy needs an MBIM data session; -control qmi runs it on QMI")
 	}
+	if c.open.Stack.Control == "mbim" && c.qmiProxy != "" {
+		return nil, fmt.Errorf("-qmi-proxy needs a QMI data session; -control mbim runs it on MBIM")
+	}
+	if c.mbimProxy != "" && c.qmiProxy != "" {
+		return nil, fmt.Errorf("-mbim-proxy and -qmi-proxy: the data session runs on one control protocol; choose the one -control picks")
+	}
 	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) {
 		return nil, fmt.Errorf("-device %q: want sim or a PCI address like 0000:01:00.0", c.open.Device)
 	}
@@ -139,23 +150,31 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	return c, nil
 }
 
-// mbimProxyFlag is -mbim-proxy: alone it means libmbim's name
-// (mbim.ProxySocket), =NAME another abstract name, =false off.
-type mbimProxyFlag string
+// socketNameFlag is -mbim-proxy and -qmi-proxy: alone it means the
+// library's fixed name (def), =NAME another abstract name, =false off.
+type socketNameFlag struct {
+	v   *string
+	def string
+}
 
-func (f *mbimProxyFlag) String() string   { return string(*f) }
-func (f *mbimProxyFlag) IsBoolFlag() bool { return true }
-func (f *mbimProxyFlag) Set(v string) error {
+func (f *socketNameFlag) String() string {
+	if f == nil || f.v == nil {
+		return ""
+	}
+	return *f.v
+}
+func (f *socketNameFlag) IsBoolFlag() bool { return true }
+func (f *socketNameFlag) Set(v string) error {
 	switch v {
 	case "true":
-		*f = mbim.ProxySocket
+		*f.v = f.def
 	case "false", "":
-		*f = ""
+		*f.v = ""
 	default:
 		if strings.ContainsAny(v, "/\x00") {
-			return fmt.Errorf("want an abstract socket name without '/' (the default is %s)", mbim.ProxySocket)
+			return fmt.Errorf("want an abstract socket name without '/' (the default is %s)", f.def)
 		}
-		*f = mbimProxyFlag(v)
+		*f.v = v
 	}
 	return nil
 }
@@ -281,6 +300,13 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		stop, err := nw.ServeMBIMProxy(cfg.mbimProxy)
 		if err != nil {
 			return fmt.Errorf("-mbim-proxy: %w", err)
+		}
+		defer stop()
+	}
+	if cfg.qmiProxy != "" {
+		stop, err := nw.ServeQMIProxy(cfg.qmiProxy)
+		if err != nil {
+			return fmt.Errorf("-qmi-proxy: %w", err)
 		}
 		defer stop()
 	}

@@ -54,6 +54,9 @@ func (h *hostNetwork) CapturePcap(w io.Writer) (func() error, error) {
 func (h *hostNetwork) ServeMBIMProxy(string) (func() error, error) {
 	return nil, errors.New("no MBIM on the host")
 }
+func (h *hostNetwork) ServeQMIProxy(string) (func() error, error) {
+	return nil, errors.New("no QMI on the host")
+}
 func (h *hostNetwork) Close() error { h.closed = true; return nil }
 
 type syncBuffer struct {
@@ -89,6 +92,9 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 		{[]string{"-control", "at"}, "want mbim or qmi"},
 		{[]string{"-profile", "nosuch"}, "no such modem profile"},
 		{[]string{"-control", "qmi", "-mbim-proxy"}, "-mbim-proxy needs an MBIM data session"},
+		{[]string{"-control", "mbim", "-qmi-proxy"}, "-qmi-proxy needs a QMI data session"},
+		{[]string{"-mbim-proxy", "-qmi-proxy=x"}, "the data session runs on one control protocol"},
+		{[]string{"-qmi-proxy=a/b"}, "without '/'"},
 	} {
 		var stderr syncBuffer
 		code := run(context.Background(), tc.args, io.Discard, &stderr, nil)
@@ -103,7 +109,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	if code := run(context.Background(), []string{"-help"}, io.Discard, &stderr, nil); code != 0 {
 		t.Errorf("-help exit %d", code)
 	}
-	for _, f := range []string{"-device", "-apn", "-apn-user", "-apn-password", "-listen", "-auth", "-metrics", "-pcap", "-mbim-proxy", "-log-level", "-profile", "-control"} {
+	for _, f := range []string{"-device", "-apn", "-apn-user", "-apn-password", "-listen", "-auth", "-metrics", "-pcap", "-mbim-proxy", "-qmi-proxy", "-log-level", "-profile", "-control"} {
 		if !strings.Contains(stderr.String(), "  "+f+" ") && !strings.Contains(stderr.String(), "  "+f+"\n") {
 			t.Errorf("help does not explain %s", f)
 		}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/stack"
 	"github.com/mhistack/mhistack/stack/proxy"
@@ -39,6 +40,10 @@ type network interface {
 	// Unix socket name (libmbim's clients only know "mbim-proxy"), so
 	// mbimcli -p and ModemManager share the modem.
 	ServeMBIMProxy(name string) (stop func() error, err error)
+	// ServeQMIProxy serves libqmi's proxy protocol on the abstract Unix
+	// socket name (libqmi's clients only know "qmi-proxy"), so qmicli -p
+	// and ModemManager share a QMI session's modem.
+	ServeQMIProxy(name string) (stop func() error, err error)
 	Close() error
 }
 
@@ -216,6 +221,19 @@ func (m *modem) ServeMBIMProxy(name string) (func() error, error) {
 	return p.Close, nil
 }
 
+func (m *modem) ServeQMIProxy(name string) (func() error, error) {
+	c := m.QMI()
+	if c == nil {
+		return nil, errNoQMI
+	}
+	p, err := qmi.ListenProxy(c, qmi.ProxyOptions{Name: name, Logger: m.log})
+	if err != nil {
+		return nil, err
+	}
+	return p.Close, nil
+}
+
 var errNoMBIM = errors.New("the data session does not run on MBIM (see -control)")
+var errNoQMI = errors.New("the data session does not run on QMI (see -control)")
 
 var _ network = (*modem)(nil)

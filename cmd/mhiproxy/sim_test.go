@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
@@ -154,13 +155,14 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 	}
 	go origin.Serve(oln)
 	defer origin.Close()
+	qmiName := fmt.Sprintf("mhiproxy-qmi-test-%d", os.Getpid())
 	var stdout, stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-profile", "telit-fn980-hwv1", "-apn", "internet", "-log-level", "warn"},
-			&stdout, &stderr, openModem)
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-profile", "telit-fn980-hwv1", "-apn", "internet",
+			"-qmi-proxy=" + qmiName, "-log-level", "warn"}, &stdout, &stderr, openModem)
 	}()
 	m := waitReady(t, `listening on (\S+) via sim/telit-fn980-hwv1`, done, &stdout, &stderr)
 	c := &proxy.Client{Proxy: m[1]}
@@ -179,6 +181,19 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 	if err != nil || string(b) != body {
 		t.Fatalf("%d bytes (want %d), %v", len(b), len(body), err)
 	}
+	// -qmi-proxy: a libqmi-protocol client shares the modem.
+	qc, err := qmi.DialProxy(ctx, qmiName, "/dev/wwan0qmi0", qmi.Options{})
+	if err != nil {
+		t.Fatalf("-qmi-proxy: %v", err)
+	}
+	dms, err := qc.AllocateCID(ctx, qmi.ServiceDMS)
+	if err != nil {
+		t.Fatalf("-qmi-proxy: %v", err)
+	}
+	if r, err := qc.Service(qmi.ServiceDMS, dms).Do(ctx, qmi.NewRequest(qmi.ServiceDMS, qmi.DMSGetIDs)); err != nil || qmi.ParseIDs(r).IMEI == "" {
+		t.Errorf("DMS Get IDs through -qmi-proxy: %v", err)
+	}
+	qc.Close()
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d; stderr %q", code, stderr.String())

@@ -504,17 +504,29 @@ func TestQmicliThroughProxy(t *testing.T) {
 	expect(run("--nas-get-signal-strength"), "Current:")
 	expect(run("--wds-get-packet-service-status"), "Connection status: 'disconnected'")
 	// A client ID kept across invocations, as qmi-network does.
-	out := run("--dms-get-ids", "--client-no-release-cid")
-	i := strings.Index(out, "CID: '")
-	if i < 0 {
-		t.Fatalf("qmicli --client-no-release-cid printed no CID:\n%s", out)
+	quoted := func(out, after string) string {
+		t.Helper()
+		i := strings.Index(out, after+"'")
+		if i < 0 {
+			t.Fatalf("qmicli printed no %q:\n%s", after, out)
+		}
+		v := out[i+len(after)+1:]
+		return v[:strings.IndexByte(v, '\'')]
 	}
-	cid := out[i+len("CID: '"):]
-	cid = cid[:strings.IndexByte(cid, '\'')]
+	cid := quoted(run("--dms-get-ids", "--client-no-release-cid"), "CID: ")
 	if _, dis := p.ClientIDs(); len(dis) != 1 {
 		t.Errorf("disowned client IDs %v, want qmicli's DMS %s", dis, cid)
 	}
 	expect(run("--dms-get-ids", "--client-cid="+cid), "IMEI: '867929060000017'")
+	// A second call of its own on mux ID 2, next to mhistack's on mux 1
+	// (with QMAP on, the modem wants the client bound to a mux first).
+	wds := quoted(run("--wds-bind-mux-data-port=mux-id=2,ep-iface-number=4,ep-type=pcie", "--client-no-release-cid"), "CID: ")
+	handle := quoted(run("--client-cid="+wds, "--client-no-release-cid", "--wds-start-network=apn=internet,ip-type=4"), "Packet data handle: ")
+	if fn.Calls() != 3 {
+		t.Errorf("the modem has %d calls with qmicli's, want 3", fn.Calls())
+	}
+	expect(run("--client-cid="+wds, "--client-no-release-cid", "--wds-get-current-settings"), "IPv4 address: 10.0.0.2", "MTU: 1500")
+	run("--client-cid="+wds, "--wds-stop-network="+handle)
 	if held, dis := p.ClientIDs(); len(held)+len(dis) != 0 {
 		t.Errorf("after qmicli released its client IDs the proxy still tracks %v %v", held, dis)
 	}
