@@ -71,7 +71,7 @@ func ListenProxy(c *Client, opts ProxyOptions) (*Proxy, error) {
 	if opts.Name == "" {
 		opts.Name = ProxySocket
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + opts.Name, Net: "unix"})
+	ln, err := unixpeer.Listen(opts.Name)
 	if err != nil {
 		return nil, fmt.Errorf("mbim: proxy socket: %w", err)
 	}
@@ -145,33 +145,7 @@ func (p *Proxy) Close() error {
 
 func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if p.ctx.Err() == nil {
-				p.log.Warn("mbim proxy: accept", "err", err)
-			}
-			return
-		}
-		if uc, ok := conn.(*net.UnixConn); ok && !p.peerAllowed(uc) {
-			conn.Close()
-			continue
-		}
-		p.ServeConn(conn)
-	}
-}
-
-// peerAllowed checks the connecting process's user (SO_PEERCRED).
-func (p *Proxy) peerAllowed(uc *net.UnixConn) bool {
-	uid, pid, err := unixpeer.Cred(uc)
-	if err != nil {
-		return false
-	}
-	if !p.opts.AllowUID(uid) {
-		p.log.Warn("mbim proxy: peer refused", "uid", uid, "pid", pid)
-		return false
-	}
-	return true
+	unixpeer.Accept(ln, p.opts.AllowUID, p.log, "mbim proxy", func() bool { return p.ctx.Err() != nil }, p.ServeConn)
 }
 
 // ServeConn serves one client connection until it closes or the proxy
@@ -184,13 +158,16 @@ func (p *Proxy) ServeConn(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	pc := &proxyClient{p: p, conn: conn, out: make(chan []byte, 64), gone: make(chan struct{}),
+	pc := &proxyClient{p: p, conn: conn, box: unixpeer.NewOutbox(64),
 		max: DefaultControlTransfer, sem: make(chan struct{}, p.opts.MaxInFlight)}
 	pc.ctx, pc.cancel = context.WithCancel(p.ctx)
 	p.clients[pc] = struct{}{}
 	p.wg.Add(2)
 	p.mu.Unlock()
-	go pc.writer()
+	go func() {
+		defer p.wg.Done()
+		pc.box.Run(conn)
+	}()
 	go pc.reader()
 }
 
@@ -265,9 +242,8 @@ type proxyClient struct {
 	conn   net.Conn
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte   // encoded messages for the writer
-	gone   chan struct{} // closed when the reader ends
-	sem    chan struct{} // in-flight requests
+	box    *unixpeer.Outbox // encoded messages for the writer; closed when the reader ends
+	sem    chan struct{}    // in-flight requests
 	reqs   sync.WaitGroup
 
 	// guarded by p.mu
@@ -311,26 +287,8 @@ func (pc *proxyClient) queue(m *Message) {
 	}); err != nil {
 		return
 	}
-	select {
-	case pc.out <- enc:
-	case <-pc.gone:
-	default:
+	if !pc.box.Put(enc) {
 		pc.p.log.Warn("mbim proxy: client not reading, message dropped", "msg", m.String())
-	}
-}
-
-func (pc *proxyClient) writer() {
-	defer pc.p.wg.Done()
-	for {
-		select {
-		case b := <-pc.out:
-			if _, err := pc.conn.Write(b); err != nil {
-				pc.conn.Close()
-				return
-			}
-		case <-pc.gone:
-			return
-		}
 	}
 }
 
@@ -342,7 +300,7 @@ func (pc *proxyClient) reader() {
 	defer func() {
 		pc.cancel()
 		pc.reqs.Wait()
-		close(pc.gone)
+		pc.box.Close()
 		pc.conn.Close()
 		p.mu.Lock()
 		delete(p.clients, pc)

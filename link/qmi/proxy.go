@@ -94,7 +94,7 @@ func ListenProxy(c *Client, opts ProxyOptions) (*Proxy, error) {
 	if opts.Name == "" {
 		opts.Name = ProxySocket
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@" + opts.Name, Net: "unix"})
+	ln, err := unixpeer.Listen(opts.Name)
 	if err != nil {
 		return nil, fmt.Errorf("qmi: proxy socket: %w", err)
 	}
@@ -214,24 +214,7 @@ func (p *Proxy) release(ids []ClientID) {
 
 func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if p.ctx.Err() == nil {
-				p.log.Warn("qmi proxy: accept", "err", err)
-			}
-			return
-		}
-		if uc, ok := conn.(*net.UnixConn); ok {
-			uid, pid, err := unixpeer.Cred(uc)
-			if err != nil || !p.opts.AllowUID(uid) {
-				p.log.Warn("qmi proxy: peer refused", "uid", uid, "pid", pid, "err", err)
-				conn.Close()
-				continue
-			}
-		}
-		p.ServeConn(conn)
-	}
+	unixpeer.Accept(ln, p.opts.AllowUID, p.log, "qmi proxy", func() bool { return p.ctx.Err() != nil }, p.ServeConn)
 }
 
 // ServeConn serves one client connection until it closes or the proxy
@@ -244,13 +227,16 @@ func (p *Proxy) ServeConn(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	pc := &proxyClient{p: p, conn: conn, out: make(chan []byte, 64), gone: make(chan struct{}),
+	pc := &proxyClient{p: p, conn: conn, box: unixpeer.NewOutbox(64), left: make(chan struct{}),
 		sem: make(chan struct{}, p.opts.MaxInFlight)}
 	pc.ctx, pc.cancel = context.WithCancel(p.ctx)
 	p.clients[pc] = struct{}{}
 	p.wg.Add(2)
 	p.mu.Unlock()
-	go pc.writer()
+	go func() {
+		defer p.wg.Done()
+		pc.box.Run(conn)
+	}()
 	go pc.reader()
 }
 
@@ -344,9 +330,9 @@ type proxyClient struct {
 	conn   net.Conn
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte   // encoded frames for the writer
-	gone   chan struct{} // closed when the reader ends
-	sem    chan struct{} // in-flight requests
+	box    *unixpeer.Outbox // encoded frames for the writer; closed when the reader ends
+	left   chan struct{}    // closed when the client's IDs are disowned
+	sem    chan struct{}    // in-flight requests
 	reqs   sync.WaitGroup
 
 	opened bool // guarded by p.mu
@@ -355,10 +341,7 @@ type proxyClient struct {
 // queue hands an encoded frame to the writer; a client that does not
 // read loses frames (logged) rather than stalling the modem.
 func (pc *proxyClient) queue(b []byte) {
-	select {
-	case pc.out <- b:
-	case <-pc.gone:
-	default:
+	if !pc.box.Put(b) {
 		pc.p.log.Warn("qmi proxy: client not reading, message dropped")
 	}
 }
@@ -372,21 +355,6 @@ func (pc *proxyClient) send(m *Message) {
 	pc.queue(b)
 }
 
-func (pc *proxyClient) writer() {
-	defer pc.p.wg.Done()
-	for {
-		select {
-		case b := <-pc.out:
-			if _, err := pc.conn.Write(b); err != nil {
-				pc.conn.Close()
-				return
-			}
-		case <-pc.gone:
-			return
-		}
-	}
-}
-
 // reader owns the client: it decodes its stream and answers or forwards
 // each request. When the client goes, it waits for the client's
 // requests, disowns its client IDs and removes it.
@@ -395,7 +363,7 @@ func (pc *proxyClient) reader() {
 	defer func() {
 		pc.cancel()
 		pc.reqs.Wait()
-		close(pc.gone)
+		pc.box.Close()
 		pc.conn.Close()
 		p.mu.Lock()
 		delete(p.clients, pc)
@@ -404,6 +372,7 @@ func (pc *proxyClient) reader() {
 			drop = p.disownLocked(pc)
 		}
 		p.mu.Unlock()
+		close(pc.left)
 		p.release(drop)
 		p.wg.Done()
 	}()
@@ -507,15 +476,47 @@ func (pc *proxyClient) open(m *Message) {
 // claim checks that the client may use (keep true) or release (keep
 // false) id: nobody else holds it. Using it makes the client its holder
 // (a disowned ID is re-owned); releasing it forgets it.
+//
+// A connection that just ended may still hold the ID: qmicli run twice in
+// a row, --client-no-release-cid then --client-cid, can be faster than
+// the proxy notices the first one leave. The claim waits for such a
+// holder to leave (at most leaveWait) before refusing.
 func (pc *proxyClient) claim(id ClientID, keep bool) bool {
+	ok, other := pc.tryClaim(id, keep)
+	if ok || other == nil {
+		return ok
+	}
+	t := time.NewTimer(leaveWait)
+	defer t.Stop()
+	select {
+	case <-other.left:
+		ok, _ = pc.tryClaim(id, keep)
+	case <-t.C:
+	case <-pc.ctx.Done():
+	}
+	if !ok {
+		pc.p.log.Debug("qmi proxy: client ID held by another connection", "service", id.Service, "client", id.Client)
+	}
+	return ok
+}
+
+// leaveWait bounds how long a claim waits for another connection that
+// holds the ID to leave.
+const leaveWait = 500 * time.Millisecond
+
+// tryClaim is claim without waiting; other is the connection holding the
+// ID when that is why it fails.
+func (pc *proxyClient) tryClaim(id ClientID, keep bool) (ok bool, other *proxyClient) {
 	p := pc.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o, known, self := p.holderLocked(id)
 	switch {
-	case self, o != nil && o != pc:
-		p.log.Debug("qmi proxy: client ID held by another user", "service", id.Service, "client", id.Client)
-		return false
+	case self:
+		p.log.Debug("qmi proxy: client ID held by mhistack", "service", id.Service, "client", id.Client)
+		return false, nil
+	case o != nil && o != pc:
+		return false, o
 	case !keep:
 		delete(p.owner, id)
 		p.undisownLocked(id)
@@ -525,7 +526,7 @@ func (pc *proxyClient) claim(id ClientID, keep bool) bool {
 		}
 		p.owner[id] = pc
 	}
-	return true
+	return true, nil
 }
 
 // sync answers CTL Sync without forwarding it (it would drop mhistack's

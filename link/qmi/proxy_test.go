@@ -368,6 +368,29 @@ func TestProxyDisownsUnreleasedClientIDs(t *testing.T) {
 		waitUntil(t, "the client gone", func() bool { return r.p.Clients() == 0 })
 		return id
 	}
+	// Claimed at once after its holder hung up, before the proxy may
+	// have noticed: the claim waits for the holder to leave.
+	for range 20 {
+		c1 := openRaw()
+		alloc := qmi.AllocateCIDRequest(qmi.ServiceDMS)
+		alloc.TID = 2
+		id, err := qmi.ParseClientID(c1.call(alloc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1.conn.Close()
+		c2 := openRaw()
+		if err := c2.call(req(qmi.ServiceDMS, id.Client, 3, qmi.DMSGetIDs)).Result(); err != nil {
+			t.Fatalf("client ID claimed right after its holder hung up: %v", err)
+		}
+		rel := qmi.ReleaseCIDRequest(id)
+		rel.TID = 4
+		if err := c2.call(rel).Result(); err != nil {
+			t.Fatal(err)
+		}
+		c2.conn.Close()
+		waitUntil(t, "the clients gone", func() bool { return r.p.Clients() == 0 })
+	}
 	first := leave()
 	if held, dis := r.p.ClientIDs(); len(held) != 0 || len(dis) != 1 || dis[0] != first {
 		t.Fatalf("after the client left: held %v disowned %v", held, dis)
@@ -514,6 +537,7 @@ func TestQmicliThroughProxy(t *testing.T) {
 		return v[:strings.IndexByte(v, '\'')]
 	}
 	cid := quoted(run("--dms-get-ids", "--client-no-release-cid"), "CID: ")
+	waitUntil(t, "qmicli's connection gone", func() bool { return p.Clients() == 0 })
 	if _, dis := p.ClientIDs(); len(dis) != 1 {
 		t.Errorf("disowned client IDs %v, want qmicli's DMS %s", dis, cid)
 	}
@@ -527,6 +551,7 @@ func TestQmicliThroughProxy(t *testing.T) {
 	}
 	expect(run("--client-cid="+wds, "--client-no-release-cid", "--wds-get-current-settings"), "IPv4 address: 10.0.0.2", "MTU: 1500")
 	run("--client-cid="+wds, "--wds-stop-network="+handle)
+	waitUntil(t, "qmicli's connection gone", func() bool { return p.Clients() == 0 })
 	if held, dis := p.ClientIDs(); len(held)+len(dis) != 0 {
 		t.Errorf("after qmicli released its client IDs the proxy still tracks %v %v", held, dis)
 	}
