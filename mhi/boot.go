@@ -336,8 +336,11 @@ func (r bhieResult) String() string {
 // runBHIe starts a transfer over v in direction d and waits for its status
 // (§4.4): the table address (high word first), its size in bytes, then a
 // read-modify-write of the doorbell with a random non-zero sequence. A
-// status left from an earlier transfer must not be taken for ours: a result
-// must echo our sequence or at least have changed.
+// status of another transfer must not be taken for ours: a result must
+// echo our sequence. A device that does not echo sequences (Linux never
+// checks them) leaves 0 there; its result must at least have changed since
+// we rang. A status with another non-zero sequence (an earlier transfer
+// ending late) is never ours.
 func (c *Controller) runBHIe(ctx context.Context, d bhieDir, v *bhieVector) (bhieResult, error) {
 	b := c.bhieOff
 	res := bhieResult{seq: sessionID(), dir: d.name}
@@ -357,7 +360,8 @@ func (c *Controller) runBHIe(ctx context.Context, d bhieDir, v *bhieVector) (bhi
 		if Field(res.status, BHIEStatusMask, BHIEStatusShift) == 0 {
 			return false, nil
 		}
-		return res.status&BHIESeqMask == res.seq || res.status != prev, nil
+		seq := res.status & BHIESeqMask
+		return seq == res.seq || seq == 0 && res.status != prev, nil
 	})
 	return res, err
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -70,9 +73,20 @@ func TestCrashDumpCollectedOverBHIeThenRecovered(t *testing.T) {
 // A modem found crashed in RDDM at power-up (nobody collected its dump) is
 // dumped, reset and brought up.
 func TestCrashDumpCollectedAtPowerUp(t *testing.T) {
+	r, img := powerUpCrashed(t, nil)
+	d, ok := r.c.LastCrashDump()
+	if !ok || !bytes.Equal(d.Data[:len(img)], img) {
+		t.Fatalf("LastCrashDump = %v, want the modem's image", ok)
+	}
+}
+
+// powerUpCrashed crashes a modem into RDDM with a 5000-byte image, then
+// powers it up through wrap (newRigWrap).
+func powerUpCrashed(t *testing.T, wrap func(*vpci.Device) pci.Device) (*rig, []byte) {
+	t.Helper()
 	p := *profile(t, "foxconn-sdx55")
 	p.RDDMSize = 8 << 10
-	r := newRigProfile(t, &p, sim.Options{}, mhi.Options{})
+	r := newRigWrap(t, &p, sim.Options{}, mhi.Options{}, wrap)
 	img := bootImage(5000)
 	if err := r.m.TriggerCrash(img); err != nil {
 		t.Fatal(err)
@@ -82,8 +96,100 @@ func TestCrashDumpCollectedAtPowerUp(t *testing.T) {
 	if err := r.c.PowerUp(ctx); err != nil {
 		t.Fatalf("PowerUp of a modem in RDDM: %v", err)
 	}
+	return r, img
+}
+
+// staleRXStatus is a backend whose BAR holds back the host's RXVECDB ring
+// until the host first polls RXVECSTATUS, and answers that poll with a
+// completed status of another transfer (another non-zero sequence): an
+// earlier upload whose status lands after the host rang.
+type staleRXStatus struct {
+	*vpci.Device
+	bar *staleBAR
+}
+
+func (d staleRXStatus) BAR(i int) (pci.BAR, error) {
+	if i != 0 {
+		return d.Device.BAR(i)
+	}
+	return d.bar, nil
+}
+
+type staleBAR struct {
+	pci.BAR
+
+	mu     sync.Mutex
+	bhie   uint64 // BHIEOFF, once the BAR decodes
+	held   uint32 // the RXVECDB value held back, 0 when none
+	served bool   // the stale status was answered
+}
+
+// bhieOff reads BHIEOFF until the BAR decodes. The caller holds b.mu.
+func (b *staleBAR) bhieOff() uint64 {
+	if b.bhie == 0 {
+		if v := b.BAR.Read32(mhi.RegBHIEOFF); v != 0xFFFFFFFF {
+			b.bhie = uint64(v)
+		}
+	}
+	return b.bhie
+}
+
+func (b *staleBAR) Write32(off uint64, v uint32) {
+	b.mu.Lock()
+	if !b.served && v&mhi.BHIESeqMask != 0 && b.bhieOff() != 0 && off == b.bhie+mhi.BHIERxVecDB {
+		b.held = v
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.BAR.Write32(off, v)
+}
+
+func (b *staleBAR) Read32(off uint64) uint32 {
+	b.mu.Lock()
+	if b.held == 0 || off != b.bhie+mhi.BHIERxVecStatus {
+		b.mu.Unlock()
+		return b.BAR.Read32(off)
+	}
+	db := b.held
+	b.held, b.served = 0, true
+	b.mu.Unlock()
+	other := db&mhi.BHIESeqMask ^ 1
+	if other == 0 {
+		other = 2
+	}
+	b.BAR.Write32(b.bhie+mhi.BHIERxVecDB, db)
+	return mhi.BHIEStatusXferDone<<mhi.BHIEStatusShift | other
+}
+
+// The host takes only a status that echoes its sequence for the end of
+// its RDDM upload: a completed status of another transfer, seen before the
+// device even started, is not it (the dump would be read before, and
+// while, the device writes it).
+func TestCrashDumpWaitsForItsOwnTransferStatus(t *testing.T) {
+	var bar *staleBAR
+	r, img := powerUpCrashed(t, func(d *vpci.Device) pci.Device {
+		inner, err := d.BAR(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bar = &staleBAR{BAR: inner}
+		return staleRXStatus{d, bar}
+	})
+	bar.mu.Lock()
+	served := bar.served
+	bar.mu.Unlock()
+	if !served {
+		t.Fatal("the host never polled RXVECSTATUS after ringing RXVECDB")
+	}
 	d, ok := r.c.LastCrashDump()
-	if !ok || !bytes.Equal(d.Data[:len(img)], img) {
-		t.Fatalf("LastCrashDump = %v, want the modem's image", ok)
+	if !ok {
+		t.Fatal("no crash dump collected")
+	}
+	if i := firstDiff(d.Data[:len(img)], img); i < len(img) {
+		t.Fatalf("dump differs from the modem's image at byte %d: the host took another transfer's status", i)
+	}
+	if n := r.m.RDDMUploads(); n != 1 {
+		t.Errorf("modem uploaded %d dumps, want 1", n)
 	}
 }

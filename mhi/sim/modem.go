@@ -572,7 +572,7 @@ func (m *Modem) step() bool {
 		m.bhieDownload()
 	}
 	if p.rddm {
-		m.rddmDoorbell() // rddm.go
+		m.rddmDoorbell(p.rddmSeq) // rddm.go
 	}
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()

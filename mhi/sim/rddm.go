@@ -19,6 +19,7 @@ import (
 type rddmState struct {
 	dump    []byte // the image of the pending crash, nil when none
 	armed   bool   // RXVECDB rung and not used yet
+	seq     uint32 // the sequence it was rung with
 	uploads int    // completed uploads
 }
 
@@ -49,14 +50,11 @@ func (m *Modem) crashIntoRDDM(dump []byte) {
 	}
 }
 
-// rddmDoorbell handles a BHIE_RXVECDB write. The caller holds m.mu.
-func (m *Modem) rddmDoorbell() {
-	if m.regs.bhieReg(mhi.BHIERxVecDB)&mhi.BHIESeqMask == 0 {
-		// Sequence 0 is the host clearing the register (Linux does at
-		// prepare time), not a transfer request.
-		return
-	}
-	m.boot.rddm.armed = true
+// rddmDoorbell handles a BHIE_RXVECDB write of sequence seq (non-zero,
+// latched by the register write: regs.go): one write, at most one upload.
+// The caller holds m.mu.
+func (m *Modem) rddmDoorbell(seq uint32) {
+	m.boot.rddm.armed, m.boot.rddm.seq = true, seq
 	if m.ee == mhi.EERDDM && m.boot.rddm.dump != nil {
 		m.rddmUpload()
 	}
@@ -66,7 +64,7 @@ func (m *Modem) rddmDoorbell() {
 // An image larger than the table is cut at its end. The caller holds m.mu.
 func (m *Modem) rddmUpload() {
 	m.boot.rddm.armed = false
-	seq := m.regs.bhieReg(mhi.BHIERxVecDB) & mhi.BHIESeqMask
+	seq := m.boot.rddm.seq
 	table := uint64(m.regs.bhieReg(mhi.BHIERxVecAddrHigh))<<32 | uint64(m.regs.bhieReg(mhi.BHIERxVecAddrLow))
 	size := int(m.regs.bhieReg(mhi.BHIERxVecSize))
 	rest := m.boot.rddm.dump

@@ -57,7 +57,8 @@ type latch struct {
 // never does the work itself: it must not block the host (vpci.Model).
 type pending struct {
 	ctrl, crdb, bhi, bhie, soc bool
-	rddm                       bool      // BHIE_RXVECDB written (rddm.go)
+	rddm                       bool      // BHIE_RXVECDB written with a sequence (rddm.go)
+	rddmSeq                    uint32    // that sequence, latched at the write
 	chdb                       [2]uint64 // one bit per channel doorbell
 }
 
@@ -198,7 +199,14 @@ func (r *regFile) write(off uint64, v uint32) writeResult {
 		case mhi.BHIETxVecDB:
 			r.pend.bhie, res.work = true, true
 		case mhi.BHIERxVecDB:
-			r.pend.rddm, res.work = true, true
+			// Sequence 0 is the host clearing the register
+			// (Linux does at prepare time), not a transfer
+			// request. The sequence is latched now: by the time
+			// the device goroutine looks, the register may hold a
+			// later write's, and one write is one request.
+			if seq := v & mhi.BHIESeqMask; seq != 0 {
+				r.pend.rddm, r.pend.rddmSeq, res.work = true, seq, true
+			}
 		}
 		return res
 	case off >= bhiOff && off < bhiOff+mhi.BHIBlockLen:
