@@ -95,7 +95,7 @@ func BenchmarkRXOptions(b *testing.B) {
 	}
 }
 
-// BenchmarkRXCost is the issue-11 target (link+mhi host cost per RX
+// BenchmarkRXCost is the RX-cost target (link+mhi host cost per RX
 // packet with 32-datagram aggregation) on the real framings: 64-byte
 // packets 32 per frame, 1400-byte packets 23 per frame (what fits a 32 KiB
 // buffer) and 1500-byte packets 32 per frame (48 KiB: an OVERFLOW chain of

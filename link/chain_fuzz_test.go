@@ -8,7 +8,7 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci"
 )
 
-// FuzzMHIChain (mbim-qmap-qmi.md §10 item 9, mhi-protocol.md §5.8):
+// FuzzMHIChain (docs/FRAMING.md §10 item 9, docs/PROTOCOL.md §5.8):
 // sequences of DL completions — OVERFLOW, EOT, EOB with device-chosen
 // lengths, and channel resets — through the endpoint's chain state
 // machine. Every completed frame must be exactly its pieces' bytes in

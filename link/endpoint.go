@@ -275,7 +275,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	e.session = opts.Session
 	if e.opts.Channel == "IP_HW0_MBIM" {
 		if _, raw := e.framing.(RawIP); raw {
-			// mhi_wwan_mbim frames everything in NTBs (§7.2): raw IP
+			// mhi_wwan_mbim frames everything in NTBs (docs/PROTOCOL.md §7.2): raw IP
 			// here would send garbage to the modem.
 			return nil, errors.New("link: IP_HW0_MBIM carries MBIM NTBs: set Options.Framing to mbim.NTB{}")
 		}

@@ -20,11 +20,11 @@ import (
 )
 
 // stormBytes sizes the fault-storm transfer. CI runs the reduced size; the
-// full issue-12 storm (1 GiB through the proxy, ten SYS_ERRs, a data
+// full storm (1 GiB through the proxy, ten SYS_ERRs, a data
 // session detach) is a separate, later test.
 var stormBytes = flag.Int("faultstorm.bytes", 8<<20, "least bytes moved by TestFaultStormDuringTCPTransfer (it streams until every fault is done)")
 
-// TestFaultStormDuringTCPTransfer (issue 12 item 1, reduced to the link
+// TestFaultStormDuringTCPTransfer (the fault storm, reduced to the link
 // level): a gVisor TCP connection runs through the endpoint and the
 // emulated modem's loopback while the test injects, one after another,
 // three SYS_ERRs, a burst of lost MSIs, a slow device and RX buffer

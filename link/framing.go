@@ -4,24 +4,24 @@ import "errors"
 
 // MaxFrame bounds one received frame after OVERFLOW reassembly: the MHI
 // TRE length field is 16 bits and Linux caps raw-IP MTUs at 0xFFFF
-// (mhi-protocol.md §7.1), so a longer chain is a broken or hostile device.
+// (docs/PROTOCOL.md §7.1), so a longer chain is a broken or hostile device.
 const MaxFrame = 65535
 
 // Span locates one IP packet inside a received frame.
 type Span struct {
 	Off, Len int
 	// ID is the packet's session: the MBIM IP session of its NDP
-	// (mbim-qmap-qmi.md §3.1) or the QMAP mux ID (§4.1); 0 on raw IP.
+	// (docs/FRAMING.md §3.1) or the QMAP mux ID (docs/FRAMING.md §4.1); 0 on raw IP.
 	// The endpoint hands packets of other sessions than its own to the
 	// Session endpoints made with NewSession.
 	ID uint8
 	// Ctrl marks an in-band control frame rather than an IP packet (a
-	// QMAP command, §4.2): the endpoint passes it to the framing's
+	// QMAP command, docs/FRAMING.md §4.2): the endpoint passes it to the framing's
 	// Controller instead of the stack.
 	Ctrl bool
 	// CsumValid says the modem validated the packet's TCP/UDP checksum
 	// and found it good (the QMAPv5 checksum header's csum_valid bit,
-	// §4.1; rmnet marks such packets CHECKSUM_UNNECESSARY). The endpoint
+	// docs/FRAMING.md §4.1; rmnet marks such packets CHECKSUM_UNNECESSARY). The endpoint
 	// then checks only the IPv4 header checksum itself. Framings that
 	// carry no such statement leave it false.
 	CsumValid bool
@@ -37,7 +37,7 @@ type SessionEncoder interface {
 }
 
 // Controller is a Framing with in-band control frames that the host
-// answers (QMAP flow-control commands, mbim-qmap-qmi.md §4.2).
+// answers (QMAP flow-control commands, docs/FRAMING.md §4.2).
 type Controller interface {
 	// Answer writes into dst the UL frame answering the control frame
 	// ctrl (a span Decode marked Ctrl) and returns its length, or 0 when
@@ -95,7 +95,7 @@ var (
 
 // RawIP is the framing of mhi_net's IP_HW0 and IP_SW0 channels: each
 // transfer is exactly one IPv4 or IPv6 packet, no header
-// (mhi-protocol.md §7.1). The IP version is checked at delivery, not here.
+// (docs/PROTOCOL.md §7.1). The IP version is checked at delivery, not here.
 type RawIP struct{}
 
 // Name implements Framing.

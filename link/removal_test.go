@@ -16,7 +16,7 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-// TestSurpriseRemovalMidTransferFailsEveryBlockedCall (issue 12 item 2):
+// TestSurpriseRemovalMidTransferFailsEveryBlockedCall:
 // the modem falls off the bus (registers read all-ones, DMA fails) while
 // the link endpoint carries traffic both ways, a ControlPort waits in Recv
 // with no deadline of its own, and a channel Reset waits for its command

@@ -11,8 +11,8 @@ import (
 )
 
 // Sessions: an MBIM modem carries several IP sessions (one NDP per
-// session in an NTB, mbim-qmap-qmi.md §3.2) and a QMAP modem several mux
-// IDs (§4.1) over one channel pair. The Endpoint owns the pair and is the
+// session in an NTB, docs/FRAMING.md §3.2) and a QMAP modem several mux
+// IDs (docs/FRAMING.md §4.1) over one channel pair. The Endpoint owns the pair and is the
 // demultiplexer: packets of its own session (Options.Session) take the
 // single-session path unchanged (GRO, no lookup beyond one compare);
 // packets of other sessions go to the Session endpoints made with
@@ -84,7 +84,7 @@ func (s *Session) deliver(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBu
 }
 
 // control handles an in-band control frame on the poller: it is counted
-// and, if the framing answers it (QMAP flow control, §4.2), the answer is
+// and, if the framing answers it (QMAP flow control, docs/FRAMING.md §4.2), the answer is
 // queued on UL at once.
 func (e *Endpoint) control(frame []byte) {
 	e.pass.control++

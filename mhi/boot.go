@@ -11,7 +11,7 @@ import (
 
 // Boot: BHI download in PBL/EDL, BHIe vector-table download in SBL, the
 // full-boot-chain sequence that combines them, and the EDL trigger that
-// brings a modem into its flash programmer (mhi-protocol.md §4.4, §6.4).
+// brings a modem into its flash programmer (docs/PROTOCOL.md §4.4, §6.4).
 
 // BootOptions configure the boot paths of a Controller.
 type BootOptions struct {
@@ -86,7 +86,7 @@ func (c *Controller) progress(fn func(Progress), p Progress) {
 }
 
 // pblTransition handles a device found in PBL/EDL/PTHRU at power-up or
-// after a SYS_ERR reset (mhi-protocol.md §4.4): record the serial number
+// after a SYS_ERR reset (docs/PROTOCOL.md §4.4): record the serial number
 // and, in PBL or EDL, download the boot image over BHI. Without an image
 // the device is left to reach READY on its own (recent Linux behaviour).
 func (c *Controller) pblTransition(ctx context.Context, ee EE) error {

@@ -15,7 +15,7 @@ import (
 // per 4 KiB page).
 const DefaultMRU = 3500
 
-// Flags select the TRE flags of a queued buffer (mhi-protocol.md §3.2).
+// Flags select the TRE flags of a queued buffer (docs/PROTOCOL.md §3.2).
 // BEI is not a flag: the engine sets it from the event ring's moderation.
 type Flags uint32
 
@@ -188,7 +188,7 @@ func (ch *Channel) String() string {
 
 func (ch *Channel) running() bool { return ChanState(ch.state.Load()) == ChanEnabled }
 
-// Start sends START_CHAN and waits for its completion (mhi-protocol.md
+// Start sends START_CHAN and waits for its completion (docs/PROTOCOL.md
 // §4.7). A channel started from DISABLED gets a fresh, empty ring. Start
 // UL before DL, as Linux does. A Start, Stop or Reset still in flight on
 // the channel is waited for first.

@@ -13,7 +13,7 @@ import (
 const cmdRingElements = 128
 
 // commandRing issues START/STOP/RESET commands one at a time and matches
-// completions by the command element's IOVA (mhi-protocol.md §2.3, §4.7).
+// completions by the command element's IOVA (docs/PROTOCOL.md §2.3, §4.7).
 // A command that is abandoned after a timeout keeps its slot until the
 // device completes it or the ring is rewound; its late completion is
 // recognised and dropped.

@@ -9,7 +9,7 @@
 //	ch, err := c.Channel(100, mhi.ChannelOptions{}) // then ch.Start, Queue, Ring
 //
 // The engine follows Linux drivers/bus/mhi/host (init.c, main.c, pm.c,
-// boot.c) as summarised in mhi-protocol.md. Every value the device writes
+// boot.c) as summarised in docs/PROTOCOL.md. Every value the device writes
 // (ring pointers, event fields, lengths) is validated before use.
 //
 // SYS_ERR recovery resets the device (MHICTRL.RESET, which stops its DMA)
@@ -22,6 +22,9 @@
 // over a device left running"). At mission mode the channels of the SBL
 // (SAHARA) are taken down host-side, their buffers handed back (same
 // document, "The SBL's channels at mission mode").
+//
+// Section numbers (§N.N) that name no document refer to docs/PROTOCOL.md,
+// which describes the MHI protocol this package implements.
 package mhi
 
 import (
@@ -620,7 +623,7 @@ func (c *Controller) operationalLocked() error {
 }
 
 // doorbellAllowedLocked reports whether the host may ring doorbells now
-// (Linux MHI_DB_ACCESS_VALID: POR, M0, M2, M3 exit; mhi-protocol.md §4.6).
+// (Linux MHI_DB_ACCESS_VALID: POR, M0, M2, M3 exit; docs/PROTOCOL.md §4.6).
 // TREs queued otherwise stay in memory and are rung at the next M0.
 func (c *Controller) doorbellAllowedLocked() bool {
 	switch c.pm {

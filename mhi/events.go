@@ -8,7 +8,7 @@ import (
 )
 
 // EventRing is one event ring: the device writes events at its rp, the
-// host consumes them and hands slots back by advancing wp (mhi-protocol.md
+// host consumes them and hands slots back by advancing wp (docs/PROTOCOL.md
 // §2.2, §5.5).
 //
 // A ring is either managed by the controller (its interrupts process it,

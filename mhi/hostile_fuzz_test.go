@@ -22,7 +22,7 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-// Malicious-device fuzzing (issue 12 item 3). The emulated modem plays a
+// Malicious-device fuzzing (docs/RELIABILITY.md). The emulated modem plays a
 // hostile device against a full host: an mhi.Controller in mission mode
 // with a link.Endpoint on its data channel pair, carrying traffic. The
 // fuzzer chooses what the device writes into host memory:

@@ -9,7 +9,7 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci"
 )
 
-// PowerUp brings the device to mission mode (mhi-protocol.md §4.3–§4.5):
+// PowerUp brings the device to mission mode (docs/PROTOCOL.md §4.3–§4.5):
 // interrupts on, BHI_INTVEC = 0, an MHI reset with bus mastering off if the
 // device is in any state but RESET or READY (SYS_ERR, or left running by a
 // host that died), bus mastering on, a BHI firmware download if it is in

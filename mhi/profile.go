@@ -6,7 +6,7 @@ import (
 )
 
 // Profile describes one modem family's MHI configuration, as Linux's
-// mhi_pci_generic knows it (mhi-protocol.md §6): PCI IDs, channels, event
+// mhi_pci_generic knows it (docs/PROTOCOL.md §6): PCI IDs, channels, event
 // rings, MRU and timeouts. The host engine and the emulated modem both
 // read it; nothing else about a modem is hard-coded.
 type Profile struct {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// allProfileNames is every modem of mhi-protocol.md §6.3.
+// allProfileNames is every modem of docs/PROTOCOL.md §6.3.
 var allProfileNames = []string{
 	"qcom-sdx24", "qcom-sdx55m", "qcom-sdx65m", "qcom-sdx75m", "qcom-sdx35m",
 	"qcom-sa8775p", "qcom-qdu100",

@@ -2,7 +2,7 @@ package mhi
 
 import "time"
 
-// The modem table (mhi-protocol.md §6.2, §6.3; Linux
+// The modem table (docs/PROTOCOL.md §6.2, §6.3; Linux
 // drivers/bus/mhi/host/pci_generic.c, torvalds 0724869ede9c plus the recent
 // mainline-tracking snapshot and the 2024 EDL-trigger patch). Where the
 // kernel versions differ the later table is used (§6.2 version notes).

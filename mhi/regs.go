@@ -2,7 +2,7 @@ package mhi
 
 import "strconv"
 
-// MMIO register map of the MHI BAR (mhi-protocol.md §1.1; Linux
+// MMIO register map of the MHI BAR (docs/PROTOCOL.md §1.1; Linux
 // drivers/bus/mhi/common.h). All registers are 32-bit little-endian.
 const (
 	RegMHIREGLEN         = 0x00

@@ -8,7 +8,7 @@ import (
 
 // ring is a host-allocated ring of 16-byte elements in DMA memory, aligned
 // to its own (power-of-two) length as Linux's mhi_alloc_aligned_ring does
-// (mhi-protocol.md §2). Indices are element numbers; IOVAs are what the
+// (docs/PROTOCOL.md §2). Indices are element numbers; IOVAs are what the
 // device sees.
 type ring struct {
 	buf  *pci.Buffer

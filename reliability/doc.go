@@ -1,4 +1,4 @@
-// Package reliability holds the system tests of issue 12 that need the
+// Package reliability holds the reliability system tests (docs/RELIABILITY.md) that need the
 // whole pipeline: a client on the host → the SOCKS5/HTTP proxy
 // (stack/proxy) → the stack (stack.Open) → the link endpoint → MHI → the
 // emulated modem → its carrier network → a server on the host's

@@ -18,12 +18,12 @@ import (
 )
 
 var (
-	loadConns = flagInt("load.conns", 200, 50, "concurrent proxied connections in TestLoadConcurrentProxiedConnections (issue 12: 1000)")
+	loadConns = flagInt("load.conns", 200, 50, "concurrent proxied connections in TestLoadConcurrentProxiedConnections (the full run: 1000)")
 	loadBytes = sizeFlag("load.bytes", 1<<20, "bytes each connection of TestLoadConcurrentProxiedConnections moves")
-	loadIdle  = flagInt("load.idle", 1000, 200, "idle proxied connections in TestLoadIdleConnectionsMemory (issue 12: 10000)")
+	loadIdle  = flagInt("load.idle", 1000, 200, "idle proxied connections in TestLoadIdleConnectionsMemory (the full run: 10000)")
 )
 
-// TestLoadConcurrentProxiedConnections is issue 12 item 4: many clients at
+// TestLoadConcurrentProxiedConnections is the load test: many clients at
 // once, each with its own proxied connection through the modem moving
 // -load.bytes of its own pseudo-random stream (half of them download over
 // SOCKS5, half upload over HTTP CONNECT), every stream checked by

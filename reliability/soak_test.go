@@ -18,7 +18,7 @@ var (
 	soakRate     = flag.Int("soak.rate", 200, "TestSoak's transfers (connections) per second at most")
 )
 
-// TestSoak (issue 12 item 4; not in CI: hack/soak.sh) keeps the proxy
+// TestSoak (not in CI: hack/soak.sh) keeps the proxy
 // busy for -soak.duration with 16 workers, together at most -soak.rate
 // transfers a second, each a proxied connection through the modem that
 // moves 256 KiB one way or the other

@@ -20,7 +20,7 @@ import (
 )
 
 // stormBytes is the total moved by TestFaultStormThroughTheProxy, half
-// each way. CI runs the reduced default; issue 12's full storm is
+// each way. CI runs the reduced default; the full storm is
 // -storm.bytes=1GiB.
 var stormBytes = sizeFlag("storm.bytes", func() int64 {
 	if underRace {
@@ -145,7 +145,7 @@ var stormFaults = []storm{
 	sysErrFault(10),
 }
 
-// TestFaultStormThroughTheProxy is issue 12 item 1: a TCP transfer
+// TestFaultStormThroughTheProxy is the fault storm: a TCP transfer
 // through the proxy (half of it down over SOCKS5, half up over HTTP
 // CONNECT, at the same time) while the test injects ten SYS_ERRs, two MSI
 // loss bursts, a slow device, RX buffer starvation and a data session

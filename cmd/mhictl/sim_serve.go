@@ -163,7 +163,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	// The MBIM control pair answers like a modem's MBIM function, so
 	// that mbimcli on the guest's /dev/wwan0mbim0 can bring a session up
-	// (issue 7 item 6, kernel-crosscheck.md).
+	// (hack/kernelcheck, docs/KERNEL-CROSSCHECK.md).
 	if _, _, ok := p.ChannelPair("MBIM"); ok {
 		if _, set := functions["MBIM"]; !set {
 			functions["MBIM"] = "mbim"
@@ -353,7 +353,7 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 			lastS, lastEE = s, ee
 		}
 		// A download shows as a new session id (the host picks a
-		// random non-zero one per transfer, mhi-protocol.md §1.2/§1.3).
+		// random non-zero one per transfer, docs/PROTOCOL.md §1.2/§1.3).
 		for i, img := range [2]sim.BootImage{m.BHIImage(), m.BHIeImage()} {
 			if img.Session != 0 && img.Session != lastImg[i] {
 				lastImg[i] = img.Session

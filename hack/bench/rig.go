@@ -127,7 +127,7 @@ func udp4(seq, size int) []byte {
 }
 
 // mapCsumValid is csum_valid in byte 1 of the MAPv5 checksum header
-// (mbim-qmap-qmi.md §4.1): the modem validated the packet's TCP/UDP
+// (docs/FRAMING.md §4.1): the modem validated the packet's TCP/UDP
 // checksum and found it good.
 const mapCsumValid = 0x80
 

@@ -24,7 +24,7 @@ import (
 // stack with both addresses on the modem's NIC and local short-cuts off,
 // over the modem's loopback function, so that every segment goes out UL
 // (GSO, framing, TX DMA) and comes back DL (refill, poll, GRO). Package
-// stack (issue 8) had not landed when this was written; this is the
+// stack had not landed when this was written; this is the
 // minimal construction link's own end-to-end test uses.
 type tcpPath struct {
 	r          *rig

@@ -14,7 +14,7 @@ import (
 
 // modules are the guest's modules in load order (dependencies first):
 // the MHI core, the WWAN core, the PCI controller driver, then the clients
-// (mhi-protocol.md §7). dyndbg on the core makes its state-machine
+// (docs/PROTOCOL.md §7). dyndbg on the core makes its state-machine
 // messages (dev_dbg) reach dmesg, where the SYS_ERR check finds them.
 var modules = []struct{ name, args string }{
 	{"mhi", "dyndbg=+p"},
@@ -35,7 +35,7 @@ func moduleNames() []string {
 }
 
 // portTypes maps channel names to the WWAN port types mhi_wwan_ctrl gives
-// them (mhi-protocol.md §7.3; the Debian 6.1 and 6.12 modules' aliases:
+// them (docs/PROTOCOL.md §7.3; the Debian 6.1 and 6.12 modules' aliases:
 // DUN, DUN2, MBIM, QMI, DIAG, FIREHOSE; FIREHOSE runs only in EDL).
 var portTypes = map[string]string{"DUN": "at", "DUN2": "at", "MBIM": "mbim", "QMI": "qmi", "DIAG": "qcdm"}
 
@@ -66,7 +66,7 @@ type expect struct {
 
 // configLag lists channels of the profile table that the configs of the
 // Debian kernels (6.1, 6.12) do not have for that modem yet: the table
-// follows a later mainline (mhi-protocol.md §6.2 marks them "recent").
+// follows a later mainline (docs/PROTOCOL.md §6.2 marks them "newer").
 // Channels whose name the module never mentions are found automatically.
 var configLag = map[string][]string{
 	"NMEA": {"telit-fn990", "telit-fe990a", "telit-fn990b40", "telit-fe990b40", "telit-fn920c04"},

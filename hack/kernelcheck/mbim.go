@@ -1,6 +1,6 @@
 package main
 
-// MBIM control plane in the guest (issue 7 item 6): Debian's mbimcli,
+// MBIM control plane in the guest (docs/KERNEL-CROSSCHECK.md §2, the mbim-* checks): Debian's mbimcli,
 // copied into the initramfs with its shared libraries, talks over the
 // kernel's /dev/wwan0mbim0 (mhi_wwan_ctrl) to the emulated modem's MBIM
 // function (mhi/sim MBIMFunction, attached by `mhictl sim serve`):
@@ -69,7 +69,7 @@ func addMbimcli(files map[string]initramfs.Entry) error {
 // mbimSection is the guest script's MBIM part (withMBIM puts it in);
 // @MBIMCHECKS@ is mbimChecks.
 const mbimSection = `
-# ---- MBIM control plane (issue 7 item 6; hack/kernelcheck/mbim.go) ----
+# ---- MBIM control plane (hack/kernelcheck/mbim.go) ----
 mbim_fail_all() { for c in @MBIMCHECKS@; do check $c FAIL "$1"; done; }
 mbim_section() {
 	local dev=/dev/wwan0mbim0 out addr gw ifc

@@ -1,6 +1,6 @@
 package main
 
-// TCP through the kernel's data path to the host (issue 6 item 5): the
+// TCP through the kernel's data path to the host (the tcp-download and tcp-upload checks): the
 // modem's data pair runs the carrier network (mhi/sim CarrierNetwork,
 // `mhictl sim serve -function PAIR=carrier`), which forwards a TCP
 // connection to 198.18.0.1:PORT to the host's 127.0.0.1:PORT, where the

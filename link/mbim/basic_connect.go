@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// BASIC_CONNECT command IDs (mbim-qmap-qmi.md §2.6, libmbim mbim-cid.h).
+// BASIC_CONNECT command IDs (docs/FRAMING.md §2.6, libmbim mbim-cid.h).
 const (
 	CIDDeviceCaps                 uint32 = 1
 	CIDSubscriberReadyStatus      uint32 = 2

@@ -8,7 +8,7 @@
 // (link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}). DecodeNTB
 // reads NTB16 and NTB32 with any number of NDPs, reporting each
 // datagram's IP session; NTBBuilder writes mhi_wwan_mbim's one datagram
-// per NTB16 or, with NTB.MaxDatagrams, aggregates (mbim-qmap-qmi.md §3).
+// per NTB16 or, with NTB.MaxDatagrams, aggregates (docs/FRAMING.md §3).
 //
 // A host brings a session up in three calls:
 //
@@ -19,7 +19,7 @@
 // Lower down, NewClient runs the transaction engine over any Transport
 // (an mhi.ControlPort, a pipe, a socket) and Client.Command sends one
 // COMMAND; the typed calls (DeviceCaps, Connect, IPConfiguration, …)
-// encode and decode the information buffers of mbim-qmap-qmi.md §2.8.
+// encode and decode the information buffers of docs/FRAMING.md §2.8.
 // Proxy serves the abstract unix socket "mbim-proxy" so that unmodified
 // mbimcli -p and ModemManager share the modem with this process.
 //
@@ -30,6 +30,9 @@
 // Wire formats follow the MBIM 1.0 specification as implemented by
 // libmbim (src/libmbim-glib/mbim-message.c, mbim-device.c, mbim-proxy.c,
 // mbim-cid.h, mbim-errors.h, data/mbim-service-basic-connect.json) and
-// summarised in shared/docs/mbim-qmap-qmi.md §2 and §6; no code was taken
+// summarised in docs/FRAMING.md §2 and §6; no code was taken
 // from libmbim.
+//
+// Section numbers (§N.N) that name no document refer to docs/FRAMING.md;
+// the MBIM 1.0 specification and 3GPP sections are named as such.
 package mbim

@@ -13,7 +13,7 @@ import (
 )
 
 // Fuzz targets for every decoder of device or client input
-// (mbim-qmap-qmi.md §10). Each checks that the decoder never panics and,
+// (docs/FRAMING.md §10). Each checks that the decoder never panics and,
 // where an encoder exists, that what decodes re-encodes to the same value.
 
 // seedMessages are well-formed messages of every type.

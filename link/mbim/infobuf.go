@@ -6,7 +6,7 @@ import (
 	"unicode/utf16"
 )
 
-// Information buffers (mbim-qmap-qmi.md §2.7): a fixed part of
+// Information buffers (docs/FRAMING.md §2.7): a fixed part of
 // little-endian fields, then a variable part holding strings and arrays,
 // each item padded to 4 bytes and referenced from the fixed part by an
 // (offset, size) pair. Offsets are relative to the start of the buffer

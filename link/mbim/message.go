@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// MessageType is the first header field (mbim-qmap-qmi.md §2.2). A
+// MessageType is the first header field (docs/FRAMING.md §2.2). A
 // response type is its request type | 0x80000000.
 type MessageType uint32
 
@@ -88,7 +88,7 @@ const (
 	MinControlTransfer = 64
 	// DefaultControlTransfer is what libmbim offers on wwan ports that
 	// cannot report one, and thus what real modems are used to
-	// (mbim-qmap-qmi.md §2.1).
+	// (docs/FRAMING.md §2.1).
 	DefaultControlTransfer = 4096
 	// MaxControlTransfer is the largest fragment accepted or produced:
 	// one MHI control transfer (Linux MHI_WWAN_MAX_MTU).
@@ -251,7 +251,7 @@ type fragment struct {
 
 // decodeFragment decodes one message or fragment whose MessageLength is
 // len(b). It checks every length against the type's fixed size (§2.2,
-// §10.2 of mbim-qmap-qmi.md) and never reads outside b.
+// docs/FRAMING.md §10 item 2) and never reads outside b.
 func decodeFragment(b []byte) (fragment, error) {
 	var f fragment
 	if len(b) < headerLen {

@@ -21,7 +21,7 @@ func unhex(t testing.TB, s string) []byte {
 	return b
 }
 
-// The bytes mbimcli 1.28.2 sent (mbim-qmap-qmi.md §2.9).
+// The bytes mbimcli 1.28.2 sent (docs/FRAMING.md §2.9).
 func TestEncodingMatchesMbimcliOnTheWire(t *testing.T) {
 	open := &mbim.Message{Type: mbim.TypeOpen, TID: 2, MaxControlTransfer: 4096}
 	if got, want := open.Encode(), unhex(t, "01000000 10000000 02000000 00100000"); !bytes.Equal(got, want) {

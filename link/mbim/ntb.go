@@ -7,8 +7,8 @@ import (
 	"github.com/mhistack/mhistack/link"
 )
 
-// MBIM data framing: NCM Transfer Blocks (mbim-qmap-qmi.md §3.1,
-// mhi-protocol.md §7.2). All fields are little-endian.
+// MBIM data framing: NCM Transfer Blocks (docs/FRAMING.md §3.1,
+// docs/PROTOCOL.md §7.2). All fields are little-endian.
 const (
 	NTH16Sig = 0x484D434E // "NCMH"
 	NTH32Sig = 0x686D636E // "ncmh"

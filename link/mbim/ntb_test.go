@@ -12,7 +12,7 @@ import (
 )
 
 // kernelNTB16 is the NTB mhi_wwan_mbim's mbim_tx_fixup builds for a
-// 4-byte datagram on session 3 with wSequence 0x1234 (mbim-qmap-qmi.md
+// 4-byte datagram on session 3 with wSequence 0x1234 (docs/FRAMING.md
 // §3.2): NTH16 at 0, NDP16 at 12 with one pointer and the terminator, the
 // datagram at 0x1C.
 var kernelNTB16 = []byte{

@@ -35,7 +35,7 @@ type ProxyOptions struct {
 }
 
 // Proxy shares a Client with libmbim programs: it speaks libmbim's
-// mbim-proxy protocol (mbim-qmap-qmi.md §6.1; libmbim mbim-proxy.c) on an
+// mbim-proxy protocol (docs/FRAMING.md §6.1; libmbim mbim-proxy.c) on an
 // abstract unix socket. A client configures the proxy (PROXY_CONTROL
 // CONFIGURATION), then OPEN and CLOSE are answered locally — never
 // forwarded, so a client's CLOSE cannot tear down mhistack's data

@@ -11,7 +11,7 @@ import (
 	"github.com/mhistack/mhistack/internal/sessionloop"
 )
 
-// SessionState is a step of data-session bring-up (mbim-qmap-qmi.md
+// SessionState is a step of data-session bring-up (docs/FRAMING.md
 // §2.10, the order ModemManager and mbim-network use).
 type SessionState int
 

@@ -6,7 +6,7 @@ import (
 )
 
 // Status is the Status field of OPEN_DONE, CLOSE_DONE and COMMAND_DONE
-// (mbim-qmap-qmi.md §2.4, libmbim mbim-errors.h). A non-zero Status is an
+// (docs/FRAMING.md §2.4, libmbim mbim-errors.h). A non-zero Status is an
 // error whose text names it the way a user reads it ("SIM not inserted",
 // "PIN required"); errors returned by this package wrap it, so
 //
@@ -158,7 +158,7 @@ var (
 )
 
 // ProtocolError is the ErrorStatusCode of HOST_ERROR and FUNCTION_ERROR
-// (mbim-qmap-qmi.md §2.4). It is an error; a FUNCTION_ERROR answering a
+// (docs/FRAMING.md §2.4). It is an error; a FUNCTION_ERROR answering a
 // request is returned as a *FunctionError wrapping it.
 type ProtocolError uint32
 
@@ -207,7 +207,7 @@ func (e *FunctionError) Unwrap() error { return e.Code }
 // NwError is a 3GPP cause (TS 24.008 §10.5.6.6 / §10.5.3.6) that
 // REGISTER_STATE, PACKET_SERVICE and CONNECT report next to the status;
 // a refused CONNECT usually comes back as FAILURE with the real reason
-// here (mbim-qmap-qmi.md §2.4).
+// here (docs/FRAMING.md §2.4).
 type NwError uint32
 
 var nwText = map[NwError]string{

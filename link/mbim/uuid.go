@@ -7,10 +7,10 @@ import (
 
 // UUID is a service or context-type identifier. MBIM sends the 16 bytes
 // in textual order, big-endian, without the GUID byte swapping of USB
-// descriptors (mbim-qmap-qmi.md §2.5, libmbim mbim-uuid.c).
+// descriptors (docs/FRAMING.md §2.5, libmbim mbim-uuid.c).
 type UUID [16]byte
 
-// Well-known UUIDs (mbim-qmap-qmi.md §2.5).
+// Well-known UUIDs (docs/FRAMING.md §2.5).
 var (
 	// ServiceBasicConnect is the MBIM 1.0 BASIC_CONNECT service.
 	ServiceBasicConnect = MustParseUUID("a289cc33-bcbb-8b4f-b6b0-133ec2aae6df")

@@ -1,6 +1,6 @@
 // Package qmap frames IP packets in QMAP (rmnet MAP), the multiplexing
 // and aggregation protocol of QMI modems on the IP_HW0 channel
-// (mbim-qmap-qmi.md §4): MAPv1 and MAPv5 de-aggregation with padding and
+// (docs/FRAMING.md §4): MAPv1 and MAPv5 de-aggregation with padding and
 // mux IDs, flow-control command frames answered with an ACK, and UL
 // aggregation.
 //
@@ -13,6 +13,8 @@
 // their bytes, never panic on device input, and are fuzzed. Layouts are
 // from include/linux/if_rmnet.h and rmnet.rst as summarised in the doc;
 // no code was taken from Linux.
+//
+// Section numbers (§N.N) that name no document refer to docs/FRAMING.md.
 package qmap
 
 import (

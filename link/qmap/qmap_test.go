@@ -10,7 +10,7 @@ import (
 	"github.com/mhistack/mhistack/link/qmap"
 )
 
-// dlV1 is a MAPv1 DL aggregate as mbim-qmap-qmi.md §4.1/§4.3 lays it
+// dlV1 is a MAPv1 DL aggregate as docs/FRAMING.md §4.1/§4.3 lays it
 // out: a 5-byte packet on mux 0x81 padded to 8 (PAD_LEN 3), an empty
 // frame, a 4-byte packet on mux 1 without pad, a FLOW_DISABLE command on
 // mux 0x81, and one trailing zero byte of alignment.

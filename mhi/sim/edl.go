@@ -7,7 +7,7 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 )
 
-// Emergency download (EDL) and the flash programmer (mhi-protocol.md §6.1,
+// Emergency download (EDL) and the flash programmer (docs/PROTOCOL.md §6.1,
 // §6.4, §8.7), and the boot knobs that go with the BHIe path.
 //
 // A modem whose profile has EDLTrigger honours the cookie 0xEDEDEDED in

@@ -15,7 +15,7 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 )
 
-// This file is a scripted raw host: it follows mhi-protocol.md step by step
+// This file is a scripted raw host: it follows docs/PROTOCOL.md step by step
 // with raw register writes and DMA buffers. It deliberately does not use
 // the mhi host engine, so that the modem is checked independently of it.
 

@@ -13,15 +13,15 @@ type Framing uint8
 
 const (
 	// FramingRawIP: one IP packet per transfer, as mhi_net sends on
-	// IP_HW0 and IP_SW0 (mhi-protocol.md §7.1).
+	// IP_HW0 and IP_SW0 (docs/PROTOCOL.md §7.1).
 	FramingRawIP Framing = iota
 	// FramingMBIM: MBIM NTB16, as mhi_wwan_mbim sends on IP_HW0_MBIM
-	// (mhi-protocol.md §7.2, mbim-qmap-qmi.md §3).
+	// (docs/PROTOCOL.md §7.2, docs/FRAMING.md §3).
 	FramingMBIM
 	// FramingQMAP: QMAP (MAPv1) on IP_HW0 with rmnet on top
-	// (mbim-qmap-qmi.md §4).
+	// (docs/FRAMING.md §4).
 	FramingQMAP
-	// FramingQMAPv5: QMAP with the MAPv5 checksum header (§4.1).
+	// FramingQMAPv5: QMAP with the MAPv5 checksum header (docs/FRAMING.md §4.1).
 	FramingQMAPv5
 )
 

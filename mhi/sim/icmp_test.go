@@ -267,7 +267,7 @@ func TestNTB16RejectsMalformedBlocks(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	// wBlockLength 0 is accepted (Linux has no lower bound, §3.2).
+	// wBlockLength 0 is accepted (Linux has no lower bound, docs/FRAMING.md §3.2).
 	if err := parseNTB16(mod(func(b []byte) { le.PutUint16(b[8:], 0) }), func(uint8, []byte) {}); err != nil {
 		t.Errorf("wBlockLength 0: %v", err)
 	}

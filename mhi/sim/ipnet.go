@@ -12,14 +12,14 @@ import (
 )
 
 // Defaults of DL aggregation: what ModemManager asks a QMAP modem for and
-// what MBIM modems put in one 32 KiB NTB (mbim-qmap-qmi.md §0, §7).
+// what MBIM modems put in one 32 KiB NTB (docs/FRAMING.md §0, §7).
 const (
 	DefaultAggDatagrams = 32
 	DefaultAggBytes     = 32768
 )
 
 // ruleULFraming names the rule a host breaks with a malformed UL frame.
-const ruleULFraming = "mbim-qmap-qmi.md §3.1/§4.1: UL frames on a framed data channel parse (NTB or QMAP)"
+const ruleULFraming = "docs/FRAMING.md §3.1/§4.1: UL frames on a framed data channel parse (NTB or QMAP)"
 
 // Violation reports a host protocol violation found by a function (bad
 // UL framing, say): it is counted in Stats().Violations, kept in
@@ -34,7 +34,7 @@ func (p *Port) Violation(rule, format string, args ...any) {
 // per session); QMAP aggregates MAP frames (MAPv5 with a checksum header
 // saying "valid"). A frame larger than the host's DL buffers is split by
 // Port.Send into OVERFLOW pieces, as a modem whose MTU exceeds the host's
-// MRU does (mhi-protocol.md §5.8). It is not safe for concurrent use.
+// MRU does (docs/PROTOCOL.md §5.8). It is not safe for concurrent use.
 type Framer struct {
 	framing Framing
 	enc     link.SessionEncoder

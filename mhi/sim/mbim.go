@@ -14,7 +14,7 @@ import (
 
 // MBIMFunction is the modem's MBIM control function on the "MBIM"
 // channel pair (12/13): it answers OPEN, CLOSE and the BASIC_CONNECT
-// commands a host needs for a data session (mbim-qmap-qmi.md §2, §9) from
+// commands a host needs for a data session (docs/FRAMING.md §2, §9) from
 // the state machine in mbim_state.go, sends indications when that state
 // changes, and lets a test turn the knobs of MBIMConfig to provoke every
 // failure a real modem shows.
@@ -128,7 +128,7 @@ type Carrier struct {
 }
 
 // DefaultCarrier is the carrier configuration used when none is given:
-// documentation addresses, MTU 1500 (mbim-qmap-qmi.md §7).
+// documentation addresses, MTU 1500 (docs/FRAMING.md §7).
 func DefaultCarrier() Carrier {
 	return Carrier{
 		IPv4:        netip.MustParsePrefix("10.0.0.2/30"),

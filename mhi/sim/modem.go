@@ -1,5 +1,5 @@
 // Package sim is the emulated modem: the device side of MHI (the Linux EP
-// stack's behaviour, mhi-protocol.md §8, plus a boot ROM) as a PCI device
+// stack's behaviour, docs/PROTOCOL.md §8, plus a boot ROM) as a PCI device
 // model for the in-process bus mhi/pci/vpci, impersonating any modem
 // profile. Channel pairs are backed by Functions (Loopback by default on
 // "LOOPBACK"); strict mode turns every host protocol violation into a test
@@ -19,6 +19,9 @@
 // the MHI state machine and the rings and calls the Functions; a second one
 // fires moderated MSIs. Port.Send may run on any goroutine and shares the
 // device lock. Detach stops everything.
+//
+// Section numbers (§N.N) that name no document refer to docs/PROTOCOL.md;
+// docs/FRAMING.md (MBIM, NTB, QMAP) is always named.
 package sim
 
 import (

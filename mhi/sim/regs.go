@@ -9,7 +9,7 @@ import (
 // BAR0 layout. The MHI core block is at 0 as on every modem; where the BHI,
 // BHIe and doorbell blocks sit is the device's choice, advertised in
 // BHIOFF/BHIEOFF/CHDBOFF/ERDBOFF. This is the self-consistent layout
-// suggested in mhi-protocol.md §1.4 (not a copy of real silicon): it keeps
+// suggested in docs/PROTOCOL.md §1.4 (not a copy of real silicon): it keeps
 // clear of the fixed SOC_RESET_REQ (0xB0) and SOC_HW_VERSION (0x224).
 const (
 	barSize = 0x1000

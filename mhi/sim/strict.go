@@ -14,7 +14,7 @@ import (
 var ErrViolation = errors.New("sim: host protocol violation")
 
 // Violation is a host protocol violation the modem detected: Rule is the
-// rule broken, with the mhi-protocol.md section that states it; Detail is
+// rule broken, with the docs/PROTOCOL.md section that states it; Detail is
 // what the host did.
 type Violation struct {
 	Rule   string

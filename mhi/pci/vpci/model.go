@@ -45,7 +45,7 @@ type Host interface {
 	// n mod enabled, as the low MSI data bits of a real function do.
 	RaiseMSI(n int)
 	// ResetConfig is the function's own PCIe core being reset with the
-	// rest of the device (a SoC reset, §1.1 MHI_SOC_RESET_REQ): config
+	// rest of the device (a SoC reset, docs/PROTOCOL.md §1.1 MHI_SOC_RESET_REQ): config
 	// space returns to its power-on values (BARs, Command register and
 	// MSI enable cleared), so memory decoding, DMA and MSIs stop until
 	// the host restores config space (Linux pci_restore_state). The

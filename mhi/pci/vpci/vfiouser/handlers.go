@@ -193,7 +193,7 @@ func (s *Server) configAccess(off uint64, p []byte, write bool) syscall.Errno {
 // naturally aligned 32-bit accesses while memory decoding is on (and, PM
 // 1.2 §5.4.1, not in D3hot); anything
 // else reads all-ones and drops writes, as an unclaimed PCIe transaction
-// would (MHI registers are 32-bit, mhi-protocol.md §1).
+// would (MHI registers are 32-bit, docs/PROTOCOL.md §1).
 func (s *Server) barAccess(bar int, off uint64, p []byte, write bool) {
 	s.life.RLock()
 	defer s.life.RUnlock()
