@@ -166,7 +166,11 @@ func (r *runner) run(ctx context.Context) error {
 	var initAt time.Duration
 	var helpers []chan struct{}
 	guest := map[string]qh.Row{}
+	var lastLines []string // the serial console's tail, for a guest that stopped early
 	_, qerr := qh.Boot(qctx, m, serial, func(line string) {
+		if lastLines = append(lastLines, line); len(lastLines) > 12 {
+			lastLines = lastLines[1:]
+		}
 		if r.c.verbose {
 			r.say("guest| %s", line)
 		}
@@ -284,7 +288,8 @@ func (r *runner) run(ctx context.Context) error {
 	case qctx.Err() != nil:
 		r.rep.Add(qh.Row{Scope: r.scope(), Name: "run", Status: qh.Fail, Detail: fmt.Sprintf("timeout after %v; %s", r.c.timeout, runDetail)})
 	case !done:
-		r.rep.Add(qh.Row{Scope: r.scope(), Name: "run", Status: qh.Fail, Detail: fmt.Sprintf("the guest stopped before the end (qemu: %v); %s", qerr, runDetail)})
+		r.rep.Add(qh.Row{Scope: r.scope(), Name: "run", Status: qh.Fail, Detail: fmt.Sprintf("the guest stopped before the end (qemu: %v); %s; last serial lines: %s",
+			qerr, runDetail, strings.Join(lastLines, " | "))})
 	default:
 		st := qh.Pass
 		r.mu.Lock()
