@@ -1,5 +1,5 @@
 // Command kernelcheck is the kernel cross-check harness
-// (shared/docs/kernel-crosscheck.md): for each Debian kernel and modem
+// (docs/KERNEL-CROSSCHECK.md): for each Debian kernel and modem
 // profile it starts the emulated modem as a vfio-user server (mhictl sim
 // serve), boots the kernel in QEMU with a vfio-user-pci device on it and a
 // busybox initramfs holding the MHI/WWAN modules, and collects the checks
@@ -330,7 +330,7 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	say := func(format string, args ...any) { fmt.Printf(tag+format+"\n", args...) }
 
 	// The modem first: QEMU connects while it realizes the device and
-	// never retries (kernel-crosscheck.md §5.4). Killed with the run (the
+	// never retries. Killed with the run (the
 	// harness interrupted), like QEMU.
 	sock := filepath.Join(dir, "modem.sock")
 	var echo func(string)
