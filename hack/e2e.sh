@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of mhiproxy with real clients from Debian (issue 9).
+# End-to-end test of mhiproxy with real clients from Debian.
 #
 # Starts a local HTTP server and a UDP echo server on 127.0.0.1, starts
 # mhiproxy on the emulated modem, and fetches through the proxy with

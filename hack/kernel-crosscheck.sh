@@ -7,8 +7,7 @@
 # through the data path (the modem's carrier network forwards 198.18.0.1 to
 # a server the harness runs on this host's 127.0.0.1), SYS_ERR recovery and
 # module unload. The recipe and the QEMU quirks are in
-# shared/docs/kernel-crosscheck.md; the guest checks are in
-# hack/kernelcheck.
+# docs/KERNEL-CROSSCHECK.md; the guest checks are in hack/kernelcheck.
 #
 # QEMU needs the vfio-user client (10.1 or later). Debian bookworm has none,
 # so the script builds qemu-system-x86_64 from Debian's qemu source package
@@ -66,8 +65,8 @@ bpo_apt() {
 	private_apt "$cache/apt-bpo" "deb [signed-by=$keyring] $(mirror_uri) bookworm-backports main"
 }
 
-# --install-build-deps: what configure and ninja need (kernel-crosscheck.md
-# §2). meson ≥ 1.5 and pycotap ≥ 1.1 come from bookworm-backports because
+# --install-build-deps: what configure and ninja need (docs/KERNEL-CROSSCHECK.md
+# §1, QEMU). meson ≥ 1.5 and pycotap ≥ 1.1 come from bookworm-backports because
 # the +ds tarball has no python/wheels; the rest is bookworm.
 install_build_deps() {
 	local aptb debs

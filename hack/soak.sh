@@ -1,5 +1,5 @@
 #!/bin/sh
-# hack/soak.sh: issue 12's soak (not in CI). Keeps the proxy busy through
+# hack/soak.sh: the soak test (not in CI). Keeps the proxy busy through
 # the emulated modem for SOAK_DURATION (default 10m) and prints a table of
 # heap and goroutine samples every SOAK_EVERY (default 30s); see
 # docs/RELIABILITY.md.

@@ -63,7 +63,7 @@ func BenchmarkRX(b *testing.B) {
 }
 
 // BenchmarkRXOptions measures the switchable design choices side by side
-// (DESIGN.md §7) on 1400-byte raw IP packets.
+// (the choices docs/BENCHMARKS.md compares) on 1400-byte raw IP packets.
 func BenchmarkRXOptions(b *testing.B) {
 	cases := []struct {
 		name string

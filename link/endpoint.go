@@ -30,7 +30,8 @@ const (
 	DefaultDeferPoll = 50 * time.Microsecond // gro_flush_timeout
 )
 
-// RefillMode selects who queues RX buffers (background/mhi-net-rx-refill-thread.txt).
+// RefillMode selects who queues RX buffers (netdev thread "[PATCH v2 3/3]
+// net: mhi: Add dedicated alloc thread", Dec 2020).
 type RefillMode int
 
 const (
@@ -88,16 +89,17 @@ type Options struct {
 	// Budget is the most RX packets one poll pass delivers (default 64).
 	Budget int
 	// TXInBudget counts TX completions against the budget (the stmmac
-	// patch that netdev rejected; background/stmmac-napi-tx-budget.txt)
-	// instead of draining them first and for free. Without it, a pair
-	// whose UL and DL share an event ring charges only DL events.
+	// patch that netdev rejected: "[PATCH 13/17] net: stmmac: Implement
+	// NAPI for TX", Feb 2017) instead of draining them first and for free.
+	// Without it, a pair whose UL and DL share an event ring charges only
+	// DL events.
 	TXInBudget bool
 	// InlinePoll polls on the controller's interrupt goroutine (softirq
 	// NAPI) instead of a dedicated poller goroutine (threaded NAPI,
-	// background/ath10k-threaded-napi.txt). Like a softirq, an inline
-	// run that keeps exhausting the budget for 2 ms or 10 passes hands
-	// the rest to the poller goroutine (ksoftirqd), so that the
-	// interrupt goroutine gets back to control events.
+	// as in "[v2] ath10k: snoc: enable threaded napi on WCN3990"). Like
+	// a softirq, an inline run that keeps exhausting the budget for 2 ms
+	// or 10 passes hands the rest to the poller goroutine (ksoftirqd), so
+	// that the interrupt goroutine gets back to control events.
 	InlinePoll bool
 	// DeferPoll and DeferCount are Linux's gro_flush_timeout and
 	// napi_defer_hard_irqs for the dedicated poller: after a pass that
@@ -130,7 +132,8 @@ type Options struct {
 	// poller wakes the refiller (default a quarter of the ring).
 	RefillLevel int
 	// MRU is the RX buffer size (default the channel's MRU, usually the
-	// profile's 32768; background/mhi-pci-generic-mru.txt).
+	// profile's 32768; "[PATCH] bus: mhi: pci-generic: configurable
+	// network interface MRU", net-next 5c2c85315948).
 	MRU int
 	// RXBuffers is the size of the fixed RX DMA pool (default: the DL
 	// ring, plus one budget of frames in flight, plus one OVERFLOW chain).

@@ -50,7 +50,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// TCPOptions tune gVisor's TCP (netstack.md §3.3). Zero fields take the
+// TCPOptions tune gVisor's TCP (docs/STACK.md, Tuning). Zero fields take the
 // defaults given.
 type TCPOptions struct {
 	// SendBuffer and ReceiveBuffer are the buffer ranges (defaults

@@ -123,7 +123,7 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
-// tune applies TCPOptions (netstack.md §3.3).
+// tune applies TCPOptions (docs/STACK.md, Tuning).
 func (s *Stack) tune() error {
 	t := &s.cfg.TCP
 	set := func(what string, opt tcpip.SettableTransportProtocolOption) error {

@@ -1,5 +1,6 @@
-// Command bench reproduces the Linux netdev experiments mhistack's design
-// rests on (shared/docs/background) on the emulated modem and prints
+// Command bench reproduces, on the emulated modem, the Linux netdev
+// experiments mhistack's design rests on (each table names its mailing
+// list thread by subject, as archived on lore.kernel.org) and prints
 // markdown tables: the median and range of several runs per
 // configuration, with the CPU time of the endpoint's goroutine roles read
 // from per-thread CPU clocks.

@@ -62,7 +62,7 @@ func (c *config) refillTable() (*table, error) {
 	}
 	t := &table{
 		title: "1. RX refill: dedicated goroutine vs shared worker vs inline",
-		intro: "`background/mhi-net-rx-refill-thread*.txt`: Linux's mhi_net moved RX buffer refill from the system " +
+		intro: "The netdev thread `[PATCH v2 3/3] net: mhi: Add dedicated alloc thread` (Dec 2020): Linux's mhi_net moved RX buffer refill from the system " +
 			"workqueue to a dedicated kthread and reported, for UDP download at 6 Gbit/s, 61–63 ms/s of CPU for the work " +
 			"vs 21–22 ms/s for the kthread, with slightly better peak and more stable throughput under `stress`; the " +
 			"reviewer asked for both at the same fill level. Here: 1400-byte UDP datagrams, raw IP, from the emulated " +
@@ -141,7 +141,7 @@ func (c *config) budgetTable() (*table, error) {
 	}
 	t := &table{
 		title: "2. NAPI budget accounting: TX completions outside vs inside the budget",
-		intro: "`background/stmmac-napi-tx-budget.txt`: netdev rejected counting TX completions against the NAPI budget " +
+		intro: "The netdev thread `[PATCH 13/17] net: stmmac: Implement NAPI for TX` (Feb 2017): netdev rejected counting TX completions against the NAPI budget " +
 			"(\"a driver should never account TX work to the NAPI poll budget\"). Bidirectional load: the generator " +
 			"sends 1400-byte UDP datagrams DL as fast as buffers are posted while a writer sends 1400-byte UDP " +
 			"datagrams UL in batches of 32 (the modem's sink consumes them). Budget 64. Rates are per second of the window.",
@@ -211,7 +211,7 @@ func (c *config) mruTable() (*table, error) {
 	}
 	t := &table{
 		title: "3. MRU: packet size × MRU with 32-datagram aggregation",
-		intro: "`background/mhi-pci-generic-mru.txt`: with 3500-byte buffers a modem aggregating 32 datagrams per buffer " +
+		intro: "The netdev thread `[PATCH] bus: mhi: pci-generic: configurable network interface MRU` (Jul 2021, net-next commit 5c2c85315948): with 3500-byte buffers a modem aggregating 32 datagrams per buffer " +
 			"fell from 44% to 22% of line rate between 1262- and 1263-byte packets; with 32 KiB buffers the cliff went away. " +
 			"Here the generator sends frames of 32 UDP datagrams of the given IP size built by link/qmap's aggregator " +
 			"(the emulated modem's DL aggregator) and the endpoint decodes them with `qmap.Framing` of the same version. " +

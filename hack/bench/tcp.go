@@ -257,7 +257,7 @@ func (c *config) threadedTable() (*table, error) {
 	}
 	t := &table{
 		title: "4. Threaded vs inline polling",
-		intro: "`background/ath10k-threaded-napi.txt`: threaded NAPI gave ath10k +22–25% UDP RX and +15% TCP RX on a " +
+		intro: "The linux-wireless thread `[v2] ath10k: snoc: enable threaded napi on WCN3990` (2023): threaded NAPI gave ath10k +22–25% UDP RX and +15% TCP RX on a " +
 			"CPU-bound system. Here: the dedicated poller goroutine (threaded, the default) vs polling on the " +
 			"controller's interrupt goroutine (`InlinePoll`, softirq style). UDP RX: generator → counting dispatcher; " +
 			"UDP TX: writer → the modem's sink; TCP: one gVisor TCP connection whose segments all cross the modem " +
@@ -297,8 +297,8 @@ func (c *config) latencyTable() (*table, error) {
 	extra := res[1].med("p50") - res[0].med("p50")
 	t.notes = append(t.notes, fmt.Sprintf("Moderation 1 ms adds %.0f µs to the median round trip (%.1f moderation periods) "+
 		"and %.0f µs to the p99: with BEI the modem defers the MSI of a completion by up to INTMODT (1 ms), and a round "+
-		"trip needs two completions delivered (the request's and the echo's). For reference, netstack.md §7 target 4 "+
-		"(stack + in-memory ring, no modem) is p50 ≤ 35 µs, p99 ≤ 150 µs; moderation 0 measures %.0f / %.0f µs through "+
+		"trip needs two completions delivered (the request's and the echo's). For reference, the latency target for the stack "+
+		"over an in-memory ring (no modem) is p50 ≤ 35 µs, p99 ≤ 150 µs; moderation 0 measures %.0f / %.0f µs through "+
 		"the modem.", extra, extra/1000, res[1].med("p99")-res[0].med("p99"), res[0].med("p50"), res[0].med("p99")))
 	if p50, p99 := res[0].med("p50"), res[0].med("p99"); p99 > 1000 {
 		note := fmt.Sprintf("Without moderation the tail is not the MSI: p99 %.1f ms, %.0f× the p50", p99/1000, p99/p50)

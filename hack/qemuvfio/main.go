@@ -3,7 +3,7 @@
 // it with busybox and the VFIO modules of a Debian kernel into an
 // initramfs, boots QEMU (TCG, q35, intel-iommu with interrupt remapping,
 // edu and nvme devices), and judges the guest's go test output. It is
-// called by hack/qemu-vfio-test.sh; the recipe is shared/docs/vfio.md §3.1.
+// called by hack/qemu-vfio-test.sh; the recipe is docs/VFIO.md §7.
 //
 // Exit status: 0 pass, 1 test failure or timeout, 2 missing prerequisite.
 package main

@@ -38,7 +38,7 @@ func FramingFor(channel string) Framing {
 // requests (IPv4 and ICMPv6) sent by the host on a data channel pair, from
 // whatever address was pinged, and drops everything else. It is what the
 // kernel cross-check pings through mhi_hwip0 and wwan0
-// (kernel-crosscheck.md); on MBIM framing the reply goes back in an NTB16
+// (docs/KERNEL-CROSSCHECK.md); on MBIM framing the reply goes back in an NTB16
 // for the request's session.
 //
 // Its counters may be read at any time; Receive runs on the modem's device

@@ -5,7 +5,7 @@
 // Go has no volatile. A plain *p = v may be dropped by dead-store
 // elimination, a read after a write may be answered from the register
 // without touching the device, and sync/atomic stores compile to XCHG on
-// amd64, which also reads the register (see shared/docs/vfio.md §2.4). The
+// amd64, which also reads the register (go build -gcflags=-S shows each). The
 // accessors here are assembly functions on amd64 and arm64: the compiler
 // never inlines them, so every call is exactly one access of the given
 // width, in program order, and also a compiler barrier.

@@ -26,8 +26,9 @@ func le(size int, fields ...uint64) []byte {
 	return b
 }
 
-// The chain QEMU intel-iommu reported under Linux 6.1 (vfio.md §1.3,
-// §3.1.1): MIGRATION at 24, DMA_AVAIL at 56, IOVA_RANGE at 68; argsz 116.
+// The chain QEMU intel-iommu reported under Linux 6.1 (seen by
+// hack/qemu-vfio-test.sh, docs/VFIO.md §7): MIGRATION at 24, DMA_AVAIL at
+// 56, IOVA_RANGE at 68; argsz 116.
 func TestParseIOMMUInfoOfQEMUIntelIOMMU(t *testing.T) {
 	buf := le(116,
 		0, 4, 116, 4, 4, 0x3, 8, 8, 0x40201000, 16, 4, 24,
@@ -50,7 +51,8 @@ func TestParseIOMMUInfoOfQEMUIntelIOMMU(t *testing.T) {
 	}
 }
 
-// QEMU NVMe BAR0 (vfio.md §1.3): argsz 40, flags 0xf, one MSIX_MAPPABLE cap.
+// QEMU NVMe BAR0 (seen by hack/qemu-vfio-test.sh): argsz 40, flags 0xf,
+// one MSIX_MAPPABLE cap.
 func TestParseRegionInfoWithMSIXMappable(t *testing.T) {
 	buf := le(40, 0, 4, 40, 4, 4, 0xf, 8, 4, 0, 12, 4, 32, 16, 8, 0x4000, 24, 8, 0,
 		32, 2, capMSIXMappable, 34, 2, 1, 36, 4, 0)

@@ -16,8 +16,9 @@ import (
 // CONFIG_VFIO_DEVICE_CDEV): the device cdev /dev/vfio/devices/vfioN is
 // bound to an iommufd (/dev/iommu) and attached to an I/O address space
 // allocated there; DMA is mapped into that IOAS (iommufd.h, vfio.h
-// VFIO_DEVICE_BIND_IOMMUFD; shared/docs/vfio.md §1.7). Debian's kernels lack
-// it, so it is exercised by a fake kernel in cdev_test.go.
+// VFIO_DEVICE_BIND_IOMMUFD; Documentation/driver-api/vfio.rst, "VFIO
+// Device cdev"). Debian's kernels lack it, so it is exercised by a fake
+// kernel in cdev_test.go.
 type ioas struct {
 	iommufd int
 	id      uint32

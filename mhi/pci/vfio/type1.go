@@ -16,8 +16,8 @@ import (
 
 // type1 is the legacy VFIO interface: a container (/dev/vfio/vfio) holding
 // the device's group (/dev/vfio/N) with a type1 IOMMU; the device fd comes
-// from the group (Documentation/driver-api/vfio.rst, shared/docs/vfio.md
-// §1.1 for the exact order).
+// from the group (Documentation/driver-api/vfio.rst: its usage example gives
+// the exact order).
 type type1 struct {
 	container, group int
 	groupN           int

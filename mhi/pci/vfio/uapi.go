@@ -3,9 +3,8 @@
 package vfio
 
 // The Linux VFIO and iommufd user API: ioctl numbers, flags and structs,
-// from include/uapi/linux/vfio.h and include/uapi/linux/iommufd.h (values
-// and layouts as tabled in shared/docs/vfio.md §1.2 and §1.7, checked by
-// uapi_test.go). All are little-endian with natural alignment; every u64
+// from include/uapi/linux/vfio.h and include/uapi/linux/iommufd.h (checked
+// by uapi_test.go). All are little-endian with natural alignment; every u64
 // sits at an 8-aligned offset.
 
 // VFIO ioctls are _IO(';', 100+n): they carry no size or direction bits;

@@ -7,9 +7,9 @@ import (
 	"unsafe"
 )
 
-// The kernel values below are from shared/docs/vfio.md §0, §1.2 and §1.7
-// (computed with gcc against the Debian 6.1 uapi headers and checked
-// against upstream vfio.h/iommufd.h).
+// The kernel values below were computed with gcc against the Debian 6.1
+// uapi headers (include/uapi/linux/vfio.h and iommufd.h) and checked
+// against upstream.
 
 func TestIoctlNumbersMatchKernel(t *testing.T) {
 	for _, c := range []struct {

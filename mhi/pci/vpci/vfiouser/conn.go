@@ -82,7 +82,7 @@ func (c *conn) run() error {
 }
 
 // read reads one message. The descriptors of a message arrive with its
-// first bytes (kernel-crosscheck.md §5.5), so the header is read with an
+// first bytes (docs/KERNEL-CROSSCHECK.md §6), so the header is read with an
 // ancillary buffer and the body without.
 func (c *conn) read() (message, error) {
 	var hb [headerSize]byte

@@ -48,7 +48,7 @@ func (c *conn) handle(m *message) ([]byte, syscall.Errno) {
 
 // version answers VERSION: major 0 (the only one defined; a client
 // proposing another gets an error), minor 0, and the server's capabilities
-// in a reply no longer than the request (kernel-crosscheck.md §5.3).
+// in a reply no longer than the request (docs/KERNEL-CROSSCHECK.md §6).
 func (c *conn) version(m *message) ([]byte, syscall.Errno) {
 	v, err := decodeVersion(m.body)
 	if err != nil {
@@ -74,7 +74,7 @@ func (c *conn) version(m *message) ([]byte, syscall.Errno) {
 
 // regionInfo answers DEVICE_GET_REGION_INFO. Every region is trapped (no
 // MMAP flag): each register access reaches the model as a message, and the
-// client may post BAR writes (kernel-crosscheck.md §4 row 5).
+// client may post BAR writes (docs/KERNEL-CROSSCHECK.md §6).
 func (s *Server) regionInfo(m *message) ([]byte, syscall.Errno) {
 	r, err := decodeRegionInfo(m.body)
 	if err != nil || r.ArgSz < regionInfoSize {
@@ -160,8 +160,8 @@ func (s *Server) access(a regionAccess, p []byte, write bool) syscall.Errno {
 
 // configAccess reads or writes config space: pci.ConfigSpace (IDs, BAR
 // sizing, MSI) with the PM capability of pm.go in front of MSI. Interrupt
-// Pin reads 0: MHI modems are driven with MSI only (kernel-crosscheck.md
-// §1), and a pin would make the client set up INTx, whose level-triggered
+// Pin reads 0: MHI modems are driven with MSI only (docs/KERNEL-CROSSCHECK.md
+// §6), and a pin would make the client set up INTx, whose level-triggered
 // resampling this server does not implement. Writes refresh the Command
 // mirror that gates DMA and MSIs (bus mastering) and BAR accesses (memory
 // decoding).

@@ -9,7 +9,7 @@ import (
 
 // The wire format: qemu docs/interop/vfio-user.rst ("Header", "Commands"
 // and one section per command), and the QEMU 10.2 client's behaviour as
-// measured in shared/docs/kernel-crosscheck.md §4–§5. Everything is in
+// measured in docs/KERNEL-CROSSCHECK.md §6. Everything is in
 // host byte order; mhistack only runs on little-endian hosts (amd64,
 // arm64), like every client it talks to.
 var le = binary.LittleEndian
@@ -209,7 +209,7 @@ func decodeVersion(b []byte) (version, error) {
 
 // versionReplies are the server's VERSION JSON, most complete first. The
 // QEMU client receives the reply into a buffer the size of its own request
-// (kernel-crosscheck.md §5.3), so the server sends the first that fits.
+// (docs/KERNEL-CROSSCHECK.md §6), so the server sends the first that fits.
 var versionReplies = []string{
 	fmt.Sprintf(`{"capabilities":{"max_msg_fds":%d,"max_data_xfer_size":%d,"pgsizes":%d,"max_dma_maps":%d}}`,
 		maxMsgFDs, maxDataXfer, pageSize, maxDMAMaps),

@@ -2,7 +2,7 @@
 // vfio-user protocol (qemu docs/interop/vfio-user.rst), so that a QEMU
 // guest with a vfio-user-pci device sees the model as a PCI function and
 // its kernel drives it: Linux's own MHI drivers against the emulated modem
-// (shared/docs/kernel-crosscheck.md). It is the out-of-process twin of
+// (docs/KERNEL-CROSSCHECK.md). It is the out-of-process twin of
 // vpci.Bus and gives the model the same Host semantics: DMA checked against
 // the client's DMA maps and gated by bus mastering, faults recorded, MSIs
 // delivered to the eventfds the client installed. Config space is
@@ -18,7 +18,7 @@
 // as a file descriptor (QEMU: memory-backend-memfd,share=on) with DMA_MAP,
 // and the server maps it, so DMA is a memory copy. Sections sent without a
 // descriptor are recorded but refused as DMA targets (the message-based
-// DMA_READ/WRITE path is not implemented; kernel-crosscheck.md §5.1 shows
+// DMA_READ/WRITE path is not implemented; docs/KERNEL-CROSSCHECK.md §6 shows
 // why it would be fragile with QEMU 10.2).
 //
 // The server hosts one model for its whole life. A client that disconnects
