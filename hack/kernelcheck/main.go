@@ -330,8 +330,8 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	say := func(format string, args ...any) { fmt.Printf(tag+format+"\n", args...) }
 
 	// The modem first: QEMU connects while it realizes the device and
-	// never retries. Killed with the run (the
-	// harness interrupted), like QEMU.
+	// never retries (docs/KERNEL-CROSSCHECK.md §6). Killed with the run
+	// (the harness interrupted), like QEMU.
 	sock := filepath.Join(dir, "modem.sock")
 	var echo func(string)
 	if c.verbose {
