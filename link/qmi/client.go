@@ -204,6 +204,11 @@ func (c *Client) Do(ctx context.Context, m *Message) (*Message, error) {
 	if m.Service == ServiceWDS && m.ID == WDSStartNetwork {
 		d = c.opts.LongTimeout
 	}
+	return c.do(ctx, m, d)
+}
+
+// do is Do bounded by d instead of the options' timeouts.
+func (c *Client) do(ctx context.Context, m *Message, d time.Duration) (*Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c.mu.Lock()

@@ -37,6 +37,10 @@ type ProxyOptions struct {
 	// MaxClients bounds connected clients (default 32); MaxInFlight
 	// bounds the requests one client has outstanding (default 16).
 	MaxClients, MaxInFlight int
+	// RequestTimeout bounds a forwarded request (default 300 s, libqmi's
+	// proxy's): clients choose their own, longer than the Client's
+	// Options.Timeout for slow requests such as a NAS network scan.
+	RequestTimeout time.Duration
 	// MaxDisowned bounds the client IDs kept for clients that left
 	// without releasing them (default 32); beyond it the oldest are
 	// released at the modem.
@@ -119,6 +123,9 @@ func NewProxy(c *Client, opts ProxyOptions) *Proxy {
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 16
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 300 * time.Second
 	}
 	if opts.MaxDisowned <= 0 {
 		opts.MaxDisowned = 32
@@ -561,13 +568,13 @@ func (pc *proxyClient) forward(m *Message) {
 			<-pc.sem
 			pc.reqs.Done()
 		}()
-		ctx := pc.ctx
+		ctx, d := pc.ctx, pc.p.opts.RequestTimeout
 		if m.Service == ServiceCTL && m.ID == CTLAllocateCID {
 			// Finish an allocation even if the client leaves, so
 			// that the ID is tracked (disowned) rather than leaked.
-			ctx = pc.p.ctx
+			ctx, d = pc.p.ctx, pc.p.c.opts.Timeout
 		}
-		r, err := pc.p.c.Do(ctx, m)
+		r, err := pc.p.c.do(ctx, m, d)
 		if m.Service != ServiceCTL && ErrorCodeOf(err) == ErrInvalidClientID {
 			// The modem does not know the ID the client named: it
 			// holds nothing.

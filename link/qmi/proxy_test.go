@@ -562,3 +562,83 @@ func TestQmicliThroughProxy(t *testing.T) {
 		t.Errorf("host session %v after qmicli", st)
 	}
 }
+
+// TestProxyWaitsForSlowAnswersPastTheClientTimeout: a forwarded request
+// is bounded by ProxyOptions.RequestTimeout, not by mhistack's client
+// timeout (a NAS network scan takes minutes; libqmi's proxy allows 300
+// s), and still by it when set.
+func TestProxyWaitsForSlowAnswersPastTheClientTimeout(t *testing.T) {
+	hostEnd, modemEnd := net.Pipe()
+	host := qmi.NewClient(qmi.NewStreamTransport(hostEnd), qmi.Options{Timeout: 50 * time.Millisecond})
+	defer host.Close()
+	// A modem that answers each NAS request when the test says so and
+	// everything else at once.
+	release := make(chan struct{})
+	modemDone := make(chan struct{})
+	go func() {
+		defer close(modemDone)
+		var dec qmi.Decoder
+		buf := make([]byte, 4096)
+		for {
+			n, err := modemEnd.Read(buf)
+			if err != nil {
+				return
+			}
+			dec.Write(buf[:n])
+			for {
+				m, err := dec.Next()
+				if m == nil || err != nil {
+					break
+				}
+				if m.Service == qmi.ServiceNAS {
+					<-release
+				}
+				b, _ := m.Reply(qmi.ErrNone).Marshal()
+				if _, err := modemEnd.Write(b); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer func() { modemEnd.Close(); <-modemDone }()
+	for _, tc := range []struct {
+		timeout time.Duration
+		want    error
+	}{{0, nil}, {20 * time.Millisecond, qmi.ErrAborted}} {
+		p, err := qmi.ListenProxy(host, qmi.ProxyOptions{RequestTimeout: tc.timeout,
+			Name: fmt.Sprintf("mhistack-qmi-test-%d-%d", os.Getpid(), proxySeq.Add(1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := (&proxyRig{p: p}).raw(t)
+		if err := c.call(req(qmi.ServiceCTL, 0, 1, qmi.CTLInternalProxyOpen).AddString(0x01, "/dev/x")).Result(); err != nil {
+			t.Fatal(err)
+		}
+		c.send(req(qmi.ServiceNAS, 5, 2, 0x21)) // NAS Network Scan
+		time.Sleep(100 * time.Millisecond)      // past the host client's 50 ms
+		release <- struct{}{}
+		r := c.next()
+		if r.TID != 2 || !errors.Is(r.Result(), tc.want) {
+			t.Errorf("RequestTimeout %v: answer %s (%v), want %v", tc.timeout, r, r.Result(), tc.want)
+		}
+		c.conn.Close()
+		p.Close()
+	}
+}
+
+// TestProxyForgetsClientIDsOnModemReset: after a modem reset nobody
+// holds a client ID (the modem forgot them), so the proxy tracks none.
+func TestProxyForgetsClientIDsOnModemReset(t *testing.T) {
+	r := newProxyRig(t, qmi.ProxyOptions{})
+	c := r.dial(t)
+	if _, err := c.AllocateCID(testCtx(t), qmi.ServiceNAS); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := r.p.ClientIDs(); len(held) != 1 {
+		t.Fatalf("proxy tracks %v, want the NAS client ID", held)
+	}
+	r.host.NotifyReset()
+	if held, dis := r.p.ClientIDs(); len(held)+len(dis) != 0 {
+		t.Errorf("after a modem reset the proxy tracks %v %v", held, dis)
+	}
+}
