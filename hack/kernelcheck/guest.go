@@ -220,23 +220,37 @@ ping_sizes() {
 
 # ping_burst: back-to-back echo requests (-A: the next as soon as the reply
 # is in), four streams at once: many ring wraps, burst-mode polling and
-# DB_MODE, moderated interrupts.
+# DB_MODE, moderated interrupts. -w 60 bounds a stream whose replies stop
+# (-A then falls back to one request a second: 250 s); a healthy burst
+# takes a few seconds.
 ping_burst() {
 	[ -n "$PINGDEV" ] && [ -e /sys/class/net/$PINGDEV ] || { check ping-burst FAIL "no ${PINGDEV:-data interface}"; return; }
 	for i in 1 2 3 4; do
-		ping -A -q -c 250 -W 5 -s $((i * 300)) 192.0.2.2 > /tmp/burst$i 2>&1 &
+		ping -A -q -c 250 -W 5 -w 60 -s $((i * 300)) 192.0.2.2 > /tmp/burst$i 2>&1 &
 	done
 	wait
 	# busybox ping -A may send a few more than -c while waiting for the
-	# last replies, and exits once -c replies are in: count replies.
-	rx=0; tx=0
+	# last replies, and exits once -c replies are in: count replies. A
+	# ping that dies (sendto failing: no route, no buffer space, the
+	# interface gone) prints no statistics; say what it printed.
+	local rx=0 tx=0 bad="" i l t r
 	for i in 1 2 3 4; do
-		l=$(grep 'packets transmitted' /tmp/burst$i)
-		tx=$((tx + ${l%% packets transmitted*}))
+		l=$(grep 'packets transmitted' /tmp/burst$i | head -n 1)
+		t=$(echo "$l" | sed -n 's/^\([0-9]*\) packets transmitted.*/\1/p')
 		r=$(echo "$l" | sed -n 's/.* \([0-9]*\) packets received.*/\1/p')
-		rx=$((rx + ${r:-0}))
+		if [ -z "$t" ] || [ -z "$r" ]; then
+			bad="$bad stream -s $((i * 300)) printed no statistics: [$(tail -n 3 /tmp/burst$i | tr '\n' ' ')]"
+			continue
+		fi
+		tx=$((tx + t)); rx=$((rx + r))
 	done
-	if [ $rx -eq 1000 ]; then check ping-burst PASS "$rx replies to $tx requests, 4 streams back to back"; else check ping-burst FAIL "$rx/1000 replies ($tx requests): $(cat /tmp/burst* | grep -E 'transmitted|round' | tr '\n' ' ')"; fi
+	if [ -n "$bad" ]; then
+		check ping-burst FAIL "$rx replies to $tx requests in the streams with statistics;$bad; $PINGDEV $(cat /sys/class/net/$PINGDEV/operstate 2>/dev/null || echo gone)"
+	elif [ $rx -eq 1000 ]; then
+		check ping-burst PASS "$rx replies to $tx requests, 4 streams back to back"
+	else
+		check ping-burst FAIL "$rx/1000 replies ($tx requests): $(cat /tmp/burst* | grep -E 'transmitted|round' | tr '\n' ' ')"
+	fi
 }
 
 # runtime_pm: mhi_pci_generic allows runtime PM in mission mode with a

@@ -3,6 +3,8 @@ package main
 import (
 	"crypto/sha256"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -196,5 +198,79 @@ level=INFO msg="carrier stats" channel=IP_HW0_MBIM ul_packets=210 dl_packets=300
 	}
 	if _, ok := aggregation(log[:strings.Index(log, "\n")+1]); ok {
 		t.Error("aggregation from one stats line: want a failure")
+	}
+}
+
+// shellFunction is the text of the init script's function name, from
+// "name() {" to the "}" that closes it at the start of a line.
+func shellFunction(t *testing.T, script, name string) string {
+	t.Helper()
+	start := strings.Index(script, "\n"+name+"() {\n")
+	if start < 0 {
+		t.Fatalf("no function %s in the init script", name)
+	}
+	end := strings.Index(script[start:], "\n}\n")
+	if end < 0 {
+		t.Fatalf("function %s never closes", name)
+	}
+	return script[start+1 : start+end+3]
+}
+
+// TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics runs the guest's
+// ping_burst in the host's busybox sh with a fake ping: a stream whose
+// ping dies on a sendto error (no statistics line) must give a FAIL
+// verdict naming what it printed, and the script must go on, where the
+// shell arithmetic on the missing count used to end /init (exit status 2,
+// "Attempted to kill init").
+func TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics(t *testing.T) {
+	bb := "/bin/busybox"
+	if _, err := os.Stat(bb); err != nil {
+		if os.Getenv("MHISTACK_REQUIRE_BUSYBOX") == "1" {
+			t.Fatalf("busybox: %v", err)
+		}
+		t.Skip("no /bin/busybox (apt-get install busybox-static); CI sets MHISTACK_REQUIRE_BUSYBOX=1")
+	}
+	dir := t.TempDir()
+	fn := strings.ReplaceAll(shellFunction(t, initScript, "ping_burst"), "/tmp/", dir+"/")
+	// The fake ping: -s 600 (the second stream) dies when DIE is set,
+	// every other stream gets all 250 replies to 251 requests.
+	fake := `
+check() { echo "MHISTACK-CHECK $1 $2 $3"; }
+ping() {
+	local size=""
+	while [ $# -gt 0 ]; do [ "$1" = -s ] && size=$2; shift; done
+	echo "PING 192.0.2.2 (192.0.2.2): $size data bytes"
+	if [ -n "$DIE" ] && [ "$size" = 600 ]; then echo "ping: sendto: No buffer space available" >&2; return 1; fi
+	echo
+	echo "--- 192.0.2.2 ping statistics ---"
+	echo "251 packets transmitted, 250 packets received, 0% packet loss"
+	echo "round-trip min/avg/max = 0.100/0.200/0.300 ms"
+}
+PINGDEV=lo
+`
+	run := func(die string) string {
+		t.Helper()
+		cmd := exec.Command(bb, "sh", "-c", fake+fn+"ping_burst\necho MHISTACK-END\n")
+		cmd.Env = append(os.Environ(), "DIE="+die)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("DIE=%q: the script failed (%v): %s", die, err, out)
+		}
+		if !strings.Contains(string(out), "MHISTACK-END") {
+			t.Fatalf("DIE=%q: the script stopped inside ping_burst: %s", die, out)
+		}
+		return string(out)
+	}
+	if _, err := os.Stat("/sys/class/net/lo"); err != nil {
+		t.Skip("no /sys/class/net/lo: ping_burst wants the interface to exist")
+	}
+	if out := run(""); !strings.Contains(out, "MHISTACK-CHECK ping-burst PASS 1000 replies to 1004 requests") {
+		t.Errorf("four full streams: %s", out)
+	}
+	out := run("1")
+	for _, want := range []string{"MHISTACK-CHECK ping-burst FAIL 750 replies to 753 requests", "-s 600 printed no statistics", "sendto: No buffer space available"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a stream that died: output lacks %q: %s", want, out)
+		}
 	}
 }
