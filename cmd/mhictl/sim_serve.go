@@ -18,6 +18,19 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
+// serveBurstIdle is how long a served modem's burst channel keeps polling
+// with nothing new before it posts DB_MODE. Linux's host (drivers/bus/mhi/host/main.c)
+// rings a burst channel's doorbell and only then clears its doorbell-mode
+// flag, without the channel lock that its DB_MODE handler takes; a vCPU
+// held up between the two (a doorbell write is an exit to QEMU and a
+// message to this server) can see its clear land after a DB_MODE the modem
+// posted in the meantime, and then never rings that channel again. With
+// 2 ms the kernel cross-check's guests stalled their UL in about one run
+// in five on a loaded 2-core host (docs/KERNEL-CROSSCHECK.md); hardware
+// answers an MMIO write in about a microsecond and rarely opens the window.
+// A longer poll only narrows it.
+const serveBurstIdle = 50 * time.Millisecond
+
 func init() {
 	register(&command{
 		Name:  "sim serve",
@@ -87,7 +100,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim or none (repeatable)")
 	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
-	burstIdle := fs.Duration("burst-idle", 0, "idle time before a polling burst channel sends DB_MODE (0: modem default)")
+	burstIdle := fs.Duration("burst-idle", serveBurstIdle, "idle time before a polling burst channel sends DB_MODE (longer than the in-process modem's 2 ms: a host behind QEMU can take milliseconds between its doorbell write and the next instruction, see serveBurstIdle)")
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
 	sblTime := fs.Duration("sbl-time", 0, "how long the SBL runs before AMSS with -boot pbl (0: modem default)")
 	loseFW := fs.Bool("lose-firmware-on-syserr", false, "come back in PBL after a SYS_ERR recovery reset")
