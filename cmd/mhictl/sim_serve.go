@@ -28,7 +28,9 @@ import (
 // 2 ms the kernel cross-check's guests stalled their UL in about one run
 // in five on a loaded 2-core host (docs/KERNEL-CROSSCHECK.md); hardware
 // answers an MMIO write in about a microsecond and rarely opens the window.
-// A longer poll only narrows it.
+// A longer poll only narrows it; the modem's doorbell-mode watchdog
+// (sim.Options.DBModeWatchdog, -dbmode-watchdog) closes it, at the cost of
+// up to its period of stall each time the race hits.
 const serveBurstIdle = 50 * time.Millisecond
 
 func init() {
@@ -102,6 +104,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
 	burstIdle := fs.Duration("burst-idle", serveBurstIdle, "idle time before a polling burst channel sends DB_MODE (longer than the in-process modem's 2 ms: a host behind QEMU can take milliseconds between its doorbell write and the next instruction, see serveBurstIdle)")
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
+	dbModeWatchdog := fs.Duration("dbmode-watchdog", 0, "how often a burst channel in doorbell mode (after its DB_MODE) re-reads the context write pointer and polls again if the host moved it without ringing (0: modem default, 100ms; negative: never)")
 	sblTime := fs.Duration("sbl-time", 0, "how long the SBL runs before AMSS with -boot pbl (0: modem default)")
 	loseFW := fs.Bool("lose-firmware-on-syserr", false, "come back in PBL after a SYS_ERR recovery reset")
 	fullChain := fs.Bool("full-boot-chain", false, "with -boot pbl: the SBL waits for the whole image over BHIe (mhictl fw load -bhie) instead of moving on to mission mode by itself")
@@ -144,6 +147,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		DisableModeration:    *noModeration,
 		BurstIdle:            *burstIdle,
 		PollInterval:         *pollInterval,
+		DBModeWatchdog:       *dbModeWatchdog,
 		SBLTime:              *sblTime,
 		LoseFirmwareOnSysErr: *loseFW,
 		Logger:               log.With("part", "modem"),
@@ -395,7 +399,7 @@ func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders 
 		"dma_maps", ss.DMAMaps, "dma_read", ss.DMABytesRead, "dma_written", ss.DMABytesWritten,
 		"msi_raised", ss.MSIRaised, "msi_delivered", ss.MSIDelivered, "msi_dropped", ss.MSIDropped,
 		"resets", ss.DeviceResets, "commands", ms.Commands, "events", ms.Events, "event_drops", ms.EventDrops,
-		"tds_ul", ms.TDsUL, "packets_dl", ms.PacketsDL, "db_modes", ms.DBModes, "ul_drops", ms.ULDrops, "dl_drops", ms.DLDrops)
+		"tds_ul", ms.TDsUL, "packets_dl", ms.PacketsDL, "db_modes", ms.DBModes, "wp_without_doorbell", ms.WPWithoutDoorbell, "ul_drops", ms.ULDrops, "dl_drops", ms.DLDrops)
 	for name, r := range responders {
 		log.Info("icmp responder", "channel", name, "replies", r.Replies.Load(), "ignored", r.Ignored.Load(),
 			"malformed", r.Malformed.Load(), "dropped", r.Dropped.Load())

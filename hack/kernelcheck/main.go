@@ -449,6 +449,12 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 		r.add("modem-verdict", ok, detail)
 	}
 	r.add("modem-syserr-cycle", sysErrCycle(mlog), stateTrail(mlog))
+	if ch, ok := r.checks["ping-burst"]; ok && !ch.skip {
+		if m := wpWithoutDoorbellRE.FindStringSubmatch(mlog); m != nil {
+			ch.detail += fmt.Sprintf("; modem: %s burst-channel write pointers moved without a doorbell in doorbell mode (found by its DB_MODE watchdog)", m[1])
+			r.checks["ping-burst"] = ch
+		}
+	}
 	if ch, ok := r.checks["tcp-download"]; ok && !ch.skip {
 		agg, ok := aggregation(mlog)
 		ch.detail += fmt.Sprintf("; the host served %d bytes; modem: %s", blobs.Served.Load(), agg)
@@ -523,6 +529,11 @@ func firmwareDownloads(log string, fw []byte, want int) (bool, string) {
 
 func sysErrCycle(log string) bool  { return qh.SysErrCycle(log) }
 func stateTrail(log string) string { return qh.StateTrail(log, 16) }
+
+// wpWithoutDoorbellRE: the modem's count of burst channels whose context
+// write pointer its doorbell-mode watchdog found moved with no doorbell
+// (the host lost its doorbell-mode flag, docs/KERNEL-CROSSCHECK.md §4).
+var wpWithoutDoorbellRE = regexp.MustCompile(`msg=summary .*\bwp_without_doorbell=(\d+)`)
 
 var dmesgErrRE = regexp.MustCompile(`(?i)fail|timeout|timed out|unable|could not|error|warn|BUG|call trace|oops|underflow`)
 var dmesgOK = regexp.MustCompile(`SYS ERROR|SYS_ERROR|System error detected|Triggering SYS_ERR|error_detected|Transitioning from PM state`)

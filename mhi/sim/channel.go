@@ -36,6 +36,9 @@ type channel struct {
 	polling bool
 	lastNew time.Time
 	badWP   uint64 // last invalid context wp reported, to report it once
+	// watchAt: in doorbell mode after a DB_MODE, when the doorbell-mode
+	// watchdog next re-reads the context wp (zero: not watching).
+	watchAt time.Time
 
 	// UL: the transfer descriptor being assembled (reused buffer).
 	td       []byte
@@ -97,25 +100,15 @@ func (m *Modem) refresh(c *channel) bool {
 		if c.ring.contains(l.val) {
 			c.wp = l.val
 			if c.burst && !c.polling {
-				c.polling = true
-				c.lastNew = time.Now()
+				c.startPolling()
 			}
 		} else {
 			m.violate(ruleDoorbellInRing, "doorbell for channel %d at %#x outside ring [%#x,%#x)", c.num, l.val, c.ring.base, c.ring.end())
 		}
 	}
 	if c.burst && c.polling {
-		hi, err1 := m.host.DMARead32(c.ctx + mhi.CtxWP + 4)
-		lo, err2 := m.host.DMARead32(c.ctx + mhi.CtxWP)
-		switch wp := uint64(hi)<<32 | uint64(lo); {
-		case err1 != nil || err2 != nil:
-			c.faulted = true
-			m.dmaFailed(firstErr(err1, err2), "polling channel context wp", c.ctx+mhi.CtxWP)
-		case c.ring.contains(wp):
+		if wp, ok := m.ctxWP(c); ok {
 			c.wp = wp
-		case wp != c.badWP:
-			c.badWP = wp
-			m.violate(ruleCtxWPInRing, "channel %d context wp %#x outside ring [%#x,%#x)", c.num, wp, c.ring.base, c.ring.end())
 		}
 	}
 	if c.wp != old {
@@ -123,6 +116,40 @@ func (m *Modem) refresh(c *channel) bool {
 		return true
 	}
 	return false
+}
+
+// startPolling puts a burst channel in polling mode (a doorbell, or the
+// doorbell-mode watchdog finding the context wp moved).
+func (c *channel) startPolling() {
+	c.polling = true
+	c.lastNew = time.Now()
+	c.watchAt = zeroTime
+}
+
+// stopPolling leaves polling mode without a DB_MODE (STOP, RESET, M3):
+// the host re-arms doorbell mode itself, so nothing is watched.
+func (c *channel) stopPolling() {
+	c.polling = false
+	c.watchAt = zeroTime
+}
+
+// ctxWP reads c's write pointer from its channel context in host memory.
+// A wp outside the ring is a violation (reported once per value) and not
+// used; an unreadable context faults the channel.
+func (m *Modem) ctxWP(c *channel) (uint64, bool) {
+	hi, err1 := m.host.DMARead32(c.ctx + mhi.CtxWP + 4)
+	lo, err2 := m.host.DMARead32(c.ctx + mhi.CtxWP)
+	switch wp := uint64(hi)<<32 | uint64(lo); {
+	case err1 != nil || err2 != nil:
+		c.faulted = true
+		m.dmaFailed(firstErr(err1, err2), "polling channel context wp", c.ctx+mhi.CtxWP)
+	case c.ring.contains(wp):
+		return wp, true
+	case wp != c.badWP:
+		c.badWP = wp
+		m.violate(ruleCtxWPInRing, "channel %d context wp %#x outside ring [%#x,%#x)", c.num, wp, c.ring.base, c.ring.end())
+	}
+	return 0, false
 }
 
 func firstErr(errs ...error) error {
@@ -334,8 +361,12 @@ func (m *Modem) wakeRoom(c *channel) {
 // dbMode tells the host the device stopped polling c (§5.3): a TX event
 // with code DB_MODE makes the host ring the doorbell again. Its pointer is
 // the next TRE slot, which lies inside the ring as the host checks.
-func (m *Modem) dbMode(c *channel) {
+func (m *Modem) dbMode(c *channel, now time.Time) {
 	c.polling = false
+	if m.opts.DBModeWatchdog > 0 {
+		c.watchAt = now.Add(m.opts.DBModeWatchdog)
+		m.watchSoon(c.watchAt)
+	}
 	m.stats.dbMode.Add(1)
 	m.post(c.er, mhi.TxEvent(c.rp, 0, mhi.CodeDBMode, c.num), false)
 }
@@ -346,7 +377,11 @@ func (m *Modem) dbMode(c *channel) {
 // for the next doorbell. It reports whether any channel is still polling.
 func (m *Modem) pollBurst(now time.Time) bool {
 	polling := false
+	m.watchNext = zeroTime
 	for _, c := range m.burstChans {
+		if !c.polling && !c.watchAt.IsZero() && m.canTransfer(c) {
+			m.watchDBMode(c, now)
+		}
 		if !c.polling || !m.canTransfer(c) {
 			continue
 		}
@@ -370,12 +405,52 @@ func (m *Modem) pollBurst(now time.Time) bool {
 			}
 		}
 		if now.Sub(c.lastNew) >= m.opts.BurstIdle {
-			m.dbMode(c)
+			m.dbMode(c, now)
 		} else {
 			polling = true
 		}
 	}
 	return polling
+}
+
+// watchDBMode is the doorbell-mode watchdog (Options.DBModeWatchdog): a
+// burst channel that posted DB_MODE re-reads its context wp every
+// DBModeWatchdog and, when the host moved it without ringing, takes it as
+// the doorbell that never came. Linux's host can lose its doorbell mode
+// flag to a DB_MODE that races its own doorbell write
+// (docs/KERNEL-CROSSCHECK.md) and then only moves the context wp. It
+// records the next check in m.watchNext. The caller holds m.mu.
+func (m *Modem) watchDBMode(c *channel, now time.Time) {
+	if now.Before(c.watchAt) {
+		m.watchSoon(c.watchAt)
+		return
+	}
+	c.watchAt = now.Add(m.opts.DBModeWatchdog)
+	m.watchSoon(c.watchAt)
+	if m.regs.chLatch(c.num).seq != c.dbSeq {
+		// A doorbell is on its way: chDoorbell takes it.
+		return
+	}
+	wp, ok := m.ctxWP(c)
+	if !ok || wp == c.wp {
+		return
+	}
+	m.stats.wpNoDoorbell.Add(1)
+	m.log.Info("burst channel's context wp moved without a doorbell in doorbell mode; polling again",
+		"channel", c.num, "wp", wp)
+	c.wp = wp
+	c.startPolling()
+	m.lastActive = now
+	if !c.ul {
+		m.drain(c)
+	}
+}
+
+// watchSoon makes the device goroutine wake up for a watchdog check at t.
+func (m *Modem) watchSoon(t time.Time) {
+	if m.watchNext.IsZero() || t.Before(m.watchNext) {
+		m.watchNext = t
+	}
 }
 
 // chanBits is a set of channel numbers.

@@ -174,7 +174,8 @@ func (m *Modem) startChannel(c *channel) mhi.Code {
 	c.er = er
 	c.faulted = false
 	c.burst = ctx.BurstMode()
-	c.polling, c.badWP = false, 0
+	c.stopPolling()
+	c.badWP = 0
 	c.lastNew = m.now()
 	if !m.setChanState(c, ctx.W0, mhi.ChanRunning) {
 		c.started = false
@@ -199,7 +200,7 @@ func (m *Modem) stopChannel(c *channel) mhi.Code {
 		m.dmaFailed(err, "reading a channel context", c.ctx)
 	}
 	m.setChanState(c, w0, mhi.ChanStop)
-	c.polling = false
+	c.stopPolling()
 	m.ulWork.clear(c.num)
 	m.updatePair(c.pair)
 	return mhi.CodeSuccess
@@ -225,7 +226,8 @@ func (m *Modem) resetChannel(c *channel) mhi.Code {
 
 // forgetChannel drops the ring cache, as a reset does.
 func (m *Modem) forgetChannel(c *channel) {
-	c.started, c.faulted, c.polling = false, false, false
+	c.started, c.faulted = false, false
+	c.stopPolling()
 	c.state = mhi.ChanDisabled
 	c.cache.invalidate()
 	c.td, c.tdBroken = c.td[:0], false

@@ -74,6 +74,13 @@ type Options struct {
 	// busy-polling for PollSpin since it last found something (default
 	// 50 µs).
 	BurstIdle, PollInterval, PollSpin time.Duration
+	// DBModeWatchdog is how often a burst channel in doorbell mode
+	// (after it posted DB_MODE) re-reads its context wp; when the host
+	// moved it without ringing the doorbell, the channel polls again
+	// and Stats.WPWithoutDoorbell counts it (channel.go, watchDBMode).
+	// Default 100 ms; negative: never (the channel waits for the
+	// doorbell, as the protocol asks).
+	DBModeWatchdog time.Duration
 	// EventWait bounds the wait for a free event ring element before
 	// the event is dropped (default 1 s).
 	EventWait time.Duration
@@ -143,6 +150,9 @@ func (o *Options) setDefaults(p *mhi.Profile) {
 		}
 	}
 	def(&o.BurstIdle, 2*time.Millisecond)
+	if o.DBModeWatchdog == 0 {
+		o.DBModeWatchdog = 100 * time.Millisecond
+	}
 	def(&o.PollInterval, 100*time.Microsecond)
 	def(&o.PollSpin, 50*time.Microsecond)
 	def(&o.EventWait, time.Second)
@@ -216,6 +226,7 @@ type Modem struct {
 	ulWork     chanBits  // UL channels with TREs to consume
 	polling    bool      // a burst channel polls: wake up every PollInterval
 	lastActive time.Time // a polling channel last found something new
+	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
 	hung       bool // Hang: MHICTRL ignored until an FLR or SoC reset
 	actions    []action
@@ -625,6 +636,9 @@ func (m *Modem) nextWait() time.Duration {
 	if !m.sblUntil.IsZero() {
 		d = min(d, time.Until(m.sblUntil))
 	}
+	if !m.watchNext.IsZero() {
+		d = min(d, time.Until(m.watchNext))
+	}
 	return max(d, time.Microsecond)
 }
 
@@ -761,6 +775,7 @@ type counters struct {
 	events, eventDrops, eventRingFull         atomic.Uint64
 	msiRaised, msiModerated, dbMode, commands atomic.Uint64
 	violations, ulDrops, dlDrops              atomic.Uint64
+	wpNoDoorbell                              atomic.Uint64
 }
 
 // Stats counts what the modem did since New.
@@ -784,6 +799,11 @@ type Stats struct {
 	// MaxTD); DLDrops counts DL packets dropped (queue full, pair stopped
 	// with data queued).
 	ULDrops, DLDrops uint64
+	// WPWithoutDoorbell counts the times the doorbell-mode watchdog
+	// (Options.DBModeWatchdog) found a burst channel's context wp moved
+	// after its DB_MODE with no doorbell rung: the host lost its doorbell
+	// mode (a doorbell on its way when the watchdog looked is not counted).
+	WPWithoutDoorbell uint64
 }
 
 // Stats returns the counters.
@@ -796,5 +816,6 @@ func (m *Modem) Stats() Stats {
 		MSIs: s.msiRaised.Load(), MSIsModerated: s.msiModerated.Load(), DBModes: s.dbMode.Load(),
 		Commands: s.commands.Load(), Violations: s.violations.Load(),
 		ULDrops: s.ulDrops.Load(), DLDrops: s.dlDrops.Load(),
+		WPWithoutDoorbell: s.wpNoDoorbell.Load(),
 	}
 }

@@ -304,6 +304,87 @@ func TestBurstChannelPollsThenSendsDBModeWhenIdle(t *testing.T) {
 	}
 }
 
+// lostDoorbellMode brings IP_HW0's UL channel to doorbell mode (its
+// DB_MODE posted) on a host that then loses its doorbell-mode flag, as
+// Linux's host can (docs/KERNEL-CROSSCHECK.md): the host's next UL TRE is
+// published in the channel context only, never rung.
+func lostDoorbellMode(t *testing.T, watchdog time.Duration) (*rawHost, *hostChan, *hostChan, *pci.Buffer) {
+	h, ul, dl := burstLoopback(t, Options{BurstIdle: 5 * time.Millisecond, DBModeWatchdog: watchdog})
+	for range 4 {
+		h.queue(dl, h.alloc(2048, 8).IOVA, 2048, mhi.TREIEOT) // rings once, then only wp
+	}
+	tx := h.fill(1500, 3)
+	h.queue(ul, tx.IOVA, 1500, mhi.TREIEOT)
+	h.expectTx(2, 100, mhi.CodeEOT)
+	h.expectTx(3, 101, mhi.CodeEOT)
+	h.expectTx(2, 100, mhi.CodeDBMode)
+	// The host's DB_MODE handler set its flag, and the late clear of
+	// a doorbell write that raced the DB_MODE cleared it again.
+	ul.dbMode = false
+	h.queue(ul, tx.IOVA, 700, mhi.TREIEOT)
+	return h, ul, dl, tx
+}
+
+func TestBurstChannelInDoorbellModeWaitsForTheDoorbellWithoutTheWatchdog(t *testing.T) {
+	h, ul, _, _ := lostDoorbellMode(t, -1)
+	h.noEvent(2, 300*time.Millisecond)
+	if n := h.m.Stats().WPWithoutDoorbell; n != 0 {
+		t.Errorf("WPWithoutDoorbell %d with the watchdog off", n)
+	}
+	h.ring(ul)
+	h.expectTx(2, 100, mhi.CodeEOT)
+}
+
+func TestDBModeWatchdogFindsULWPMovedWithoutDoorbell(t *testing.T) {
+	h, ul, _, tx := lostDoorbellMode(t, 0) // default watchdog
+	start := time.Now()
+	h.expectTx(2, 100, mhi.CodeEOT)
+	if ev := h.expectTx(3, 101, mhi.CodeEOT); ev.Len() != 700 {
+		t.Fatalf("looped %d bytes, want 700", ev.Len())
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("TRE found after %v: the watchdog looked before 30 ms", d)
+	}
+	if n := h.m.Stats().WPWithoutDoorbell; n != 1 {
+		t.Errorf("WPWithoutDoorbell %d, want 1", n)
+	}
+	// The channel polls again: the next TRE, also unrung, comes at once
+	// (well before another watchdog period), then DB_MODE again.
+	h.queue(ul, tx.IOVA, 300, mhi.TREIEOT)
+	h.expectTx(2, 100, mhi.CodeEOT)
+	if ev := h.expectTx(3, 101, mhi.CodeEOT); ev.Len() != 300 {
+		t.Fatalf("looped %d bytes, want 300", ev.Len())
+	}
+	h.expectTx(2, 100, mhi.CodeDBMode)
+	if n := h.m.Stats().WPWithoutDoorbell; n != 1 {
+		t.Errorf("WPWithoutDoorbell %d after a polled TRE, want 1", n)
+	}
+}
+
+func TestDBModeWatchdogFindsDLBuffersPublishedWithoutDoorbell(t *testing.T) {
+	h, ul, dl := burstLoopback(t, Options{BurstIdle: 5 * time.Millisecond})
+	h.queue(dl, h.alloc(2048, 8).IOVA, 2048, mhi.TREIEOT) // DL polls
+	tx := h.fill(400, 9)
+	h.queue(ul, tx.IOVA, 400, mhi.TREIEOT)
+	h.expectTx(2, 100, mhi.CodeEOT)
+	h.expectTx(3, 101, mhi.CodeEOT)
+	// No DL buffer left: the next looped packet waits in the modem, the
+	// DL channel gives up polling for buffers.
+	h.queue(ul, tx.IOVA, 400, mhi.TREIEOT)
+	h.expectTx(2, 100, mhi.CodeEOT)
+	h.expectTx(3, 101, mhi.CodeDBMode)
+	// The host loses its doorbell mode and publishes a buffer unrung.
+	dl.dbMode = false
+	rx := h.alloc(2048, 8)
+	h.queue(dl, rx.IOVA, 2048, mhi.TREIEOT)
+	if ev := h.expectTx(3, 101, mhi.CodeEOT); ev.Len() != 400 || !same(rx.Mem[:400], tx.Mem) {
+		t.Fatalf("DL %d bytes, want the 400 looped intact", ev.Len())
+	}
+	if n := h.m.Stats().WPWithoutDoorbell; n != 1 {
+		t.Errorf("WPWithoutDoorbell %d, want 1", n)
+	}
+}
+
 func TestBurstDLFindsBuffersByPolling(t *testing.T) {
 	h, ul, dl := burstLoopback(t, Options{BurstIdle: 50 * time.Millisecond})
 	first := h.alloc(2048, 8)

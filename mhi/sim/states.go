@@ -124,7 +124,7 @@ func (m *Modem) toM3() {
 				m.dmaFailed(err, "reading a channel context", c.ctx)
 			}
 			m.setChanState(c, w0, mhi.ChanSuspended)
-			c.polling = false
+			c.stopPolling()
 		}
 	}
 	m.setState(mhi.StateM3)
