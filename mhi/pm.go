@@ -467,7 +467,9 @@ const recoveryAttempts = 3
 // client still wants it (not reset since) is started again. A SYS_ERR at
 // any point before recovery ends, the restarts included, makes it go
 // round again (at most recoveryAttempts times), then the function-level
-// reset (flr.go) is the last resort.
+// reset (flr.go) is the last resort. Every crash into RDDM, the first and
+// any during recovery, has its RAM dump collected before the reset that
+// follows it (rddm.go).
 func (c *Controller) recover(ctx context.Context) {
 	defer c.wg.Done()
 	start := time.Now()
@@ -492,7 +494,15 @@ func (c *Controller) recover(ctx context.Context) {
 		if flr || ctx.Err() != nil || c.opts.NoRecovery || errors.Is(err, ErrRemoved) {
 			break
 		}
-		if !errors.Is(err, ErrSysErr) || attempt == recoveryAttempts {
+		if !errors.Is(err, ErrSysErr) {
+			flr = true
+			continue
+		}
+		// The device failed again. If it crashed into RDDM, this
+		// crash's RAM dump is collected too, before the next reset
+		// (a retry's or the function-level one) loses it.
+		if attempt == recoveryAttempts {
+			c.collectCrashDump(ctx)
 			flr = true
 			continue
 		}
@@ -504,6 +514,7 @@ func (c *Controller) recover(ctx context.Context) {
 		c.mission = false
 		c.dmaFence = true
 		c.mu.Unlock()
+		c.collectCrashDump(ctx)
 	}
 	if err == nil {
 		c.stats.Recoveries.Add(1)

@@ -3,6 +3,7 @@ package mhi_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -191,5 +192,70 @@ func TestCrashDumpWaitsForItsOwnTransferStatus(t *testing.T) {
 	}
 	if n := r.m.RDDMUploads(); n != 1 {
 		t.Errorf("modem uploaded %d dumps, want 1", n)
+	}
+}
+
+// The firmware crashes into RDDM again while the host recovers from a
+// first crash (here after the channel restarts, before recovery ends):
+// recovery goes round again, and the second crash's RAM dump is collected
+// before that round's MHI reset, like the first. Before, only the first
+// crash of a recovery episode was dumped; the retry reset the modem and
+// its second dump was lost.
+func TestCrashDumpCollectedAgainWhenTheModemCrashesDuringRecovery(t *testing.T) {
+	p := *profile(t, "foxconn-sdx55")
+	p.RDDMSize = 64 << 10
+	dumps := make(chan mhi.CrashDump, 4)
+	r := newRigProfile(t, &p, sim.Options{}, mhi.Options{
+		Boot:        mhi.BootOptions{SegLen: 16 << 10},
+		OnCrashDump: func(d mhi.CrashDump) { dumps <- d },
+	})
+	r.powerUp()
+	l := newLoop(r, "LOOPBACK", 2048, 16, 16)
+	rng := rand.New(rand.NewPCG(41, 42))
+	l.exchange(t, rng, 5, 3000)
+
+	first, second := bootImage(20000), bootImage(30000)
+	second[0] ^= 0xFF // not a prefix of the first
+	var once sync.Once
+	hookErr := make(chan error, 1)
+	mhi.SetRecoveryEndHookForTest(r.c, func() {
+		once.Do(func() {
+			err := r.m.TriggerCrash(second)
+			deadline := time.Now().Add(5 * time.Second)
+			for err == nil {
+				if st, _, _ := r.c.State(); st == mhi.StateSysErr {
+					break
+				}
+				if time.Now().After(deadline) {
+					err = errors.New("the second crash was not recorded within 5s")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			hookErr <- err
+		})
+	})
+	if err := r.m.TriggerCrash(first); err != nil {
+		t.Fatal(err)
+	}
+	for i, img := range [][]byte{first, second} {
+		select {
+		case d := <-dumps:
+			if !bytes.Equal(d.Data[:len(img)], img) {
+				t.Fatalf("dump %d is not crash %d's image", i+1, i+1)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("crash %d: no crash dump delivered", i+1)
+		}
+	}
+	if err := <-hookErr; err != nil {
+		t.Fatal(err)
+	}
+	r.waitRecoveredTwice()
+	l.exchange(t, rng, 10, 3000)
+	if s := r.c.Stats(); s.CrashDumps != 2 {
+		t.Errorf("stats: %d crash dumps, want 2", s.CrashDumps)
+	}
+	if n := r.m.RDDMUploads(); n != 2 {
+		t.Errorf("modem uploaded %d dumps, want 2", n)
 	}
 }
