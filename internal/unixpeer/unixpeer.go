@@ -5,6 +5,9 @@
 package unixpeer
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -113,3 +116,21 @@ func (o *Outbox) Run(conn net.Conn) {
 
 // Close stops Run; call it once, when the connection's reader is done.
 func (o *Outbox) Close() { close(o.gone) }
+
+// DialClient connects to a proxy on the abstract unix socket name: it
+// makes a client over the connection (newClient) and greets the proxy
+// with it (greet), closing the client if that fails. Errors read
+// "proto: proxy "name": ...".
+func DialClient[C io.Closer](ctx context.Context, proto, name string, newClient func(net.Conn) C, greet func(C) error) (C, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", "@"+name)
+	if err == nil {
+		c := newClient(conn)
+		if err = greet(c); err == nil {
+			return c, nil
+		}
+		c.Close()
+	}
+	var none C
+	return none, fmt.Errorf("%s: proxy %q: %w", proto, name, err)
+}

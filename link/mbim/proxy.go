@@ -1,13 +1,14 @@
 package mbim
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 
+	"github.com/mhistack/mhistack/internal/ctrlproxy"
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/internal/unixpeer"
 )
 
@@ -51,125 +52,52 @@ type ProxyOptions struct {
 // The proxy owns an accept goroutine and, per client, a reader, a writer
 // and one goroutine per outstanding request; Close stops them all.
 type Proxy struct {
-	c    *Client
-	opts ProxyOptions
-	log  *slog.Logger
-	ln   net.Listener
-	ctx  context.Context
-	stop context.CancelFunc
-	wg   sync.WaitGroup
-
-	mu      sync.Mutex
-	clients map[*proxyClient]struct{}
-	closed  bool
-	unsub   func()
+	c     *Client
+	opts  ProxyOptions
+	srv   *ctrlproxy.Server[*proxyClient]
+	unsub func()
 }
 
 // ListenProxy listens on the abstract socket and serves c. It fails if
 // the name is taken (a libmbim mbim-proxy or another mhistack runs).
 func ListenProxy(c *Client, opts ProxyOptions) (*Proxy, error) {
-	if opts.Name == "" {
-		opts.Name = ProxySocket
-	}
-	ln, err := unixpeer.Listen(opts.Name)
-	if err != nil {
-		return nil, fmt.Errorf("mbim: proxy socket: %w", err)
-	}
 	p := NewProxy(c, opts)
-	p.ln = ln
-	p.wg.Add(1)
-	go p.accept(ln)
-	return p, nil
+	return ctrlproxy.Listen(p, p.srv)
 }
 
 // NewProxy returns a proxy that serves connections handed to ServeConn
 // (ListenProxy also accepts them from its socket).
 func NewProxy(c *Client, opts ProxyOptions) *Proxy {
-	if opts.Name == "" {
-		opts.Name = ProxySocket
-	}
-	if opts.AllowUID == nil {
-		opts.AllowUID = unixpeer.RootOrSelf()
-	}
-	if opts.MaxClients <= 0 {
-		opts.MaxClients = 32
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 16
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{c: c, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel, clients: map[*proxyClient]struct{}{}}
+	p := &Proxy{c: c, opts: opts}
+	p.srv = ctrlproxy.New(ctrlproxy.Config[*proxyClient]{Name: cmp.Or(opts.Name, ProxySocket), Proto: "mbim",
+		AllowUID: opts.AllowUID, MaxClients: opts.MaxClients, MaxInFlight: opts.MaxInFlight, Logger: opts.Logger,
+		NewClient: p.newClient, Serve: (*proxyClient).read, Left: (*proxyClient).left})
 	p.unsub = c.Subscribe(p.indication)
 	return p
 }
 
+// newClient is the state of a new connection (p.srv.Mu held).
+func (p *Proxy) newClient(peer *ctrlproxy.Peer) *proxyClient {
+	return &proxyClient{Peer: peer, p: p, max: DefaultControlTransfer}
+}
+
 // Name returns the abstract socket name.
-func (p *Proxy) Name() string { return p.opts.Name }
+func (p *Proxy) Name() string { return p.srv.Name() }
 
 // Clients returns the number of connected clients.
-func (p *Proxy) Clients() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.clients)
-}
+func (p *Proxy) Clients() int { return p.srv.Clients() }
 
 // Close stops listening, disconnects every client and waits for all the
 // proxy's goroutines. The Client stays open.
 func (p *Proxy) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	clients := make([]*proxyClient, 0, len(p.clients))
-	for pc := range p.clients {
-		clients = append(clients, pc)
-	}
-	p.mu.Unlock()
-	p.unsub()
-	p.stop()
-	var err error
-	if p.ln != nil {
-		err = p.ln.Close()
-	}
-	for _, pc := range clients {
-		pc.conn.Close()
-	}
-	p.wg.Wait()
+	_, err := p.srv.Close(p.unsub)
 	return err
-}
-
-func (p *Proxy) accept(ln net.Listener) {
-	defer p.wg.Done()
-	unixpeer.Accept(ln, p.opts.AllowUID, p.log, "mbim proxy", func() bool { return p.ctx.Err() != nil }, p.ServeConn)
 }
 
 // ServeConn serves one client connection until it closes or the proxy
 // does; it returns at once (the connection's goroutines belong to the
 // proxy). conn is closed when done.
-func (p *Proxy) ServeConn(conn net.Conn) {
-	p.mu.Lock()
-	if p.closed || len(p.clients) >= p.opts.MaxClients {
-		p.mu.Unlock()
-		conn.Close()
-		return
-	}
-	pc := &proxyClient{p: p, conn: conn, box: unixpeer.NewOutbox(64),
-		max: DefaultControlTransfer, sem: make(chan struct{}, p.opts.MaxInFlight)}
-	pc.ctx, pc.cancel = context.WithCancel(p.ctx)
-	p.clients[pc] = struct{}{}
-	p.wg.Add(2)
-	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		pc.box.Run(conn)
-	}()
-	go pc.reader()
-}
+func (p *Proxy) ServeConn(conn net.Conn) { p.srv.ServeConn(conn) }
 
 // standardSubscriptions is the default list of a client that never sets
 // one: the BASIC_CONNECT CIDs that have indications (libmbim's proxy
@@ -182,13 +110,13 @@ var standardSubscriptions = []EventSubscription{{Service: ServiceBasicConnect, C
 // indication for every interested client, never waiting.
 func (p *Proxy) indication(m *Message) {
 	var enc []*proxyClient
-	p.mu.Lock()
-	for pc := range p.clients {
+	p.srv.Mu.Lock()
+	for pc := range p.srv.ClientsLocked() {
 		if pc.wants(m.Service, m.CID) {
 			enc = append(enc, pc)
 		}
 	}
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	for _, pc := range enc {
 		ind := *m
 		ind.TID = 0
@@ -200,9 +128,9 @@ func (p *Proxy) indication(m *Message) {
 // indication plus whatever any client asked for.
 func (p *Proxy) mergedSubscriptions() []EventSubscription {
 	merged := []EventSubscription{{Service: ServiceBasicConnect}}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pc := range p.clients {
+	p.srv.Mu.Lock()
+	defer p.srv.Mu.Unlock()
+	for pc := range p.srv.ClientsLocked() {
 		for _, s := range pc.subsLocked() {
 			if s.Service == ServiceBasicConnect {
 				continue
@@ -238,15 +166,10 @@ var announced = map[uint32]bool{CIDRadioState: true, CIDRegisterState: true, CID
 
 // proxyClient is one connected libmbim client.
 type proxyClient struct {
-	p      *Proxy
-	conn   net.Conn
-	ctx    context.Context
-	cancel context.CancelFunc
-	box    *unixpeer.Outbox // encoded messages for the writer; closed when the reader ends
-	sem    chan struct{}    // in-flight requests
-	reqs   sync.WaitGroup
+	*ctrlproxy.Peer
+	p *Proxy
 
-	// guarded by p.mu
+	// guarded by p.srv.Mu
 	configured, opened bool
 	max                int
 	subs               []EventSubscription // nil: standardSubscriptions
@@ -260,7 +183,7 @@ func (pc *proxyClient) subsLocked() []EventSubscription {
 }
 
 // wants reports whether the client gets an indication; the caller holds
-// p.mu.
+// p.srv.Mu.
 func (pc *proxyClient) wants(svc UUID, cid uint32) bool {
 	if !pc.opened {
 		return false
@@ -277,9 +200,9 @@ func (pc *proxyClient) wants(svc UUID, cid uint32) bool {
 // writer; a client that does not read loses messages (counted in the
 // log) rather than stalling the modem.
 func (pc *proxyClient) queue(m *Message) {
-	pc.p.mu.Lock()
+	pc.p.srv.Mu.Lock()
 	max := pc.max
-	pc.p.mu.Unlock()
+	pc.p.srv.Mu.Unlock()
 	var enc []byte
 	if err := m.Fragments(max, func(f []byte) error {
 		enc = append(enc, f...)
@@ -287,62 +210,40 @@ func (pc *proxyClient) queue(m *Message) {
 	}); err != nil {
 		return
 	}
-	if !pc.box.Put(enc) {
-		pc.p.log.Warn("mbim proxy: client not reading, message dropped", "msg", m.String())
+	if !pc.Put(enc) {
+		pc.p.srv.Log.Warn("mbim proxy: client not reading, message dropped", "msg", m.String())
 	}
 }
 
-// reader owns the client: it decodes its stream and answers or forwards
-// each message. When the client goes, it waits for the client's
-// requests and removes it.
-func (pc *proxyClient) reader() {
+// read decodes the client's stream and answers or forwards each message.
+func (pc *proxyClient) read() {
+	ctrlstream.ReadAll(pc.Conn, MaxControlTransfer, &Decoder{}, pc.handle, func(err error) {
+		var de *DecodeError
+		if errors.As(err, &de) && de.TID != 0 {
+			pc.queue(&Message{Type: TypeFunctionError, TID: de.TID, Error: de.Code})
+		}
+	})
+}
+
+// left runs when the client is gone (p.srv.Mu held): the modem's subscribe
+// list loses what only the client wanted.
+func (pc *proxyClient) left() func() {
 	p := pc.p
-	defer func() {
-		pc.cancel()
-		pc.reqs.Wait()
-		pc.box.Close()
-		pc.conn.Close()
-		p.mu.Lock()
-		delete(p.clients, pc)
-		hadSubs := pc.subs != nil
-		p.mu.Unlock()
-		if hadSubs && p.ctx.Err() == nil {
+	if pc.subs == nil {
+		return nil
+	}
+	return func() {
+		if p.srv.Context().Err() == nil {
 			p.pushSubscriptions()
-		}
-		p.wg.Done()
-	}()
-	dec := Decoder{}
-	buf := make([]byte, MaxControlTransfer)
-	for {
-		n, err := pc.conn.Read(buf)
-		if n > 0 {
-			dec.Write(buf[:n])
-			for {
-				m, derr := dec.Next()
-				if derr != nil {
-					var de *DecodeError
-					if errors.As(derr, &de) && de.TID != 0 {
-						pc.queue(&Message{Type: TypeFunctionError, TID: de.TID, Error: de.Code})
-					}
-					continue
-				}
-				if m == nil {
-					break
-				}
-				pc.handle(m)
-			}
-		}
-		if err != nil {
-			return
 		}
 	}
 }
 
 func (pc *proxyClient) handle(m *Message) {
 	p := pc.p
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	configured, opened := pc.configured, pc.opened
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	switch m.Type {
 	case TypeOpen:
 		st := StatusNone
@@ -355,22 +256,22 @@ func (pc *proxyClient) handle(m *Message) {
 			// The modem is between sessions (reset, not yet
 			// opened): open it for the client, as libmbim's proxy
 			// opens its device.
-			if err := p.c.Open(pc.ctx); err != nil {
-				p.log.Warn("mbim proxy: open for client", "err", err)
+			if err := p.c.Open(pc.Ctx); err != nil {
+				p.srv.Log.Warn("mbim proxy: open for client", "err", err)
 				st = StatusFailure
 			}
 		}
 		if st == StatusNone {
-			p.mu.Lock()
+			p.srv.Mu.Lock()
 			pc.opened = true
 			pc.max = int(min(m.MaxControlTransfer, MaxControlTransfer))
-			p.mu.Unlock()
+			p.srv.Mu.Unlock()
 		}
 		pc.queue(&Message{Type: TypeOpenDone, TID: m.TID, Status: st})
 	case TypeClose:
-		p.mu.Lock()
+		p.srv.Mu.Lock()
 		pc.opened = false
-		p.mu.Unlock()
+		p.srv.Mu.Unlock()
 		pc.queue(&Message{Type: TypeCloseDone, TID: m.TID})
 	case TypeCommand:
 		switch {
@@ -382,7 +283,7 @@ func (pc *proxyClient) handle(m *Message) {
 			pc.forward(m)
 		}
 	case TypeHostError:
-		p.log.Debug("mbim proxy: client host error", "code", m.Error)
+		p.srv.Log.Debug("mbim proxy: client host error", "code", m.Error)
 	default:
 		pc.queue(&Message{Type: TypeFunctionError, TID: m.TID, Error: ProtoUnknown})
 	}
@@ -403,12 +304,12 @@ func (pc *proxyClient) proxyControl(m *Message) {
 		case err != nil:
 			done.Status = StatusInvalidParameters
 		case p.opts.DevicePath != "" && cfg.DevicePath != p.opts.DevicePath:
-			p.log.Warn("mbim proxy: client asked for another device", "path", cfg.DevicePath)
+			p.srv.Log.Warn("mbim proxy: client asked for another device", "path", cfg.DevicePath)
 			done.Status = StatusFailure
 		default:
-			p.mu.Lock()
+			p.srv.Mu.Lock()
 			pc.configured = true
-			p.mu.Unlock()
+			p.srv.Mu.Unlock()
 		}
 	}
 	pc.queue(done)
@@ -417,50 +318,44 @@ func (pc *proxyClient) proxyControl(m *Message) {
 // forward sends a client's command to the modem on its own goroutine and
 // answers with the client's transaction ID.
 func (pc *proxyClient) forward(m *Message) {
-	select {
-	case pc.sem <- struct{}{}:
-	default:
+	if !pc.Go(func() { pc.request(m) }) {
 		pc.queue(&Message{Type: TypeFunctionError, TID: m.TID, Error: ProtoUnknown})
+	}
+}
+
+// request is forward's goroutine.
+func (pc *proxyClient) request(m *Message) {
+	tid := m.TID
+	if m.Service == ServiceBasicConnect && m.CID == CIDDeviceServiceSubscribeList && m.CommandType == Set {
+		pc.subscribe(m)
 		return
 	}
-	pc.reqs.Add(1)
-	go func() {
-		defer func() {
-			<-pc.sem
-			pc.reqs.Done()
-		}()
-		tid := m.TID
-		if m.Service == ServiceBasicConnect && m.CID == CIDDeviceServiceSubscribeList && m.CommandType == Set {
-			pc.subscribe(m)
-			return
+	r, err := pc.p.c.Call(pc.Ctx, m)
+	if err != nil {
+		code := ProtoUnknown
+		var fe *FunctionError
+		switch {
+		case errors.As(err, &fe):
+			code = fe.Code
+		case errors.Is(err, ErrNotOpened), errors.Is(err, ErrModemReset):
+			// The modem is being re-opened (after a reset);
+			// the client may retry.
+			code = ProtoNotOpened
 		}
-		r, err := pc.p.c.Call(pc.ctx, m)
-		if err != nil {
-			code := ProtoUnknown
-			var fe *FunctionError
-			switch {
-			case errors.As(err, &fe):
-				code = fe.Code
-			case errors.Is(err, ErrNotOpened), errors.Is(err, ErrModemReset):
-				// The modem is being re-opened (after a reset);
-				// the client may retry.
-				code = ProtoNotOpened
-			}
-			pc.p.log.Debug("mbim proxy: forward failed", "msg", m.String(), "err", err)
-			pc.queue(&Message{Type: TypeFunctionError, TID: tid, Error: code})
-			return
-		}
-		ans := *r
-		ans.TID = tid
-		pc.queue(&ans)
-		if r.Status == StatusNone && m.CommandType == Set && m.Service == ServiceBasicConnect && announced[m.CID] {
-			// The modem will not indicate a change its (only) host
-			// asked for; tell mhistack's session and the other
-			// clients, e.g. that mbimcli --disconnect took the
-			// data session down.
-			pc.p.c.announce(r)
-		}
-	}()
+		pc.p.srv.Log.Debug("mbim proxy: forward failed", "msg", m.String(), "err", err)
+		pc.queue(&Message{Type: TypeFunctionError, TID: tid, Error: code})
+		return
+	}
+	ans := *r
+	ans.TID = tid
+	pc.queue(&ans)
+	if r.Status == StatusNone && m.CommandType == Set && m.Service == ServiceBasicConnect && announced[m.CID] {
+		// The modem will not indicate a change its (only) host
+		// asked for; tell mhistack's session and the other
+		// clients, e.g. that mbimcli --disconnect took the
+		// data session down.
+		pc.p.c.announce(r)
+	}
 }
 
 // subscribe records a client's subscribe list, pushes the merged list to
@@ -477,9 +372,9 @@ func (pc *proxyClient) subscribe(m *Message) {
 	if list == nil {
 		list = []EventSubscription{}
 	}
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	pc.subs = list
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	if err := p.pushSubscriptions(); err != nil {
 		var ce *CommandError
 		if errors.As(err, &ce) {
@@ -497,7 +392,7 @@ func (p *Proxy) pushSubscriptions() error {
 	if !p.c.Opened() {
 		return nil
 	}
-	_, err := p.c.SubscribeIndications(p.ctx, p.mergedSubscriptions())
+	_, err := p.c.SubscribeIndications(p.srv.Context(), p.mergedSubscriptions())
 	return err
 }
 
@@ -506,29 +401,20 @@ func (p *Proxy) pushSubscriptions() error {
 // devicePath and opens the function: a Go program's equivalent of
 // mbimcli -p. Close the client to disconnect.
 func DialProxy(ctx context.Context, name, devicePath string, opts Options) (*Client, error) {
-	if name == "" {
-		name = ProxySocket
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", "@"+name)
-	if err != nil {
-		return nil, fmt.Errorf("mbim: proxy %q: %w", name, err)
-	}
-	c := NewClient(NewStreamTransport(conn), opts)
-	cfg := ProxyConfiguration{DevicePath: devicePath, Timeout: 30}
-	cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
-	r, err := c.call(cctx, &Message{Type: TypeCommand, Service: ServiceProxyControl, CID: CIDProxyConfiguration,
-		CommandType: Set, Buffer: cfg.Encode()}, TypeCommandDone, false)
-	cancel()
-	if err == nil && r.Status != StatusNone {
-		err = &CommandError{Service: ServiceProxyControl, CID: CIDProxyConfiguration, Set: true, Status: r.Status}
-	}
-	if err == nil {
-		err = c.Open(ctx)
-	}
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("mbim: proxy %q: %w", name, err)
-	}
-	return c, nil
+	return unixpeer.DialClient(ctx, "mbim", cmp.Or(name, ProxySocket), func(conn net.Conn) *Client {
+		return NewClient(NewStreamTransport(conn), opts)
+	}, func(c *Client) error {
+		cfg := ProxyConfiguration{DevicePath: devicePath, Timeout: 30}
+		cctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+		r, err := c.call(cctx, &Message{Type: TypeCommand, Service: ServiceProxyControl, CID: CIDProxyConfiguration,
+			CommandType: Set, Buffer: cfg.Encode()}, TypeCommandDone, false)
+		cancel()
+		if err == nil && r.Status != StatusNone {
+			err = &CommandError{Service: ServiceProxyControl, CID: CIDProxyConfiguration, Set: true, Status: r.Status}
+		}
+		if err == nil {
+			err = c.Open(ctx)
+		}
+		return err
+	})
 }

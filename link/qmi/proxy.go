@@ -1,16 +1,17 @@
 package qmi
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
-	"sync"
-	"time"
 
+	"github.com/mhistack/mhistack/internal/ctrlproxy"
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/internal/unixpeer"
+	"time"
 )
 
 // ProxySocket is the abstract unix socket name libqmi clients connect to
@@ -77,17 +78,10 @@ type ProxyOptions struct {
 type Proxy struct {
 	c    *Client
 	opts ProxyOptions
-	log  *slog.Logger
-	ln   net.Listener
-	ctx  context.Context
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	srv  *ctrlproxy.Server[*proxyClient]
 
-	mu       sync.Mutex
-	clients  map[*proxyClient]struct{}
-	owner    map[ClientID]*proxyClient // nil: disowned
-	disowned []ClientID                // oldest first
-	closed   bool
+	owner    map[ClientID]*proxyClient // nil: disowned; guarded by srv.Mu
+	disowned []ClientID                // oldest first; guarded by srv.Mu
 	unsub    func()
 	unreset  func()
 }
@@ -95,67 +89,44 @@ type Proxy struct {
 // ListenProxy listens on the abstract socket and serves c. It fails if
 // the name is taken (a libqmi qmi-proxy or another mhistack runs).
 func ListenProxy(c *Client, opts ProxyOptions) (*Proxy, error) {
-	if opts.Name == "" {
-		opts.Name = ProxySocket
-	}
-	ln, err := unixpeer.Listen(opts.Name)
-	if err != nil {
-		return nil, fmt.Errorf("qmi: proxy socket: %w", err)
-	}
 	p := NewProxy(c, opts)
-	p.ln = ln
-	p.wg.Add(1)
-	go p.accept(ln)
-	return p, nil
+	return ctrlproxy.Listen(p, p.srv)
 }
 
 // NewProxy returns a proxy that serves connections handed to ServeConn
 // (ListenProxy also accepts them from its socket).
 func NewProxy(c *Client, opts ProxyOptions) *Proxy {
-	if opts.Name == "" {
-		opts.Name = ProxySocket
-	}
-	if opts.AllowUID == nil {
-		opts.AllowUID = unixpeer.RootOrSelf()
-	}
-	if opts.MaxClients <= 0 {
-		opts.MaxClients = 32
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 16
-	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 300 * time.Second
 	}
 	if opts.MaxDisowned <= 0 {
 		opts.MaxDisowned = 32
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &Proxy{c: c, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel,
-		clients: map[*proxyClient]struct{}{}, owner: map[ClientID]*proxyClient{}}
+	p := &Proxy{c: c, opts: opts, owner: map[ClientID]*proxyClient{}}
+	p.srv = ctrlproxy.New(ctrlproxy.Config[*proxyClient]{Name: cmp.Or(opts.Name, ProxySocket), Proto: "qmi",
+		AllowUID: opts.AllowUID, MaxClients: opts.MaxClients, MaxInFlight: opts.MaxInFlight, Logger: opts.Logger,
+		NewClient: p.newClient, Serve: (*proxyClient).read, Left: (*proxyClient).leave})
 	p.unsub = c.Subscribe(p.indication)
 	p.unreset = c.OnReset(p.reset)
 	return p
 }
 
+// newClient is the state of a new connection (p.srv.Mu held).
+func (p *Proxy) newClient(peer *ctrlproxy.Peer) *proxyClient {
+	return &proxyClient{Peer: peer, p: p, left: make(chan struct{})}
+}
+
 // Name returns the abstract socket name.
-func (p *Proxy) Name() string { return p.opts.Name }
+func (p *Proxy) Name() string { return p.srv.Name() }
 
 // Clients returns the number of connected clients.
-func (p *Proxy) Clients() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.clients)
-}
+func (p *Proxy) Clients() int { return p.srv.Clients() }
 
 // ClientIDs returns the client IDs the proxy's connections hold and the
 // disowned ones, sorted.
 func (p *Proxy) ClientIDs() (held, disowned []ClientID) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.srv.Mu.Lock()
+	defer p.srv.Mu.Unlock()
 	for id, pc := range p.owner {
 		if pc != nil {
 			held = append(held, id)
@@ -172,35 +143,20 @@ func (p *Proxy) ClientIDs() (held, disowned []ClientID) {
 // proxy's goroutines and releases the client IDs its clients held
 // (bounded by one second). The Client stays open.
 func (p *Proxy) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	closed, err := p.srv.Close(func() {
+		p.unsub()
+		p.unreset()
+	})
+	if !closed {
 		return nil
 	}
-	p.closed = true
-	clients := make([]*proxyClient, 0, len(p.clients))
-	for pc := range p.clients {
-		clients = append(clients, pc)
-	}
-	p.mu.Unlock()
-	p.unsub()
-	p.unreset()
-	p.stop()
-	var err error
-	if p.ln != nil {
-		err = p.ln.Close()
-	}
-	for _, pc := range clients {
-		pc.conn.Close()
-	}
-	p.wg.Wait()
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	ids := make([]ClientID, 0, len(p.owner))
 	for id := range p.owner {
 		ids = append(ids, id)
 	}
 	p.owner, p.disowned = map[ClientID]*proxyClient{}, nil
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	p.release(ids)
 	return err
 }
@@ -214,44 +170,21 @@ func (p *Proxy) release(ids []ClientID) {
 	defer cancel()
 	for _, id := range ids {
 		if _, err := p.c.Do(ctx, ReleaseCIDRequest(id)); err != nil {
-			p.log.Debug("qmi proxy: release client ID", "service", id.Service, "client", id.Client, "err", err)
+			p.srv.Log.Debug("qmi proxy: release client ID", "service", id.Service, "client", id.Client, "err", err)
 		}
 	}
-}
-
-func (p *Proxy) accept(ln net.Listener) {
-	defer p.wg.Done()
-	unixpeer.Accept(ln, p.opts.AllowUID, p.log, "qmi proxy", func() bool { return p.ctx.Err() != nil }, p.ServeConn)
 }
 
 // ServeConn serves one client connection until it closes or the proxy
 // does; it returns at once (the connection's goroutines belong to the
 // proxy). conn is closed when done.
-func (p *Proxy) ServeConn(conn net.Conn) {
-	p.mu.Lock()
-	if p.closed || len(p.clients) >= p.opts.MaxClients {
-		p.mu.Unlock()
-		conn.Close()
-		return
-	}
-	pc := &proxyClient{p: p, conn: conn, box: unixpeer.NewOutbox(64), left: make(chan struct{}),
-		sem: make(chan struct{}, p.opts.MaxInFlight)}
-	pc.ctx, pc.cancel = context.WithCancel(p.ctx)
-	p.clients[pc] = struct{}{}
-	p.wg.Add(2)
-	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		pc.box.Run(conn)
-	}()
-	go pc.reader()
-}
+func (p *Proxy) ServeConn(conn net.Conn) { p.srv.ServeConn(conn) }
 
 // reset runs when the modem lost its client IDs: nobody holds any now.
 func (p *Proxy) reset() {
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	p.owner, p.disowned = map[ClientID]*proxyClient{}, nil
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 }
 
 // indication runs on the Client's reader goroutine: it queues the
@@ -263,7 +196,7 @@ func (p *Proxy) indication(m *Message) {
 		return
 	}
 	var to []*proxyClient
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	if m.Client == BroadcastClient {
 		for id, pc := range p.owner {
 			if pc != nil && id.Service == m.Service && !slices.Contains(to, pc) {
@@ -275,7 +208,7 @@ func (p *Proxy) indication(m *Message) {
 			to = append(to, pc)
 		}
 	}
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	if len(to) == 0 {
 		return
 	}
@@ -290,7 +223,7 @@ func (p *Proxy) indication(m *Message) {
 
 // holderLocked says who holds id: a proxy connection, the disowned list
 // (nil, true) or nobody the proxy knows (nil, false); self reports that
-// mhistack's own Client allocated it. The caller holds p.mu.
+// mhistack's own Client allocated it. The caller holds p.srv.Mu.
 func (p *Proxy) holderLocked(id ClientID) (pc *proxyClient, known, self bool) {
 	pc, known = p.owner[id]
 	p.c.mu.Lock()
@@ -300,7 +233,7 @@ func (p *Proxy) holderLocked(id ClientID) (pc *proxyClient, known, self bool) {
 }
 
 // disownLocked moves what pc held to the disowned list and returns the
-// client IDs beyond MaxDisowned to release. The caller holds p.mu.
+// client IDs beyond MaxDisowned to release. The caller holds p.srv.Mu.
 func (p *Proxy) disownLocked(pc *proxyClient) (drop []ClientID) {
 	var ids []ClientID
 	for id, o := range p.owner {
@@ -314,7 +247,7 @@ func (p *Proxy) disownLocked(pc *proxyClient) (drop []ClientID) {
 	for _, id := range ids {
 		p.owner[id] = nil
 		p.disowned = append(p.disowned, id)
-		p.log.Debug("qmi proxy: client ID disowned", "service", id.Service, "client", id.Client)
+		p.srv.Log.Debug("qmi proxy: client ID disowned", "service", id.Service, "client", id.Client)
 	}
 	for len(p.disowned) > p.opts.MaxDisowned {
 		id := p.disowned[0]
@@ -333,84 +266,53 @@ func (p *Proxy) undisownLocked(id ClientID) {
 
 // proxyClient is one connected libqmi client.
 type proxyClient struct {
-	p      *Proxy
-	conn   net.Conn
-	ctx    context.Context
-	cancel context.CancelFunc
-	box    *unixpeer.Outbox // encoded frames for the writer; closed when the reader ends
-	left   chan struct{}    // closed when the client's IDs are disowned
-	sem    chan struct{}    // in-flight requests
-	reqs   sync.WaitGroup
+	*ctrlproxy.Peer
+	p    *Proxy
+	left chan struct{} // closed when the client's IDs are disowned
 
-	opened bool // guarded by p.mu
+	opened bool // guarded by p.srv.Mu
 }
 
 // queue hands an encoded frame to the writer; a client that does not
 // read loses frames (logged) rather than stalling the modem.
 func (pc *proxyClient) queue(b []byte) {
-	if !pc.box.Put(b) {
-		pc.p.log.Warn("qmi proxy: client not reading, message dropped")
+	if !pc.Put(b) {
+		pc.p.srv.Log.Warn("qmi proxy: client not reading, message dropped")
 	}
 }
 
 func (pc *proxyClient) send(m *Message) {
 	b, err := m.Marshal()
 	if err != nil {
-		pc.p.log.Warn("qmi proxy: cannot encode", "msg", m.String(), "err", err)
+		pc.p.srv.Log.Warn("qmi proxy: cannot encode", "msg", m.String(), "err", err)
 		return
 	}
 	pc.queue(b)
 }
 
-// reader owns the client: it decodes its stream and answers or forwards
-// each request. When the client goes, it waits for the client's
-// requests, disowns its client IDs and removes it.
-func (pc *proxyClient) reader() {
+// read decodes the client's stream and answers or forwards each request.
+func (pc *proxyClient) read() {
+	ctrlstream.ReadAll(pc.Conn, 4096, &Decoder{}, pc.handle, pc.malformed)
+}
+
+// leave runs when the client is gone (p.srv.Mu held): its client IDs are
+// disowned, and those beyond MaxDisowned released.
+func (pc *proxyClient) leave() func() {
 	p := pc.p
-	defer func() {
-		pc.cancel()
-		pc.reqs.Wait()
-		pc.box.Close()
-		pc.conn.Close()
-		p.mu.Lock()
-		delete(p.clients, pc)
-		var drop []ClientID
-		if !p.closed {
-			drop = p.disownLocked(pc)
-		}
-		p.mu.Unlock()
+	var drop []ClientID
+	if !p.srv.ClosedLocked() {
+		drop = p.disownLocked(pc)
+	}
+	return func() {
 		close(pc.left)
 		p.release(drop)
-		p.wg.Done()
-	}()
-	var dec Decoder
-	buf := make([]byte, 4096)
-	for {
-		n, err := pc.conn.Read(buf)
-		if n > 0 {
-			dec.Write(buf[:n])
-			for {
-				m, derr := dec.Next()
-				if derr != nil {
-					pc.malformed(derr)
-					continue
-				}
-				if m == nil {
-					break
-				}
-				pc.handle(m)
-			}
-		}
-		if err != nil {
-			return
-		}
 	}
 }
 
 // malformed answers a malformed request whose header could be read with
 // MALFORMED_MESSAGE; anything else is logged and dropped.
 func (pc *proxyClient) malformed(err error) {
-	pc.p.log.Debug("qmi proxy: malformed input from client", "err", err)
+	pc.p.srv.Log.Debug("qmi proxy: malformed input from client", "err", err)
 	var fe *FormatError
 	if errors.As(err, &fe) && fe.Header && fe.Kind == Request && (fe.Service != ServiceCTL || fe.TID <= 0xFF) {
 		req := &Message{Service: fe.Service, Client: fe.Client, Kind: Request, TID: fe.TID, ID: fe.ID}
@@ -422,16 +324,16 @@ func (pc *proxyClient) malformed(err error) {
 func (pc *proxyClient) handle(m *Message) {
 	p := pc.p
 	if m.FromModem || m.Kind != Request {
-		p.log.Debug("qmi proxy: ignored a non-request from a client", "msg", m.String())
+		p.srv.Log.Debug("qmi proxy: ignored a non-request from a client", "msg", m.String())
 		return
 	}
 	if m.Service == ServiceCTL && m.ID == CTLInternalProxyOpen {
 		pc.open(m)
 		return
 	}
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	opened := pc.opened
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	if !opened {
 		// libqmi clients always open first; the device is "not
 		// ready" for one that does not.
@@ -470,13 +372,13 @@ func (pc *proxyClient) open(m *Message) {
 		pc.send(m.Reply(ErrMissingArgument))
 		return
 	case p.opts.DevicePath != "" && string(path) != p.opts.DevicePath:
-		p.log.Warn("qmi proxy: client asked for another device", "path", string(path))
+		p.srv.Log.Warn("qmi proxy: client asked for another device", "path", string(path))
 		pc.send(m.Reply(ErrInvalidArgument))
 		return
 	}
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	pc.opened = true
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	pc.send(m.Reply(ErrNone))
 }
 
@@ -499,10 +401,10 @@ func (pc *proxyClient) claim(id ClientID, keep bool) bool {
 	case <-other.left:
 		ok, _ = pc.tryClaim(id, keep)
 	case <-t.C:
-	case <-pc.ctx.Done():
+	case <-pc.Ctx.Done():
 	}
 	if !ok {
-		pc.p.log.Debug("qmi proxy: client ID held by another connection", "service", id.Service, "client", id.Client)
+		pc.p.srv.Log.Debug("qmi proxy: client ID held by another connection", "service", id.Service, "client", id.Client)
 	}
 	return ok
 }
@@ -515,12 +417,12 @@ const leaveWait = 500 * time.Millisecond
 // ID when that is why it fails.
 func (pc *proxyClient) tryClaim(id ClientID, keep bool) (ok bool, other *proxyClient) {
 	p := pc.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.srv.Mu.Lock()
+	defer p.srv.Mu.Unlock()
 	o, known, self := p.holderLocked(id)
 	switch {
 	case self:
-		p.log.Debug("qmi proxy: client ID held by mhistack", "service", id.Service, "client", id.Client)
+		p.srv.Log.Debug("qmi proxy: client ID held by mhistack", "service", id.Service, "client", id.Client)
 		return false, nil
 	case o != nil && o != pc:
 		return false, o
@@ -540,7 +442,7 @@ func (pc *proxyClient) tryClaim(id ClientID, keep bool) (ok bool, other *proxyCl
 // client IDs too): the client's own client IDs are released.
 func (pc *proxyClient) sync(m *Message) {
 	p := pc.p
-	p.mu.Lock()
+	p.srv.Mu.Lock()
 	var ids []ClientID
 	for id, o := range p.owner {
 		if o == pc {
@@ -548,7 +450,7 @@ func (pc *proxyClient) sync(m *Message) {
 			delete(p.owner, id)
 		}
 	}
-	p.mu.Unlock()
+	p.srv.Mu.Unlock()
 	p.release(ids)
 	pc.send(m.Reply(ErrNone))
 }
@@ -556,62 +458,56 @@ func (pc *proxyClient) sync(m *Message) {
 // forward sends a request to the modem on its own goroutine and answers
 // with the client's transaction ID.
 func (pc *proxyClient) forward(m *Message) {
-	select {
-	case pc.sem <- struct{}{}:
-	default:
+	if !pc.Go(func() { pc.request(m) }) {
 		pc.send(m.Reply(ErrDeviceNotReady))
+	}
+}
+
+// request is forward's goroutine.
+func (pc *proxyClient) request(m *Message) {
+	ctx, d := pc.Ctx, pc.p.opts.RequestTimeout
+	if m.Service == ServiceCTL && m.ID == CTLAllocateCID {
+		// Finish an allocation even if the client leaves, so
+		// that the ID is tracked (disowned) rather than leaked.
+		ctx, d = pc.p.srv.Context(), pc.p.c.opts.Timeout
+	}
+	r, err := pc.p.c.do(ctx, m, d)
+	if m.Service != ServiceCTL && ErrorCodeOf(err) == ErrInvalidClientID {
+		// The modem does not know the ID the client named: it
+		// holds nothing.
+		p := pc.p
+		id := ClientID{m.Service, m.Client}
+		p.srv.Mu.Lock()
+		if p.owner[id] == pc {
+			delete(p.owner, id)
+		}
+		p.srv.Mu.Unlock()
+	}
+	if r == nil {
+		pc.p.srv.Log.Debug("qmi proxy: forward failed", "msg", m.String(), "err", err)
+		if pc.Ctx.Err() == nil {
+			pc.send(m.Reply(ErrAborted))
+		}
 		return
 	}
-	pc.reqs.Add(1)
-	go func() {
-		defer func() {
-			<-pc.sem
-			pc.reqs.Done()
-		}()
-		ctx, d := pc.ctx, pc.p.opts.RequestTimeout
-		if m.Service == ServiceCTL && m.ID == CTLAllocateCID {
-			// Finish an allocation even if the client leaves, so
-			// that the ID is tracked (disowned) rather than leaked.
-			ctx, d = pc.p.ctx, pc.p.c.opts.Timeout
-		}
-		r, err := pc.p.c.do(ctx, m, d)
-		if m.Service != ServiceCTL && ErrorCodeOf(err) == ErrInvalidClientID {
-			// The modem does not know the ID the client named: it
-			// holds nothing.
+	if m.Service == ServiceCTL && m.ID == CTLAllocateCID && err == nil {
+		if id, perr := ParseClientID(r); perr == nil {
 			p := pc.p
-			id := ClientID{m.Service, m.Client}
-			p.mu.Lock()
-			if p.owner[id] == pc {
-				delete(p.owner, id)
+			p.srv.Mu.Lock()
+			if p.srv.ConnectedLocked(pc) && pc.Ctx.Err() == nil {
+				p.owner[id] = pc
+			} else {
+				// The client left while its ID was being
+				// allocated: it is disowned like the rest.
+				p.owner[id] = nil
+				p.disowned = append(p.disowned, id)
 			}
-			p.mu.Unlock()
+			p.srv.Mu.Unlock()
 		}
-		if r == nil {
-			pc.p.log.Debug("qmi proxy: forward failed", "msg", m.String(), "err", err)
-			if pc.ctx.Err() == nil {
-				pc.send(m.Reply(ErrAborted))
-			}
-			return
-		}
-		if m.Service == ServiceCTL && m.ID == CTLAllocateCID && err == nil {
-			if id, perr := ParseClientID(r); perr == nil {
-				p := pc.p
-				p.mu.Lock()
-				if _, live := p.clients[pc]; live && pc.ctx.Err() == nil {
-					p.owner[id] = pc
-				} else {
-					// The client left while its ID was being
-					// allocated: it is disowned like the rest.
-					p.owner[id] = nil
-					p.disowned = append(p.disowned, id)
-				}
-				p.mu.Unlock()
-			}
-		}
-		ans := *r
-		ans.TID = m.TID
-		pc.send(&ans)
-	}()
+	}
+	ans := *r
+	ans.TID = m.TID
+	pc.send(&ans)
 }
 
 // DialProxy connects to a qmi-proxy (libqmi's, or a Proxy) on the
@@ -619,18 +515,10 @@ func (pc *proxyClient) forward(m *Message) {
 // Open for devicePath: a Go program's equivalent of qmicli -p. Close the
 // client to release its client IDs and disconnect.
 func DialProxy(ctx context.Context, name, devicePath string, opts Options) (*Client, error) {
-	if name == "" {
-		name = ProxySocket
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", "@"+name)
-	if err != nil {
-		return nil, fmt.Errorf("qmi: proxy %q: %w", name, err)
-	}
-	c := NewClient(NewStreamTransport(conn), opts)
-	if _, err := c.Do(ctx, NewRequest(ServiceCTL, CTLInternalProxyOpen).AddString(0x01, devicePath)); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("qmi: proxy %q: %w", name, err)
-	}
-	return c, nil
+	return unixpeer.DialClient(ctx, "qmi", cmp.Or(name, ProxySocket), func(conn net.Conn) *Client {
+		return NewClient(NewStreamTransport(conn), opts)
+	}, func(c *Client) error {
+		_, err := c.Do(ctx, NewRequest(ServiceCTL, CTLInternalProxyOpen).AddString(0x01, devicePath))
+		return err
+	})
 }
