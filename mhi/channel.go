@@ -330,7 +330,10 @@ func (ch *Channel) Stop(ctx context.Context) error {
 // down by SYS_ERR gets its buffers back once the MHI reset has stopped the
 // device's DMA (docs/RELIABILITY.md, "The recovery sequence"). On a command
 // failure the host resets its side anyway, like Linux. The channel stays
-// released: SYS_ERR recovery does not restart it. (If ctx ends while a
+// released: SYS_ERR recovery does not restart it. A RESET_CHAN the device
+// can no longer answer because it left the channel's execution environment
+// (SAHARA as the SBL moves on to AMSS) is given up once the host sees the
+// new EE, and the reset is host-side only. (If ctx ends while a
 // Start or Stop of the channel is still in flight, Reset returns the error
 // and the buffers stay queued; reset again.)
 func (ch *Channel) Reset(ctx context.Context) error {
@@ -352,7 +355,15 @@ func (ch *Channel) Reset(ctx context.Context) error {
 		// confirms.
 		ch.state.Store(uint32(ChanDisabled))
 		if ch.cfg.EE.Has(ch.c.currentEE()) {
-			err = ch.c.command(ctx, TypeResetCmd, ch.cfg.Num)
+			err = ch.c.chanCommand(ctx, TypeResetCmd, ch.cfg.Num, ch.cfg.EE)
+			if err != nil && !ch.cfg.EE.Has(ch.c.currentEE()) {
+				// The device left the channel's EE while the
+				// RESET_CHAN was in flight (SAHARA as the SBL
+				// moves on): nothing there can answer it.
+				ch.c.log.Info("RESET_CHAN overtaken by the end of the channel's EE; reset host-side",
+					"dev", ch.c.name, "ch", ch.cfg.Num, "err", err)
+				err = nil
+			}
 		}
 		// else the EE that ran it has ended (eeEnded): host side
 		// only, as Linux mhi_unprepare_channel.

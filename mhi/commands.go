@@ -2,6 +2,7 @@ package mhi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -83,6 +84,21 @@ func (cr *commandRing) complete(c *Controller, ptr uint64, code Code) {
 
 // command sends one command for channel ch and waits for its completion.
 func (c *Controller) command(ctx context.Context, typ uint8, ch int) error {
+	return c.chanCommand(ctx, typ, ch, 0)
+}
+
+// errEEEnded ends the wait for a channel command's completion once the
+// host has learnt that the device left the channel's execution
+// environments (chanCommand).
+var errEEEnded = errors.New("the device left the channel's execution environment")
+
+// chanCommand is command for a channel that exists only in the execution
+// environments ees (0: every one). The device may leave them while the
+// command is in flight (the SBL moving on to AMSS takes SAHARA with it);
+// the firmware that could answer is then gone, so the wait ends with
+// errEEEnded once the host has seen the new EE (EE_EVENT). The abandoned
+// command keeps its slot like a timed-out one.
+func (c *Controller) chanCommand(ctx context.Context, typ uint8, ch int, ees EEMask) error {
 	cr := &c.cmd
 	cr.issue.Lock()
 	defer cr.issue.Unlock()
@@ -124,6 +140,9 @@ func (c *Controller) command(ctx context.Context, typ uint8, ch int) error {
 		}
 		if c.devState == StateSysErr {
 			return false, ErrSysErr
+		}
+		if ees != 0 && !ees.Has(c.ee) {
+			return false, errEEEnded
 		}
 		return false, nil
 	})

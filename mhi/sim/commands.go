@@ -191,6 +191,9 @@ func (m *Modem) startChannel(c *channel) mhi.Code {
 // stopChannel is STOP_CHAN: the channel must be started (else, like the
 // EP, no completion); its function stops; CHSTATE STOP.
 func (m *Modem) stopChannel(c *channel) mhi.Code {
+	if !c.started && c.eeEnded {
+		return m.endedChannelCommand(c, "STOP_CHAN")
+	}
 	if !c.started {
 		m.violate(ruleStopStarted, "STOP_CHAN for channel %d, which is not started", c.num)
 		return mhi.CodeInvalid
@@ -210,6 +213,9 @@ func (m *Modem) stopChannel(c *channel) mhi.Code {
 // forgotten, its function stops, CHSTATE DISABLED. No TX event for it may
 // follow the completion (§10: the host marks later ones stale).
 func (m *Modem) resetChannel(c *channel) mhi.Code {
+	if !c.started && c.eeEnded {
+		return m.endedChannelCommand(c, "RESET_CHAN")
+	}
 	if !c.started {
 		m.violate(ruleStopStarted, "RESET_CHAN for channel %d, which is not started", c.num)
 		return mhi.CodeInvalid
@@ -222,6 +228,18 @@ func (m *Modem) resetChannel(c *channel) mhi.Code {
 	m.forgetChannel(c)
 	m.updatePair(c.pair)
 	return mhi.CodeSuccess
+}
+
+// endedChannelCommand handles a STOP_CHAN or RESET_CHAN for a channel that
+// ended with its execution environment (the SBL's, at AMSS). The host may
+// send one until it has handled EE_EVENT(AMSS), like a doorbell, so it is
+// no violation; the firmware that ran the channel is gone and nothing
+// answers it: it is dropped without a completion, as the EP drops a
+// command for a channel it does not define (the host's wait ends when it
+// learns of the new EE). The caller holds m.mu.
+func (m *Modem) endedChannelCommand(c *channel, name string) mhi.Code {
+	m.log.Info(name+" for a channel that ended with its EE: dropped", "channel", c.num, "ee", m.ee)
+	return mhi.CodeInvalid
 }
 
 // forgetChannel drops the ring cache, as a reset does.
