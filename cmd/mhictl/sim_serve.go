@@ -51,8 +51,11 @@ idle), fail-bhi CODE (the next BHI download fails), stats (state, DMA
 windows, refused DMAs, violations, carrier counters); "mhictl sim control"
 is a client. The device DMAs only into memory the client (QEMU) mapped:
 an access outside every DMA map is refused and counted (dma_faults). Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
-pings and the MBIM pair runs the emulated MBIM function (link/mbim's peer:
-OPEN, BASIC_CONNECT, a data session) unless -function says otherwise;
+pings, the MBIM pair runs the emulated MBIM function (link/mbim's peer:
+OPEN, BASIC_CONNECT, a data session) and the QMI pair the emulated QMI
+function (CTL, DMS, NAS, UIM, WDS, WDA; sharing the MBIM function's SIM,
+registration and calls when the profile has both) unless -function says
+otherwise;
 -function NAME=carrier puts the carrier network on a data pair: TCP and UDP
 to 198.18.0.1 reach this host's 127.0.0.1, other destinations the host's
 network, and DL packets are aggregated like a modem (-flush-delay).`,
@@ -78,9 +81,9 @@ func (f functionFlag) Set(v string) error {
 		return fmt.Errorf("want NAME=KIND, got %q", v)
 	}
 	switch kind {
-	case "icmp", "loopback", "mbim", "none", "carrier", "carrier-qmap", "carrier-qmap5":
+	case "icmp", "loopback", "mbim", "qmi", "none", "carrier", "carrier-qmap", "carrier-qmap5":
 	default:
-		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, none)", kind)
+		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, none)", kind)
 	}
 	f[name] = kind
 	return nil
@@ -99,7 +102,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
 	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
 	functions := functionFlag{}
-	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim or none (repeatable)")
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi or none (repeatable)")
 	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
 	burstIdle := fs.Duration("burst-idle", serveBurstIdle, "idle time before a polling burst channel sends DB_MODE (longer than the in-process modem's 2 ms: a host behind QEMU can take milliseconds between its doorbell write and the next instruction, see serveBurstIdle)")
@@ -151,7 +154,6 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		SBLTime:              *sblTime,
 		LoseFirmwareOnSysErr: *loseFW,
 		Logger:               log.With("part", "modem"),
-		Functions:            map[string]Function{},
 	}
 	switch *boot {
 	case "amss":
@@ -164,52 +166,20 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *strict {
 		opts.OnViolation = func(err error) { log.Error("host protocol violation", "err", err) }
 	}
-	responders := map[string]*sim.ICMPResponder{}
-	carriers := map[string]*sim.CarrierNetwork{}
-	defer func() {
-		for _, cn := range carriers {
-			cn.Close()
-		}
-	}()
-	for _, name := range dataChannels {
-		if _, _, ok := p.ChannelPair(name); ok {
-			if _, set := functions[name]; !set {
-				functions[name] = "icmp"
-			}
-		}
+	fns, err := serveFunctions(p, functions, *flushDelay, log)
+	if err != nil {
+		return err
 	}
-	// The MBIM control pair answers like a modem's MBIM function, so
-	// that mbimcli on the guest's /dev/wwan0mbim0 can bring a session up
-	// (hack/kernelcheck, docs/KERNEL-CROSSCHECK.md).
-	if _, _, ok := p.ChannelPair("MBIM"); ok {
-		if _, set := functions["MBIM"]; !set {
-			functions["MBIM"] = "mbim"
-		}
-	}
-	for name, kind := range functions {
-		if _, _, ok := p.ChannelPair(name); !ok {
-			return usagef("profile %s has no channel pair %q", p.Name, name)
-		}
-		switch kind {
-		case "icmp":
-			r := &sim.ICMPResponder{Framing: sim.FramingFor(name)}
-			responders[name] = r
-			opts.Functions[name] = r
-		case "carrier", "carrier-qmap", "carrier-qmap5":
-			f := map[string]sim.Framing{"carrier": sim.FramingFor(name), "carrier-qmap": sim.FramingQMAP, "carrier-qmap5": sim.FramingQMAPv5}[kind]
-			cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{Framing: f, FlushDelay: *flushDelay, Logger: log.With("part", "carrier", "channel", name)})
-			if err != nil {
-				return err
-			}
-			carriers[name] = cn
-			opts.Functions[name] = cn
-		case "loopback":
-			opts.Functions[name] = &sim.Loopback{}
-		case "mbim":
-			opts.Functions[name] = sim.NewMBIMFunction(sim.MBIMConfig{Logger: log.With("part", "mbim")})
-		case "none":
-			opts.Functions[name] = nil
-		}
+	defer fns.close()
+	responders, carriers := fns.responders, fns.carriers
+	opts.Functions = fns.all
+	if fns.qmi != nil {
+		// The identity and network the QMI function reports (DMS Get
+		// IDs, NAS Get Serving System): the kernel cross-check compares
+		// qmicli's answers with them.
+		var imei, plmn string
+		fns.qmi.Network().Configure(func(c *sim.MBIMConfig) { imei, plmn = c.DeviceID, c.ProviderID })
+		log.Info("qmi function", "channel", "QMI", "imei", imei, "plmn", plmn, "shares_network_with_mbim", fns.mbim != nil)
 	}
 	modem, err := sim.New(p, opts)
 	if err != nil {
@@ -314,6 +284,11 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 	violations := summarize(log, srv, modem, responders)
 	logCarriers(log, carriers)
+	if fns.qmi != nil {
+		qs := fns.qmi.Stats()
+		log.Info("qmi stats", "requests", qs.Requests, "indications", qs.Indications, "errors", qs.Errors,
+			"violations", qs.Violations, "dropped", qs.Dropped)
+	}
 	if serveErr != nil && !errors.Is(serveErr, vfiouser.ErrClosed) {
 		return serveErr
 	}
@@ -325,6 +300,95 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 // Function is sim.Function, named here so the options map reads simply.
 type Function = sim.Function
+
+// servedFunctions are what a served modem runs behind its channel pairs.
+type servedFunctions struct {
+	all        map[string]Function
+	responders map[string]*sim.ICMPResponder
+	carriers   map[string]*sim.CarrierNetwork
+	mbim       *sim.MBIMFunction // on the MBIM pair, or nil
+	qmi        *sim.QMIFunction  // on the QMI pair, or nil
+}
+
+// close stops the carrier networks.
+func (s *servedFunctions) close() {
+	for _, cn := range s.carriers {
+		cn.Close()
+	}
+}
+
+// serveFunctions builds the functions for profile p: what -function asks
+// for (functions, which it completes with the defaults), an ICMP
+// responder on every data pair it names not, the emulated MBIM function
+// on the MBIM pair and the QMI function on the QMI pair. When both
+// control functions run they share one network state (SIM, registration,
+// calls, addresses), as on a modem: the QMI function's network is the
+// MBIM function's.
+func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, log *slog.Logger) (*servedFunctions, error) {
+	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*sim.ICMPResponder{}, carriers: map[string]*sim.CarrierNetwork{}}
+	for _, name := range dataChannels {
+		if _, _, ok := p.ChannelPair(name); ok {
+			if _, set := functions[name]; !set {
+				functions[name] = "icmp"
+			}
+		}
+	}
+	// The control pairs answer like a modem's MBIM and QMI functions, so
+	// that mbimcli on the guest's /dev/wwan0mbim0 and qmicli on its
+	// /dev/wwan0qmi0 can bring a session up (hack/kernelcheck,
+	// docs/KERNEL-CROSSCHECK.md).
+	for name, kind := range map[string]string{"MBIM": "mbim", "QMI": "qmi"} {
+		if _, _, ok := p.ChannelPair(name); ok {
+			if _, set := functions[name]; !set {
+				functions[name] = kind
+			}
+		}
+	}
+	for name := range functions {
+		if _, _, ok := p.ChannelPair(name); !ok {
+			return nil, usagef("profile %s has no channel pair %q", p.Name, name)
+		}
+	}
+	// The MBIM function first: the QMI function shares its network.
+	for name, kind := range functions {
+		if kind == "mbim" {
+			if s.mbim != nil {
+				return nil, usagef("-function: one mbim function per modem (%s and another pair)", name)
+			}
+			s.mbim = sim.NewMBIMFunction(sim.MBIMConfig{Logger: log.With("part", "mbim")})
+			s.all[name] = s.mbim
+		}
+	}
+	for name, kind := range functions {
+		switch kind {
+		case "icmp":
+			r := &sim.ICMPResponder{Framing: sim.FramingFor(name)}
+			s.responders[name] = r
+			s.all[name] = r
+		case "carrier", "carrier-qmap", "carrier-qmap5":
+			f := map[string]sim.Framing{"carrier": sim.FramingFor(name), "carrier-qmap": sim.FramingQMAP, "carrier-qmap5": sim.FramingQMAPv5}[kind]
+			cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{Framing: f, FlushDelay: flushDelay, Logger: log.With("part", "carrier", "channel", name)})
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.carriers[name] = cn
+			s.all[name] = cn
+		case "loopback":
+			s.all[name] = &sim.Loopback{}
+		case "qmi":
+			if s.qmi != nil {
+				s.close()
+				return nil, usagef("-function: one qmi function per modem (%s and another pair)", name)
+			}
+			s.qmi = sim.NewQMIFunction(sim.QMIConfig{Network: s.mbim, MBIM: sim.MBIMConfig{Logger: log.With("part", "qmi")}, Logger: log.With("part", "qmi")})
+			s.all[name] = s.qmi
+		case "none":
+			s.all[name] = nil
+		}
+	}
+	return s, nil
+}
 
 // watchModem logs the modem's state changes (what a kernel cross-check
 // compares dmesg with), crashes it on SIGUSR1, and once after syserrAfter

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,6 +63,9 @@ type expect struct {
 	// carrier network on the data pair.
 	tcpPort int
 	tcpSum  string
+	// qmiVerdict, qmiReason: why the QMI section does not run (qmiPlan;
+	// empty: it runs) and what its checks then report.
+	qmiVerdict, qmiReason string
 }
 
 // configLag lists channels of the profile table that the configs of the
@@ -477,6 +481,7 @@ func script(e expect, wait int) string {
 		"@MODULES@", strings.Join(mods, " "),
 		"@MODNAMES@", strings.Join(names, " "),
 	)
-	// The TCP section (tcp.go), then the MBIM section (mbim.go).
-	return withMBIM(withTCP(r.Replace(initScript), e.tcpPort, e.tcpSum))
+	// The TCP section (tcp.go), then the MBIM (mbim.go) and QMI (qmi.go)
+	// sections.
+	return withQMI(withMBIM(withTCP(r.Replace(initScript), e.tcpPort, e.tcpSum), slices.Contains(e.ports, "mbim0")), e.qmiVerdict, e.qmiReason)
 }

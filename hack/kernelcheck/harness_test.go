@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
+	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -216,13 +218,11 @@ func shellFunction(t *testing.T, script, name string) string {
 	return script[start+1 : start+end+3]
 }
 
-// TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics runs the guest's
-// ping_burst in the host's busybox sh with a fake ping: a stream whose
-// ping dies on a sendto error (no statistics line) must give a FAIL
-// verdict naming what it printed, and the script must go on, where the
-// shell arithmetic on the missing count used to end /init (exit status 2,
-// "Attempted to kill init").
-func TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics(t *testing.T) {
+// hostBusybox returns the host's busybox, which runs parts of the guest
+// script in tests; without it the test skips (fails with
+// MHISTACK_REQUIRE_BUSYBOX=1).
+func hostBusybox(t *testing.T) string {
+	t.Helper()
 	bb := "/bin/busybox"
 	if _, err := os.Stat(bb); err != nil {
 		if os.Getenv("MHISTACK_REQUIRE_BUSYBOX") == "1" {
@@ -230,6 +230,17 @@ func TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics(t *testing.T) {
 		}
 		t.Skip("no /bin/busybox (apt-get install busybox-static); CI sets MHISTACK_REQUIRE_BUSYBOX=1")
 	}
+	return bb
+}
+
+// TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics runs the guest's
+// ping_burst in the host's busybox sh with a fake ping: a stream whose
+// ping dies on a sendto error (no statistics line) must give a FAIL
+// verdict naming what it printed, and the script must go on, where the
+// shell arithmetic on the missing count used to end /init (exit status 2,
+// "Attempted to kill init").
+func TestPingBurstFailsCleanlyWhenAPingPrintsNoStatistics(t *testing.T) {
+	bb := hostBusybox(t)
 	dir := t.TempDir()
 	fn := strings.ReplaceAll(shellFunction(t, initScript, "ping_burst"), "/tmp/", dir+"/")
 	// The fake ping: -s 600 (the second stream) dies when DIE is set,
@@ -272,5 +283,139 @@ PINGDEV=lo
 		if !strings.Contains(out, want) {
 			t.Errorf("a stream that died: output lacks %q: %s", want, out)
 		}
+	}
+}
+
+// fakeQmicli answers like Debian's qmicli 1.32 over the emulated modem
+// (the answers TestQmicliThroughProxy in link/qmi prints), with the
+// serving system's registration state from $REG.
+const fakeQmicli = `#!/bin/busybox sh
+say() { echo "[/dev/wwan0qmi0] $*"; }
+case "$*" in
+*--dms-get-ids*) say "Device IDs retrieved:"; printf "\t    ESN: 'unknown'\n\t   IMEI: '867929060000017'\n\t   MEID: 'unknown'\n" ;;
+*--nas-get-serving-system*) say "Successfully got serving system:"
+	printf "\tRegistration state: '%s'\n\tCS: 'attached'\n\tPS: 'attached'\n\tSelected network: '3gpp'\n\tRadio interfaces: '1'\n\t\t[0]: '5gnr'\n" "$REG"
+	printf "\tRoaming status: 'off'\n\tCurrent PLMN:\n\t\tMCC: '1'\n\t\tMNC: '1'\n\t\tDescription: 'mhistack'\n" ;;
+*--wds-start-network=apn=internet,ip-type=4\ --client-no-release-cid*) say "Network started"; printf "\tPacket data handle: '3'\n"
+	say "Client ID not released:"; printf "\tService: 'wds'\n\t    CID: '4'\n" ;;
+*--client-cid=4\ --client-no-release-cid\ --wds-get-packet-service-status*) say "Connection status: 'connected'" ;;
+*--wds-get-packet-service-status*) say "Connection status: 'disconnected'" ;;
+*--client-cid=4\ --client-no-release-cid\ --wds-get-current-settings*) say "Current settings retrieved:"
+	printf "           IP Family: IPv4\n        IPv4 address: 10.0.0.2\n    IPv4 subnet mask: 255.255.255.252\nIPv4 gateway address: 10.0.0.1\n                 MTU: 1500\n" ;;
+*--client-cid=4\ --wds-stop-network=3*) echo "Network cancelled... releasing resources"; say "Network stopped" ;;
+*) echo "error: unexpected arguments: $*" >&2; exit 1 ;;
+esac
+`
+
+// TestQMISectionReadsQmicliAndTheHarnessComparesTheIdentity runs the
+// guest's QMI section in the host's busybox sh against a fake qmicli that
+// prints what the real one does: every check passes with the values
+// parsed from it, a modem that is not registered fails the serving-system
+// check, and the harness then holds the IMEI and PLMN against the modem's
+// log (a different IMEI fails qmi-dms-ids).
+func TestQMISectionReadsQmicliAndTheHarnessComparesTheIdentity(t *testing.T) {
+	bb := hostBusybox(t)
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "qmicli")
+	if err := os.WriteFile(fake, []byte(strings.Replace(fakeQmicli, "/bin/busybox", bb, 1)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dev := filepath.Join(dir, "wwan0qmi0")
+	if err := os.WriteFile(dev, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := expectFor(profile(t, "qcom-sdx55m"), fakeKO(nil, "DIAG", "MBIM", "QMI", "IP_HW0"))
+	s := script(e, 10)
+	qmi, crash := strings.Index(s, "qmi_section\n"), strings.Index(s, mbimAnchor)
+	if mbim := strings.Index(s, "mbim_section\n"); qmi < 0 || !(mbim < qmi && qmi < crash) {
+		t.Fatalf("sections at %d (mbim), %d (qmi), %d (SYS_ERR): want mbim < qmi < SYS_ERR", mbim, qmi, crash)
+	}
+	sec := s[strings.Index(s, "# ---- QMI control plane"):strings.Index(s, "# ---- end of the QMI section")]
+	sec = strings.NewReplacer("dev=/dev/wwan0qmi0", "dev="+dev, "qmicli=/usr/bin/qmicli", "qmicli="+fake).Replace(sec)
+	run := func(reg string) *result {
+		t.Helper()
+		cmd := exec.Command(bb, "sh", "-c", `check() { echo "MHISTACK-CHECK $1 $2 $3"; }`+"\n"+sec)
+		cmd.Env = append(os.Environ(), "REG="+reg, "PATH="+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the QMI section failed (%v): %s", err, out)
+		}
+		r := &result{}
+		for _, line := range strings.Split(string(out), "\n") {
+			if name, st, detail, ok := qh.ParseCheck(line); ok {
+				r.add(name, st != qh.Fail, detail)
+			}
+		}
+		if len(r.order) != len(qmiChecks) {
+			t.Fatalf("checks %v, want %v; output:\n%s", r.order, qmiChecks, out)
+		}
+		return r
+	}
+	r := run("registered")
+	want := map[string]string{
+		"qmi-dms-ids":            "IMEI 867929060000017",
+		"qmi-nas-serving-system": "registered, PS attached, radio 5gnr, MCC 1 MNC 1",
+		"qmi-wds-start-network":  "packet data handle 3 on WDS client 4",
+		"qmi-wds-packet-status":  "connected (client 4)",
+		"qmi-wds-settings":       "IPv4 10.0.0.2 gateway 10.0.0.1 MTU 1500",
+		"qmi-wds-stop-network":   "stopped, client 4 released; a new client reads disconnected",
+	}
+	for name, d := range want {
+		if c := r.checks[name]; !c.pass || c.detail != d {
+			t.Errorf("%s: pass %v %q, want PASS %q", name, c.pass, c.detail, d)
+		}
+	}
+	modemLog := `level=INFO msg="qmi function" part=modem channel=QMI imei=867929060000017 plmn=00101 shares_network_with_mbim=true` + "\n"
+	qmiIdentity(r, modemLog)
+	if c := r.checks["qmi-dms-ids"]; !c.pass || !strings.HasSuffix(c.detail, "(the modem's)") {
+		t.Errorf("qmi-dms-ids against the modem's IMEI: %v %q", c.pass, c.detail)
+	}
+	if c := r.checks["qmi-nas-serving-system"]; !c.pass || !strings.HasSuffix(c.detail, "(the modem's 00101)") {
+		t.Errorf("qmi-nas-serving-system against the modem's PLMN: %v %q", c.pass, c.detail)
+	}
+	r = run("registered")
+	qmiIdentity(r, strings.Replace(modemLog, "imei=867929060000017 plmn=00101", "imei=867929060000025 plmn=310260", 1))
+	for _, name := range []string{"qmi-dms-ids", "qmi-nas-serving-system"} {
+		if c := r.checks[name]; c.pass {
+			t.Errorf("%s passed against another modem's identity: %q", name, c.detail)
+		}
+	}
+	r = run("searching")
+	if c := r.checks["qmi-nas-serving-system"]; c.pass || !strings.Contains(c.detail, "registration 'searching'") {
+		t.Errorf("a searching modem: %v %q", c.pass, c.detail)
+	}
+}
+
+func TestQMIPlanSkipsOrFailsWithAReason(t *testing.T) {
+	sdx := expectFor(profile(t, "qcom-sdx55m"), fakeKO(nil, "DIAG", "MBIM", "QMI", "IP_HW0"))
+	noQMI := expectFor(profile(t, "qcom-sdx55m"), fakeKO(nil, "DIAG", "MBIM", "IP_HW0"))
+	quectel := expectFor(profile(t, "quectel-em1xx"), fakeKO(nil, "MBIM", "IP_HW0_MBIM"))
+	for _, c := range []struct {
+		e                      expect
+		hasQMI, have, require  bool
+		verdict, reasonContain string
+	}{
+		{sdx, true, true, false, "", ""},
+		{sdx, true, true, true, "", ""},
+		{sdx, true, false, false, "SKIP", "apt-get install libqmi-utils"},
+		{sdx, true, false, true, "FAIL", "MHISTACK_REQUIRE_QMICLI=1"},
+		{noQMI, true, true, true, "SKIP", "this kernel's mhi_pci_generic has no QMI channel"},
+		{quectel, false, true, true, "SKIP", "the profile has no QMI channel"},
+	} {
+		v, why := qmiPlan(c.e, c.hasQMI, c.have, c.require)
+		if v != c.verdict || !strings.Contains(why, c.reasonContain) || (v == "") != (why == "") {
+			t.Errorf("qmiPlan(ports %v, qmi %v, qmicli %v, require %v) = %q %q, want %q …%q…", c.e.ports, c.hasQMI, c.have, c.require, v, why, c.verdict, c.reasonContain)
+		}
+	}
+	telit := expectFor(profile(t, "telit-fn980-hwv1"), fakeKO(nil, "QMI", "IPCR", "IP_HW0"))
+	if s := script(telit, 10); !strings.Contains(s, `if [ "0" != 1 ]; then for c in mbim-device-caps`) {
+		t.Error("the MBIM section of a QMI-only profile does not skip its checks")
+	}
+	if s := script(quectel, 10); !strings.Contains(s, `if [ "1" != 1 ]; then for c in mbim-device-caps`) {
+		t.Error("the MBIM section of an MBIM profile is not planned to run")
+	}
+	quectel.qmiVerdict, quectel.qmiReason = qmiPlan(quectel, false, true, false)
+	if s := script(quectel, 10); !strings.Contains(s, `if [ -n "the profile has no QMI channel" ]; then qmi_all SKIP "the profile has no QMI channel"`) {
+		t.Error("the section of a profile without QMI does not skip its checks with the reason")
 	}
 }

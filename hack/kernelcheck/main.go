@@ -264,8 +264,12 @@ func buildInitramfs(path, busybox, modDir string, extra map[string]initramfs.Ent
 	if _, err := qh.AddModules(files, modDir, moduleNames(), nil); err != nil {
 		return err
 	}
-	// mbimcli and its libraries for the MBIM section (mbim.go).
+	// mbimcli and its libraries for the MBIM section (mbim.go),
 	if err := addMbimcli(files); err != nil {
+		return err
+	}
+	// qmicli and its libraries for the QMI section (qmi.go).
+	if err := addQmicli(files); err != nil {
 		return err
 	}
 	for name, e := range extra {
@@ -313,6 +317,9 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	if err := buildInitramfs(initrd, c.busybox, modDir, extra, func(ko []byte) string {
 		exp = expectFor(p, ko)
 		exp.loseFirmware = pbl
+		_, _, hasQMI := p.ChannelPair("QMI")
+		_, err := os.Stat(qmicliPath)
+		exp.qmiVerdict, exp.qmiReason = qmiPlan(exp, hasQMI, err == nil, os.Getenv(requireQMICLI) == "1")
 		if carrierPair(exp) != "" {
 			exp.tcpPort, exp.tcpSum = blobs.Port(), blobs.Sum
 		}
@@ -455,6 +462,7 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 			r.checks["ping-burst"] = ch
 		}
 	}
+	qmiIdentity(r, mlog)
 	if ch, ok := r.checks["tcp-download"]; ok && !ch.skip {
 		agg, ok := aggregation(mlog)
 		ch.detail += fmt.Sprintf("; the host served %d bytes; modem: %s", blobs.Served.Load(), agg)

@@ -10,12 +10,7 @@ package main
 // address the modem assigned.
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -28,51 +23,25 @@ var mbimChecks = []string{"mbim-device-caps", "mbim-subscriber", "mbim-registrat
 // mbimcliPath is the host's mbimcli (libmbim-utils).
 const mbimcliPath = "/usr/bin/mbimcli"
 
-// addMbimcli puts mbimcli and every shared library ldd lists for it into
-// files, at their host paths. Without mbimcli on the host the section
-// reports that and fails its checks.
+// addMbimcli puts mbimcli and its shared libraries into files (addTool).
+// Without mbimcli on the host the section reports that and fails its
+// checks.
 func addMbimcli(files map[string]initramfs.Entry) error {
 	if _, err := os.Stat(mbimcliPath); err != nil {
 		return nil
 	}
-	out, err := exec.Command("ldd", mbimcliPath).Output()
-	if err != nil {
-		return fmt.Errorf("ldd %s: %w", mbimcliPath, err)
-	}
-	paths := []string{mbimcliPath}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		// "libx.so.1 => /lib/…/libx.so.1 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
-		for _, f := range strings.Fields(sc.Text()) {
-			if strings.HasPrefix(f, "/") {
-				paths = append(paths, f)
-				break
-			}
-		}
-	}
-	for _, p := range paths {
-		data, err := os.ReadFile(p) // follows symlinks: the loader finds the real bytes under the soname
-		if err != nil {
-			return err
-		}
-		rel := strings.TrimPrefix(p, "/")
-		for d := filepath.Dir(rel); d != "." && d != "/"; d = filepath.Dir(d) {
-			if _, ok := files[d]; !ok {
-				files[d] = initramfs.Entry{Mode: initramfs.Dir}
-			}
-		}
-		files[rel] = initramfs.Entry{Mode: initramfs.Exec, Data: data}
-	}
-	return nil
+	return addTool(files, mbimcliPath)
 }
 
 // mbimSection is the guest script's MBIM part (withMBIM puts it in);
-// @MBIMCHECKS@ is mbimChecks.
+// @MBIMCHECKS@ is mbimChecks, @MBIMPORT@ 1 when /dev/wwan0mbim0 is
+// expected (else the checks SKIP).
 const mbimSection = `
 # ---- MBIM control plane (hack/kernelcheck/mbim.go) ----
 mbim_fail_all() { for c in @MBIMCHECKS@; do check $c FAIL "$1"; done; }
 mbim_section() {
 	local dev=/dev/wwan0mbim0 out addr gw ifc
+	if [ "@MBIMPORT@" != 1 ]; then for c in @MBIMCHECKS@; do check $c SKIP "no MBIM channel in the profile or in this kernel's configuration for it"; done; return; fi
 	[ -e $dev ] || { mbim_fail_all "no $dev"; return; }
 	[ -x /usr/bin/mbimcli ] || { mbim_fail_all "no mbimcli in the initramfs (install libmbim-utils on the host)"; return; }
 	mbim() { timeout 60 /usr/bin/mbimcli -d $dev "$@" 2>&1; }
@@ -107,12 +76,12 @@ const mbimAnchor = "# SYS_ERR: the harness makes the modem crash"
 
 // withMBIM inserts the MBIM section into a filled-in init script. Without
 // the anchor the section is left out and its checks report "not reached".
-func withMBIM(script string) string {
+func withMBIM(script string, port bool) string {
 	i := strings.Index(script, mbimAnchor)
 	if i < 0 {
 		return script
 	}
-	sec := strings.ReplaceAll(mbimSection, "@MBIMCHECKS@", strings.Join(mbimChecks, " "))
+	sec := strings.NewReplacer("@MBIMCHECKS@", strings.Join(mbimChecks, " "), "@MBIMPORT@", map[bool]string{false: "0", true: "1"}[port]).Replace(mbimSection)
 	return script[:i] + strings.TrimPrefix(sec, "\n") + "\n" + script[i:]
 }
 

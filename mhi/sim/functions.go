@@ -60,7 +60,8 @@ type Port struct {
 	m      *Modem
 	pr     *pair
 	done   chan struct{}
-	closed bool // guarded by m.mu
+	closed bool   // guarded by m.mu
+	boot   uint64 // Modem.boots when the port started
 
 	// delivering is set while the function is inside Receive on the
 	// device goroutine: a Send from that goroutine then never waits,
@@ -79,6 +80,14 @@ func (p *Port) Channels() (ul, dl int) { return p.pr.ul.num, p.pr.dl.num }
 // (0 when the profile sets none): the size of the host's DL buffers, which
 // an aggregating function can fill exactly.
 func (p *Port) MRU() int { return p.m.p.MRU }
+
+// Boot identifies the modem's run the port belongs to: it changes with
+// every modem restart (power-on, SoC reset or FLR, MHI reset, SYS_ERR)
+// and not when the host merely stops and restarts the pair's channels
+// (Linux's mhi_wwan_ctrl does on every close and open of the port). A
+// function whose state outlives its host closing the port, as a modem's
+// QMI client IDs do, keeps it while Boot stays the same.
+func (p *Port) Boot() uint64 { return p.boot }
 
 // Done is closed when the port stops.
 func (p *Port) Done() <-chan struct{} { return p.done }
@@ -197,7 +206,7 @@ func (m *Modem) updatePair(pr *pair) {
 	active := pr.ul.active() && pr.dl.active()
 	switch {
 	case active && pr.port == nil && pr.fn != nil:
-		p := &Port{m: m, pr: pr, done: make(chan struct{})}
+		p := &Port{m: m, pr: pr, done: make(chan struct{}), boot: m.boots}
 		pr.port = p
 		m.actions = append(m.actions, action{fn: pr.fn, port: p})
 	case !active && pr.port != nil:

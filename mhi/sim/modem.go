@@ -212,8 +212,11 @@ type Modem struct {
 	// mu is the device lock: everything below, the channels and the
 	// event rings. The device goroutine holds it while it works, Send
 	// while it places data.
-	mu         sync.Mutex
-	state      mhi.State
+	mu    sync.Mutex
+	state mhi.State
+	// boots counts the modem's restarts (power-on, SoC reset, MHI
+	// reset, SYS_ERR): Port.Boot.
+	boots      uint64
 	ee         mhi.EE
 	hc         hostCfg
 	cmd        cmdRing
@@ -390,6 +393,7 @@ func NewDevice(p *mhi.Profile, opts Options, vopts ...vpci.Option) (*vpci.Device
 // registers at their reset values, the boot stage of Options.Boot. The
 // caller holds m.mu.
 func (m *Modem) powerOn() {
+	m.boots++
 	m.draining = nil // a SoC reset or FLR stops DMA at once
 	m.stopChannels(false)
 	m.forgetRings()

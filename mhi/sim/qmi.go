@@ -32,6 +32,13 @@ import (
 // is answered as a modem would (MALFORMED_MESSAGE, MISSING_ARGUMENT,
 // INVALID_CLIENT_ID) when it can be.
 //
+// Client IDs, their calls and the data format outlive the host closing
+// and reopening the QMI port (a channel stop and start, which Linux's
+// mhi_wwan_ctrl does on every close and open of /dev/wwan0qmi0), as on a
+// modem, where `qmicli --client-no-release-cid` and a later
+// `--client-cid` rely on it; a modem restart (Port.Boot changes) forgets
+// them.
+//
 // Receive runs on the modem's device goroutine and only queues; the
 // function's goroutine (Start..Stop) decodes and answers under the
 // network's lock.
@@ -51,6 +58,9 @@ type QMIFunction struct {
 	lastSS   qmi.ServingSystem
 	ssSent   bool
 	violated int
+	// boot is the Port.Boot of the last run; started: there was one.
+	boot    uint64
+	started bool
 
 	q     ctrlQueue
 	stats qmiCounters
@@ -161,16 +171,24 @@ func (f *QMIFunction) Calls() int {
 }
 
 // Start implements Function.
+// A start in the same modem run as the last (the host reopened the port)
+// keeps the client IDs, calls and data format.
 func (f *QMIFunction) Start(p *Port) {
-	f.startWith(p.Send, func(rule, detail string) { p.Violation(rule, "%s", detail) })
+	f.startWith(p.Send, func(rule, detail string) { p.Violation(rule, "%s", detail) }, p.Boot(), true)
 }
 
-func (f *QMIFunction) startWith(send func([]byte) error, violate func(rule, detail string)) {
+// startWith starts a run whose output goes to send. With sameBoot, a
+// run of the same modem boot as the last keeps the clients; otherwise
+// (Serve, a restarted modem) the function starts afresh.
+func (f *QMIFunction) startWith(send func([]byte) error, violate func(rule, detail string), boot uint64, sameBoot bool) {
 	n := f.net
 	n.mu.Lock()
 	f.out, f.violate = send, violate
-	f.clients, f.lastCID = map[qmi.ClientID]*qmiClient{}, map[qmi.Service]uint8{}
-	f.format = qmi.DataFormat{LinkLayer: qmi.LinkLayerRawIP}
+	if !sameBoot || !f.started || boot != f.boot {
+		f.clients, f.lastCID = map[qmi.ClientID]*qmiClient{}, map[qmi.Service]uint8{}
+		f.format = qmi.DataFormat{LinkLayer: qmi.LinkLayerRawIP}
+	}
+	f.boot, f.started = boot, true
 	f.ssSent = false
 	f.unwatch = n.watchLocked(f.networkChangedLocked)
 	// A modem without an MBIM channel registers when it starts.
@@ -204,7 +222,7 @@ func (f *QMIFunction) Serve(rw io.ReadWriteCloser) error {
 			if f.cfg.OnViolation != nil {
 				f.cfg.OnViolation(&Violation{Rule: rule, Detail: detail})
 			}
-		})
+		}, 0, false)
 	}, func(b []byte) { f.q.deliver(b, true) }, f.Stop)
 }
 

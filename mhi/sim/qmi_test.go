@@ -66,7 +66,7 @@ func FuzzQMIFunction(f *testing.F) {
 		}
 		fn := NewQMIFunction(cfg)
 		c := &qmiCapture{}
-		fn.startWith(c.send, func(rule, detail string) {})
+		fn.startWith(c.send, func(rule, detail string) {}, 0, false)
 		defer fn.Stop()
 		handle := func(m *qmi.Message, err error) {
 			fn.net.mu.Lock()

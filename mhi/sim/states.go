@@ -166,6 +166,7 @@ func (m *Modem) enterSysErr() {
 		return
 	}
 	prev := m.state
+	m.boots++
 	if m.opts.DrainDMAOnSysErr {
 		m.holdDLBuffers()
 	}
@@ -191,6 +192,7 @@ func (m *Modem) enterSysErr() {
 // waits are woken by it (§8.5 step 4, §10 pitfall 10).
 func (m *Modem) mhiReset() {
 	prev := m.state
+	m.boots++
 	// The DMA engine finishes what it was doing before the reset
 	// completes (Options.DrainDMAOnSysErr).
 	m.drainDMA()

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+// A served modem runs the QMI function on its QMI pair, sharing the MBIM
+// function's network when the profile has both (qcom v1), with a network
+// of its own on a QMI-only modem, and none when -function says so.
+func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	build := func(profile string, set functionFlag) *servedFunctions {
+		t.Helper()
+		p, ok := mhi.Lookup(profile)
+		if !ok {
+			t.Fatalf("no profile %s", profile)
+		}
+		fns, err := serveFunctions(p, set, 0, log)
+		if err != nil {
+			t.Fatalf("%s: %v", profile, err)
+		}
+		t.Cleanup(fns.close)
+		return fns
+	}
+
+	both := build("qcom-sdx55m", functionFlag{"IP_HW0": "carrier"})
+	if both.qmi == nil || both.mbim == nil {
+		t.Fatalf("qcom-sdx55m: qmi %v, mbim %v: want both control functions", both.qmi, both.mbim)
+	}
+	if both.all["QMI"] != sim.Function(both.qmi) || both.all["MBIM"] != sim.Function(both.mbim) {
+		t.Errorf("qcom-sdx55m: functions %v: QMI and MBIM not on their pairs", both.all)
+	}
+	if both.qmi.Network() != both.mbim {
+		t.Error("qcom-sdx55m: the QMI function has a network of its own, want the MBIM function's")
+	}
+	if _, ok := both.all["IP_HW0"].(*sim.CarrierNetwork); !ok {
+		t.Errorf("IP_HW0 runs %T, want the carrier network asked for", both.all["IP_HW0"])
+	}
+	if _, ok := both.all["IP_SW0"].(*sim.ICMPResponder); !ok {
+		t.Errorf("IP_SW0 runs %T, want the default ICMP responder", both.all["IP_SW0"])
+	}
+
+	only := build("telit-fn980-hwv1", functionFlag{})
+	if only.qmi == nil || only.mbim != nil || only.qmi.Network() == nil {
+		t.Errorf("telit-fn980-hwv1 (QMI only): qmi %v, mbim %v", only.qmi, only.mbim)
+	}
+
+	none := build("qcom-sdx55m", functionFlag{"QMI": "none"})
+	if none.qmi != nil || none.all["QMI"] != nil {
+		t.Errorf("-function QMI=none: QMI runs %v", none.all["QMI"])
+	}
+	if none.mbim == nil {
+		t.Error("-function QMI=none dropped the MBIM function")
+	}
+
+	noMBIM := build("quectel-em1xx", functionFlag{})
+	if noMBIM.qmi != nil {
+		t.Error("quectel-em1xx has no QMI pair, but a QMI function runs")
+	}
+
+	p, _ := mhi.Lookup("quectel-em1xx")
+	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, 0, log); err == nil {
+		t.Error("-function QMI=qmi on a profile without a QMI pair: no error")
+	}
+}
