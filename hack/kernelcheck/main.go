@@ -574,9 +574,12 @@ var knownKernelMessages = []struct {
 var afterDoubleSysErr = regexp.MustCompile(`Could not enter M0/M1 state|failed to suspend device: -5`)
 
 // resumeFailure is how the kernel reports a modem that crashed while
+// suspended, and what mhi_net says of the packet that woke it (the
+// check's ping, queued while the kernel powers the crashed modem down:
+// "Failed to queue TX buf (-5)"; seen on 6.1 with sierra-em919x):
 // suspended (the syserr-in-m3 check does it on purpose): mhi_pm_resume
 // finds SYS_ERR, mhi_pci_generic starts its recovery work.
-var resumeFailure = regexp.MustCompile(`Resuming from non M3 state|failed to resume device|Linkdown or Error Fatal`)
+var resumeFailure = regexp.MustCompile(`Resuming from non M3 state|failed to resume device|Linkdown or Error Fatal|Failed to queue TX buf \(-5\)`)
 
 // dmesgErrors returns the kernel's complaints about the MHI stack, and
 // the known ones separately.
