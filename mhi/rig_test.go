@@ -23,8 +23,11 @@ type rig struct {
 	t   testing.TB
 	p   *mhi.Profile
 	dev *vpci.Device
-	m   *sim.Modem
-	c   *mhi.Controller
+	// host is the device the controller drives when it is not dev (a
+	// vfio-user client); loops allocate from it.
+	host pci.Device
+	m    *sim.Modem
+	c    *mhi.Controller
 
 	mu     sync.Mutex
 	events []mhi.Event
@@ -168,7 +171,12 @@ func newLoop(r *rig, name string, bufLen, rxBufs, txBufs int) *loop {
 		r.t.Fatalf("ChannelPair(%s): %v", name, err)
 	}
 	l.ul, l.dl = ul, dl
-	dma := r.dev.DMA()
+	var dma pci.DMA
+	if r.host != nil {
+		dma = r.host.DMA()
+	} else {
+		dma = r.dev.DMA()
+	}
 	for i := 0; i < rxBufs+txBufs; i++ {
 		b, err := dma.Alloc(bufLen, 64)
 		if err != nil {

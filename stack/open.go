@@ -16,6 +16,7 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
+	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -23,8 +24,11 @@ import (
 // Options configure Open.
 type Options struct {
 	// Device is "sim" (the default: the emulated modem, with its MBIM
-	// and QMI functions and the carrier network behind them) or the PCI
-	// address of a modem bound to vfio-pci ("0000:01:00.0").
+	// and QMI functions and the carrier network behind them), the PCI
+	// address of a modem bound to vfio-pci ("0000:01:00.0"), or
+	// "vfio-user:" and the UNIX socket of a vfio-user server such as
+	// mhictl sim serve ("vfio-user:/run/modem.sock";
+	// mhi/pci/vfiouserclient, docs/VFIO.md).
 	Device string
 	// Profile names the modem profile (mhi.Lookup). For "sim" it is the
 	// modem to emulate (default "qcom-sdx55m"); for a PCI device the
@@ -63,9 +67,9 @@ type Options struct {
 	// crashed into RDDM (mhi.Options.OnCrashDump; docs/RELIABILITY.md
 	// "Crash dumps"). The DMA arena has room for Profile.CrashDumpSize.
 	OnCrashDump func(mhi.CrashDump)
-	// DMASize overrides the size of the VFIO DMA arena (0: computed from
-	// the profile and Link, see DMASize). It is pinned memory and counts
-	// against RLIMIT_MEMLOCK (docs/VFIO.md).
+	// DMASize overrides the size of the VFIO or vfio-user DMA arena (0:
+	// computed from the profile and Link, see DMASize). With VFIO it is
+	// pinned memory and counts against RLIMIT_MEMLOCK (docs/VFIO.md).
 	DMASize int
 	// Logger receives diagnostics (nil: Config.Logger).
 	Logger *slog.Logger
@@ -454,7 +458,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		p       *mhi.Profile
 		sizeErr error
 	)
-	vo := &vfio.Options{DMASizeFor: func(info pci.Info) int {
+	sizeFor := func(info pci.Info) int {
 		ok := false
 		if opts.Profile != "" {
 			p, ok = mhi.Lookup(opts.Profile)
@@ -468,10 +472,20 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		var n int
 		n, sizeErr = dmaSize(opts, p)
 		return n
-	}}
-	dev, err := vfio.Open(opts.Device, vo)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+	}
+	var dev pci.Device
+	if path, ok := strings.CutPrefix(opts.Device, vfiouserclient.Prefix); ok {
+		d, err := vfiouserclient.Open(path, &vfiouserclient.Options{DMASizeFor: sizeFor})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+		}
+		dev = d
+	} else {
+		d, err := vfio.Open(opts.Device, &vfio.Options{DMASizeFor: sizeFor})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+		}
+		dev = d
 	}
 	switch {
 	case p == nil:

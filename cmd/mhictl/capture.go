@@ -39,7 +39,7 @@ type captureOut struct {
 
 func capture(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["capture"]
-	fs := newFlagSet(c, "-o FILE [-duration D] [-count N] [-ping ADDR] [-device sim|ADDRESS] [flags]", stderr)
+	fs := newFlagSet(c, "-o FILE [-duration D] [-count N] [-ping ADDR] [-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	sf := addSessionFlags(fs)
 	file := fs.String("o", "", "write the pcap to `FILE` (required; replaced if it exists)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: no limit)")

@@ -13,12 +13,14 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
+	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // The flags and plumbing shared by the commands that drive one modem:
-// -device sim (the emulated modem, in this process) or a PCI address (a
-// modem bound to vfio-pci), -profile, -json and -timeout.
+// -device sim (the emulated modem, in this process), a PCI address (a
+// modem bound to vfio-pci) or vfio-user:PATH (a vfio-user server such as
+// mhictl sim serve in another process), -profile, -json and -timeout.
 
 // defaultSimProfile is the modem -device sim emulates without -profile:
 // the same for every command (and for stack.Open and mhictl sim serve),
@@ -35,7 +37,7 @@ type deviceFlags struct {
 
 func addDeviceFlags(fs *flag.FlagSet) *deviceFlags {
 	f := &deviceFlags{}
-	fs.StringVar(&f.device, "device", "sim", "`sim` for the emulated modem, or the PCI address of a modem bound to vfio-pci (0000:01:00.0; see mhictl list)")
+	fs.StringVar(&f.device, "device", "sim", "`sim` for the emulated modem, the PCI address of a modem bound to vfio-pci (0000:01:00.0; see mhictl list), or vfio-user:PATH for a vfio-user server's UNIX socket (mhictl sim serve in another process)")
 	fs.StringVar(&f.profile, "profile", "", "modem `profile` (mhi table name): what -device sim impersonates (default "+defaultSimProfile+"); for hardware it overrides matching by PCI IDs")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
@@ -49,9 +51,13 @@ func (f *deviceFlags) check() error {
 			return usagef("unknown profile %q (mhictl list -profiles names them)", f.profile)
 		}
 	}
-	if f.device != "sim" {
+	if path, ok := strings.CutPrefix(f.device, vfiouserclient.Prefix); ok {
+		if path == "" {
+			return usagef("-device vfio-user: needs the socket path (vfio-user:/run/modem.sock)")
+		}
+	} else if f.device != "sim" {
 		if _, err := vfio.NormalizeAddress(f.device); err != nil {
-			return usagef("-device: want sim or a PCI address like 0000:01:00.0, got %q", f.device)
+			return usagef("-device: want sim, a PCI address like 0000:01:00.0 or vfio-user:PATH, got %q", f.device)
 		}
 	}
 	return nil
@@ -96,7 +102,7 @@ func (f *deviceFlags) open(so sim.Options, co mhi.Options, u mhi.DMAUse, extra i
 			return errors.Join(c.Close(), dev.Close())
 		}}, nil
 	}
-	vo := &vfio.Options{DMASizeFor: func(info pci.Info) int {
+	sizeFor := func(info pci.Info) int {
 		p := f.simProfile()
 		if f.profile == "" {
 			var ok bool
@@ -105,10 +111,20 @@ func (f *deviceFlags) open(so sim.Options, co mhi.Options, u mhi.DMAUse, extra i
 			}
 		}
 		return vfio.ArenaSize(mhi.DMABytes(p, u) + extra)
-	}}
-	dev, err := vfio.Open(f.device, vo)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w (mhictl list shows whether it is ready for vfio)", f.device, err)
+	}
+	var dev pci.Device
+	if path, ok := strings.CutPrefix(f.device, vfiouserclient.Prefix); ok {
+		d, err := vfiouserclient.Open(path, &vfiouserclient.Options{DMASizeFor: sizeFor})
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w (is mhictl sim serve -socket %s running?)", f.device, err, path)
+		}
+		dev = d
+	} else {
+		d, err := vfio.Open(f.device, &vfio.Options{DMASizeFor: sizeFor})
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w (mhictl list shows whether it is ready for vfio)", f.device, err)
+		}
+		dev = d
 	}
 	if f.profile != "" {
 		co.Profile, _ = mhi.Lookup(f.profile)

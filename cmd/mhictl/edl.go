@@ -41,7 +41,7 @@ var firehoseNOP = []byte(`<?xml version="1.0" encoding="UTF-8" ?><data><nop /></
 
 func edl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["edl"]
-	fs := newFlagSet(c, "-image FILE [-device sim|ADDRESS] [flags]", stderr)
+	fs := newFlagSet(c, "-image FILE [-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	df := addDeviceFlags(fs)
 	image := fs.String("image", "", "flash programmer `file` (prog_firehose_*.mbn / *.elf); required for hardware")
 	nop := fs.Bool("nop", true, "send a Firehose <nop/> once the programmer runs and print the answer")

@@ -41,7 +41,7 @@ type fwOut struct {
 
 func fwLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["fw load"]
-	fs := newFlagSet(c, "-image FILE [-bhie] [-device sim|ADDRESS] [flags]", stderr)
+	fs := newFlagSet(c, "-image FILE [-bhie] [-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	df := addDeviceFlags(fs)
 	image := fs.String("image", "", "boot image `file` to load (required)")
 	bhie := fs.Bool("bhie", false, "full boot chain: the first -sbl-size bytes over BHI, the whole image over BHIe")

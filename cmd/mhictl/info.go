@@ -65,7 +65,7 @@ type ringInfo struct {
 
 func info(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["info"]
-	fs := newFlagSet(c, "[-device sim|ADDRESS] [flags]", stderr)
+	fs := newFlagSet(c, "[-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	df := addDeviceFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err

@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 func TestInfoPowersUpTheEmulatedModemAndDescribesIt(t *testing.T) {
@@ -35,6 +40,7 @@ func TestModemCommandsRejectBadUsageWithExitCode2(t *testing.T) {
 	for _, args := range [][]string{
 		{"info", "-profile", "nope"},
 		{"info", "-device", "not-an-address"},
+		{"info", "-device", "vfio-user:"},
 		{"info", "extra"},
 		{"selftest", "-count", "0"},
 		{"selftest", "-channel", "NOPE"},
@@ -62,5 +68,39 @@ func TestOpeningAMissingPCIDeviceFailsWithAHint(t *testing.T) {
 	code := run(context.Background(), []string{"info", "-device", "0000:7f:1f.7"}, &out, &out)
 	if code != 1 || !strings.Contains(out.String(), "mhictl list") {
 		t.Errorf("exit %d, output %q; want 1 and a pointer to mhictl list", code, out.String())
+	}
+}
+
+// TestInfoOnAVFIOUserServer drives the emulated modem behind a vfio-user
+// server (as mhictl sim serve runs it) with -device vfio-user:PATH.
+func TestInfoOnAVFIOUserServer(t *testing.T) {
+	p, _ := mhi.Lookup("qcom-sdx55m")
+	m, err := sim.New(p, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := vfiouser.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "modem.sock")
+	l, err := vfiouser.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	defer func() {
+		srv.Close()
+		<-served
+	}()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"info", "-device", "vfio-user:" + path, "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{`"qcom-sdx55m"`, `"AMSS"`, "vfio-user:" + path} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %s:\n%s", want, out.String())
+		}
 	}
 }

@@ -52,7 +52,7 @@ var dataPairs = []string{"IP_HW0", "IP_HW0_MBIM", "IP_SW0"}
 
 func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["selftest"]
-	fs := newFlagSet(c, "[-device sim|ADDRESS] [flags]", stderr)
+	fs := newFlagSet(c, "[-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	df := addDeviceFlags(fs)
 	count := fs.Int("count", 1000, "number of transfers")
 	size := fs.Int("size", 1500, "bytes per transfer (8 to 32768)")

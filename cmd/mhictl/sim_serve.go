@@ -36,12 +36,15 @@ const serveBurstIdle = 50 * time.Millisecond
 func init() {
 	register(&command{
 		Name:  "sim serve",
-		Short: "Run the emulated modem as a vfio-user server (for QEMU).",
-		Summary: `Run the emulated modem as a vfio-user server (for a QEMU guest).
+		Short: "Serve the emulated modem over vfio-user (QEMU, vfio-user:PATH).",
+		Summary: `Run the emulated modem as a vfio-user server (for a QEMU guest, or for
+mhistack itself in another process).
 
 The server listens on a UNIX socket for QEMU's vfio-user-pci device
 (-device vfio-user-pci,socket=PATH; guest RAM must be memory-backend-memfd
-with share=on); the guest kernel then drives the modem as a PCI function. SIGUSR1 makes the modem
+with share=on); the guest kernel then drives the modem as a PCI function.
+mhiproxy, the other mhictl commands and stack.Open drive it directly with
+-device vfio-user:PATH (docs/VFIO.md §9). SIGUSR1 makes the modem
 crash (SYS_ERR); SIGUSR2 logs the carrier networks' counters; SIGINT/SIGTERM
 stop the server. -control PATH opens a UNIX socket for faults at run time,
 one command per line, one reply line each ("ok ..." or "error ..."):

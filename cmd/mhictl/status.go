@@ -166,7 +166,7 @@ type linkCounters struct {
 
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["status"]
-	fs := newFlagSet(c, "[-device sim|ADDRESS] [-apn APN] [flags]", stderr)
+	fs := newFlagSet(c, "[-device sim|ADDRESS|vfio-user:PATH] [-apn APN] [flags]", stderr)
 	sf := addSessionFlags(fs)
 	dumpFile := fs.String("dump", "", "write the RAM dump to this `file` if the modem's firmware had crashed (EE RDDM) and the\n"+
 		"bring-up collected it before resetting the modem; status reports such a dump either way")

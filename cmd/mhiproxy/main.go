@@ -32,6 +32,7 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -73,7 +74,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("mhiproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.open.Device, "device", "sim", "the modem: `sim` for the emulated modem, or a PCI address (0000:01:00.0) bound to vfio-pci")
+	fs.StringVar(&c.open.Device, "device", "sim", "the modem: `sim` for the emulated modem, a PCI address (0000:01:00.0) bound to vfio-pci, or vfio-user:PATH for a vfio-user\n"+
+		"server's UNIX socket (mhictl sim serve -socket PATH in another process)")
 	fs.StringVar(&c.open.Stack.Profile, "profile", "", "modem `profile` (mhi table name): with -device sim the modem to emulate (default qcom-sdx55m;\n"+
 		"telit-fn980-hwv1 has only QMI control); with a PCI address it overrides matching by PCI IDs")
 	fs.StringVar(&c.open.Stack.Control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel,\n"+
@@ -126,8 +128,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.mbimProxy != "" && c.qmiProxy != "" {
 		return nil, fmt.Errorf("-mbim-proxy and -qmi-proxy: the data session runs on one control protocol; choose the one -control picks")
 	}
-	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) {
-		return nil, fmt.Errorf("-device %q: want sim or a PCI address like 0000:01:00.0", c.open.Device)
+	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) && !isVFIOUser(c.open.Device) {
+		return nil, fmt.Errorf("-device %q: want sim, a PCI address like 0000:01:00.0 or vfio-user:PATH", c.open.Device)
 	}
 	if c.dumpDir != "" {
 		if err := checkDumpDir(c.dumpDir); err != nil {
@@ -187,6 +189,12 @@ func isLoopback(host string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// isVFIOUser accepts vfio-user: and a socket path.
+func isVFIOUser(s string) bool {
+	path, ok := strings.CutPrefix(s, vfiouserclient.Prefix)
+	return ok && path != ""
 }
 
 // isPCIAddress accepts domain:bus:device.function as sysfs spells it.

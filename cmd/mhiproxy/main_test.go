@@ -83,7 +83,8 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 	}{
 		{[]string{"-listen", "0.0.0.0:1080"}, "refusing to run an open proxy"},
 		{[]string{"-listen", ":1080"}, "refusing to run an open proxy"},
-		{[]string{"-device", "eth0"}, "want sim or a PCI address"},
+		{[]string{"-device", "eth0"}, "want sim, a PCI address like 0000:01:00.0 or vfio-user:PATH"},
+		{[]string{"-device", "vfio-user:"}, "want sim, a PCI address"},
 		{[]string{"-auth", "nocolon"}, "want user:pass or random"},
 		{[]string{"-log-level", "loud"}, "want debug, info, warn or error"},
 		{[]string{"-listen", "nope"}, "-listen"},

@@ -215,3 +215,47 @@ func (c *ConfigSpace) Reset() {
 	binary.LittleEndian.PutUint16(m[MSICtrl:], uint16(c.msiN<<1)|MSICtrl64|MSICtrlPVM)
 	clear(m[MSIAddrLo:msiCapLen])
 }
+
+// ConfigAccessor reads and writes config space (a Device, or a backend
+// before its Device is complete).
+type ConfigAccessor interface {
+	ConfigRead(off int, p []byte) error
+	ConfigWrite(off int, p []byte) error
+}
+
+// SetBusMaster is Device.SetBusMaster for backends whose config space is
+// the function's own (VFIO, vfio-user): it sets or clears the Memory Space
+// and Bus Master bits of the Command register with a read-modify-write.
+func SetBusMaster(c ConfigAccessor, on bool) error {
+	var b [2]byte
+	if err := c.ConfigRead(CfgCommand, b[:]); err != nil {
+		return err
+	}
+	cmd := binary.LittleEndian.Uint16(b[:])
+	if on {
+		cmd |= CmdMemory | CmdBusMaster
+	} else {
+		cmd &^= CmdMemory | CmdBusMaster
+	}
+	binary.LittleEndian.PutUint16(b[:], cmd)
+	return c.ConfigWrite(CfgCommand, b[:])
+}
+
+// ReadInfo reads the IDs, class and revision from the first 0x30 bytes of
+// config space and returns them with addr.
+func ReadInfo(c ConfigAccessor, addr string) (Info, error) {
+	var cfg [0x30]byte
+	if err := c.ConfigRead(0, cfg[:]); err != nil {
+		return Info{}, err
+	}
+	le := binary.LittleEndian
+	return Info{
+		Address:   addr,
+		Vendor:    le.Uint16(cfg[CfgVendorID:]),
+		Device:    le.Uint16(cfg[CfgDeviceID:]),
+		SubVendor: le.Uint16(cfg[CfgSubVendorID:]),
+		SubDev:    le.Uint16(cfg[CfgSubSystemID:]),
+		Class:     uint32(cfg[CfgClass+2])<<16 | uint32(cfg[CfgClass+1])<<8 | uint32(cfg[CfgClass]),
+		Revision:  cfg[CfgRevision],
+	}, nil
+}

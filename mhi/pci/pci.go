@@ -1,9 +1,10 @@
 // Package pci is the backend-neutral view of a PCI function that the MHI
 // engine drives: config space, bus mastering, BARs, DMA memory and MSI vectors.
 //
-// Two backends implement it: mhi/pci/vfio (real hardware through Linux VFIO)
-// and mhi/pci/vpci (an in-process virtual bus hosting a device model such as
-// the emulated modem). A user opens a Device from one of them, then:
+// Three backends implement it: mhi/pci/vfio (real hardware through Linux
+// VFIO), mhi/pci/vpci (an in-process virtual bus hosting a device model such
+// as the emulated modem) and mhi/pci/vfiouserclient (a function another
+// process serves over vfio-user, such as mhictl sim serve). A user opens a Device from one of them, then:
 //
 //	bar, _ := dev.BAR(0)                      // registers
 //	buf, _ := dev.DMA().Alloc(4096, 4096)     // memory the device can reach

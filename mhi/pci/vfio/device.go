@@ -84,27 +84,17 @@ func newDevice(addr string, fd int, mmu iommu, o Options) (*Device, error) {
 		}
 		d.irqs[i] = IRQInfo{Index: i, Flags: q.Flags, Count: int(q.Count)}
 	}
-	var cfg [0x30]byte
-	if err := d.ConfigRead(0, cfg[:]); err != nil {
+	info, err := pci.ReadInfo(d, addr)
+	if err != nil {
 		return nil, err
 	}
-	le := binary.LittleEndian
-	d.info = pci.Info{
-		Address:   addr,
-		Vendor:    le.Uint16(cfg[pci.CfgVendorID:]),
-		Device:    le.Uint16(cfg[pci.CfgDeviceID:]),
-		SubVendor: le.Uint16(cfg[pci.CfgSubVendorID:]),
-		SubDev:    le.Uint16(cfg[pci.CfgSubSystemID:]),
-		Class:     uint32(cfg[pci.CfgClass+2])<<16 | uint32(cfg[pci.CfgClass+1])<<8 | uint32(cfg[pci.CfgClass]),
-		Revision:  cfg[pci.CfgRevision],
-	}
+	d.info = info
 	d.intr = newInterrupts(d)
 	if o.DMASizeFor != nil {
 		if n := o.DMASizeFor(d.info); n > 0 {
 			o.DMASize = n
 		}
 	}
-	var err error
 	if d.dma, err = newArena(mmu, o); err != nil {
 		return nil, fmt.Errorf("vfio: %s: %w", addr, err)
 	}
@@ -211,20 +201,7 @@ func (d *Device) configRW(off int, p []byte, write bool) error {
 // SetBusMaster sets or clears the Memory Space and Bus Master bits of the
 // Command register. vfio-pci leaves bus mastering off after open (and
 // turns it off again on release), so DMA needs this first.
-func (d *Device) SetBusMaster(on bool) error {
-	var b [2]byte
-	if err := d.ConfigRead(pci.CfgCommand, b[:]); err != nil {
-		return err
-	}
-	cmd := binary.LittleEndian.Uint16(b[:])
-	if on {
-		cmd |= pci.CmdMemory | pci.CmdBusMaster
-	} else {
-		cmd &^= pci.CmdMemory | pci.CmdBusMaster
-	}
-	binary.LittleEndian.PutUint16(b[:], cmd)
-	return d.ConfigWrite(pci.CfgCommand, b[:])
-}
+func (d *Device) SetBusMaster(on bool) error { return pci.SetBusMaster(d, on) }
 
 // Reset resets the function with VFIO_DEVICE_RESET, which saves and
 // restores config space around it. It returns pci.ErrNotSupported when the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -21,12 +20,11 @@ import (
 // number of IOMMU mappings stays at one however many buffers the engine
 // uses (type1 limits a container to dma_entry_limit mappings).
 type arena struct {
-	mmu    iommu
-	mem    []byte
-	iova   uint64
-	huge   bool
-	space  *pci.IOVASpace
-	closed atomic.Bool
+	*pci.Arena
+	mmu  iommu
+	mem  []byte
+	iova uint64
+	huge bool
 }
 
 var _ pci.DMA = (*arena)(nil)
@@ -93,7 +91,7 @@ func newArena(mmu iommu, o Options) (*arena, error) {
 		}
 		return fail(fmt.Errorf("DMA arena: map %#x bytes at IOVA %#x: %w", size, a.iova, err))
 	}
-	a.space = pci.NewIOVASpace(a.iova, a.iova+size)
+	a.Arena = pci.NewArena("vfio", a.mem, a.iova)
 	return a, nil
 }
 
@@ -142,49 +140,15 @@ func memlockError(what string, size uint64, err error) error {
 		ErrMemlock, what, size>>10, cur, err, kib, kib, kib)
 }
 
-// Alloc returns a zeroed buffer of size bytes whose IOVA is a multiple of
-// align (a power of two).
-func (a *arena) Alloc(size, align int) (*pci.Buffer, error) {
-	if a.closed.Load() {
-		return nil, pci.ErrClosed
-	}
-	if size <= 0 {
-		return nil, fmt.Errorf("vfio: DMA allocation of %d bytes", size)
-	}
-	if align < 1 {
-		align = 1
-	}
-	iova, err := a.space.Alloc(uint64(size), uint64(align))
-	if err != nil {
-		return nil, fmt.Errorf("vfio: DMA arena of %d KiB: %w", len(a.mem)>>10, err)
-	}
-	off := iova - a.iova
-	mem := a.mem[off : off+uint64(size) : off+uint64(size)]
-	clear(mem)
-	return &pci.Buffer{Mem: mem, IOVA: iova}, nil
-}
-
-// Free returns a buffer to the arena. The device must be done with it.
-func (a *arena) Free(b *pci.Buffer) error {
-	if a.closed.Load() {
-		return pci.ErrClosed
-	}
-	if b == nil || len(b.Mem) == 0 || b.IOVA < a.iova || b.IOVA-a.iova >= uint64(len(a.mem)) ||
-		unsafe.Pointer(&b.Mem[0]) != unsafe.Pointer(&a.mem[b.IOVA-a.iova]) {
-		return fmt.Errorf("vfio: Free of a buffer not from this arena")
-	}
-	return a.space.Free(b.IOVA)
-}
-
 func (a *arena) describe() ArenaInfo {
-	return ArenaInfo{IOVA: a.iova, Size: uint64(len(a.mem)), HugePages: a.huge, InUse: a.space.InUse()}
+	return ArenaInfo{IOVA: a.iova, Size: uint64(len(a.mem)), HugePages: a.huge, InUse: a.InUse()}
 }
 
 // close unmaps the arena from the IOMMU before unmapping it from the
 // process: the reverse order would leave the device a window onto pages
 // the kernel may hand to someone else.
 func (a *arena) close() error {
-	if a.closed.Swap(true) {
+	if !a.Arena.Close() {
 		return nil
 	}
 	err := a.mmu.unmapDMA(a.iova, uint64(len(a.mem)))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +30,7 @@ func newConn(s *Server, c *net.UnixConn) *conn {
 		s:      s,
 		c:      c,
 		buf:    make([]byte, 0, 4096),
-		oob:    make([]byte, unix.CmsgSpace(maxMsgFDs*4)),
+		oob:    make([]byte, unix.CmsgSpace(vuwire.MaxMsgFDs*4)),
 		warned: map[string]bool{},
 	}
 }
@@ -38,7 +39,7 @@ func newConn(s *Server, c *net.UnixConn) *conn {
 // came with it. The handler takes the descriptors it keeps (setting them to
 // -1); the rest are closed after it returns.
 type message struct {
-	hdr  header
+	hdr  vuwire.Header
 	body []byte
 	fds  []int
 }
@@ -85,7 +86,7 @@ func (c *conn) run() error {
 // first bytes (docs/KERNEL-CROSSCHECK.md §6), so the header is read with an
 // ancillary buffer and the body without.
 func (c *conn) read() (message, error) {
-	var hb [headerSize]byte
+	var hb [vuwire.HeaderSize]byte
 	var m message
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(hb[:], c.oob)
 	if oobn > 0 {
@@ -96,7 +97,7 @@ func (c *conn) read() (message, error) {
 		}
 	}
 	if err == nil && flags&unix.MSG_CTRUNC != 0 {
-		err = fmt.Errorf("more than %d descriptors in one message", maxMsgFDs)
+		err = fmt.Errorf("more than %d descriptors in one message", vuwire.MaxMsgFDs)
 	}
 	if err != nil || n == 0 {
 		m.closeFDs()
@@ -109,20 +110,20 @@ func (c *conn) read() (message, error) {
 		m.closeFDs()
 		return message{}, fmt.Errorf("reading a message header: %w", err)
 	}
-	h, err := parseHeader(hb[:])
+	h, err := vuwire.ParseHeader(hb[:])
 	if err != nil {
 		// The size field cannot be trusted: the stream is lost.
 		m.closeFDs()
 		return message{}, fmt.Errorf("vfio-user framing: %w", err)
 	}
-	body := int(h.Size) - headerSize
+	body := int(h.Size) - vuwire.HeaderSize
 	if cap(c.buf) < body {
 		c.buf = make([]byte, body)
 	}
 	c.buf = c.buf[:body]
 	if _, err := io.ReadFull(c.c, c.buf); err != nil {
 		m.closeFDs()
-		return message{}, fmt.Errorf("reading a %s body of %d bytes: %w", cmdName(h.Cmd), body, err)
+		return message{}, fmt.Errorf("reading a %s body of %d bytes: %w", vuwire.CmdName(h.Cmd), body, err)
 	}
 	m.hdr, m.body = h, c.buf
 	return m, nil
@@ -161,23 +162,23 @@ func isClosedErr(err error) bool {
 // reply instead.
 func (c *conn) dispatch(m *message) error {
 	h := m.hdr
-	switch h.Flags & flagTypeMask {
-	case typeCommand:
-	case typeReply:
+	switch h.Flags & vuwire.FlagTypeMask {
+	case vuwire.TypeCommand:
+	case vuwire.TypeReply:
 		// The server sends no requests, so no reply can be pending.
-		c.warn("reply", "unexpected reply from the client: ignored", "id", h.ID, "cmd", cmdName(h.Cmd))
+		c.warn("reply", "unexpected reply from the client: ignored", "id", h.ID, "cmd", vuwire.CmdName(h.Cmd))
 		return nil
 	default:
-		c.warn("type", "message of unknown type: ignored", "flags", h.Flags, "cmd", cmdName(h.Cmd))
+		c.warn("type", "message of unknown type: ignored", "flags", h.Flags, "cmd", vuwire.CmdName(h.Cmd))
 		return nil
 	}
-	c.s.log.Debug("vfio-user request", "id", h.ID, "cmd", cmdName(h.Cmd), "size", h.Size, "fds", len(m.fds))
+	c.s.log.Debug("vfio-user request", "id", h.ID, "cmd", vuwire.CmdName(h.Cmd), "size", h.Size, "fds", len(m.fds))
 	reply, errno := c.handle(m)
 	if errno != 0 {
 		c.s.stats.badMessages.Add(1)
-		c.warn(cmdName(h.Cmd)+errno.Error(), "request refused", "cmd", cmdName(h.Cmd), "errno", errno.Error())
+		c.warn(vuwire.CmdName(h.Cmd)+errno.Error(), "request refused", "cmd", vuwire.CmdName(h.Cmd), "errno", errno.Error())
 	}
-	if h.Flags&flagNoReply != 0 {
+	if h.Flags&vuwire.FlagNoReply != 0 {
 		return nil
 	}
 	return c.reply(h, reply, errno)
@@ -198,25 +199,25 @@ func (c *conn) warn(key, msg string, args ...any) {
 
 // reply sends the reply to h: its payload, or only the header with the
 // ERROR flag and errno (vfio-user.rst "Header").
-func (c *conn) reply(h header, payload []byte, errno syscall.Errno) error {
-	r := header{ID: h.ID, Cmd: h.Cmd, Flags: typeReply}
+func (c *conn) reply(h vuwire.Header, payload []byte, errno syscall.Errno) error {
+	r := vuwire.Header{ID: h.ID, Cmd: h.Cmd, Flags: vuwire.TypeReply}
 	if errno != 0 {
-		r.Flags |= flagError
+		r.Flags |= vuwire.FlagError
 		r.Error = uint32(errno)
 		payload = nil
 	}
-	r.Size = uint32(headerSize + len(payload))
+	r.Size = uint32(vuwire.HeaderSize + len(payload))
 	if cap(c.out) < int(r.Size) {
 		c.out = make([]byte, r.Size)
 	}
 	out := c.out[:r.Size]
-	r.put(out)
-	copy(out[headerSize:], payload)
+	r.Put(out)
+	copy(out[vuwire.HeaderSize:], payload)
 	if _, err := c.c.Write(out); err != nil {
 		if isClosedErr(err) {
 			return io.EOF
 		}
-		return fmt.Errorf("sending the %s reply: %w", cmdName(h.Cmd), err)
+		return fmt.Errorf("sending the %s reply: %w", vuwire.CmdName(h.Cmd), err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 )
 
@@ -103,14 +104,14 @@ func (t *dmaTable) windows() int {
 // dmaMap handles DMA_MAP: record the window and, when it came with a
 // descriptor, map its file shared so the device's DMA is a memory access.
 func (s *Server) dmaMap(m *message) ([]byte, syscall.Errno) {
-	r, err := decodeDMAMap(m.body)
+	r, err := vuwire.DecodeDMAMap(m.body)
 	if err != nil {
 		return nil, syscall.EINVAL
 	}
-	if len(m.fds) > 1 || r.Size == 0 || r.Addr+r.Size < r.Addr || r.Offset+r.Size < r.Offset || r.Flags&^(dmaFlagRead|dmaFlagWrite) != 0 {
+	if len(m.fds) > 1 || r.Size == 0 || r.Addr+r.Size < r.Addr || r.Offset+r.Size < r.Offset || r.Flags&^(vuwire.DMAFlagRead|vuwire.DMAFlagWrite) != 0 {
 		return nil, syscall.EINVAL
 	}
-	mp := mapping{iova: r.Addr, size: r.Size, writable: r.Flags&dmaFlagWrite != 0, off: r.Offset}
+	mp := mapping{iova: r.Addr, size: r.Size, writable: r.Flags&vuwire.DMAFlagWrite != 0, off: r.Offset}
 	fd := m.takeFD(0)
 	t := &s.dma
 	t.mu.Lock()
@@ -243,18 +244,18 @@ func errnoOf(err error) syscall.Errno {
 // run, and type1's refusal to bisect one cannot be reproduced. The reply
 // echoes the request.
 func (s *Server) dmaUnmap(m *message) ([]byte, syscall.Errno) {
-	r, err := decodeDMAUnmap(m.body)
-	if err != nil || r.Flags&^dmaUnmapKnown != 0 {
+	r, err := vuwire.DecodeDMAUnmap(m.body)
+	if err != nil || r.Flags&^vuwire.DMAUnmapKnown != 0 {
 		return nil, syscall.EINVAL
 	}
-	if r.Flags&dmaUnmapDirty != 0 {
+	if r.Flags&vuwire.DMAUnmapDirty != 0 {
 		// Dirty-page tracking is for migration, which is not offered.
 		return nil, syscall.ENOTSUP
 	}
 	t := &s.dma
-	if r.Flags&dmaUnmapAll != 0 {
+	if r.Flags&vuwire.DMAUnmapAll != 0 {
 		t.clear()
-		return r.encode(), 0
+		return r.Encode(), 0
 	}
 	end := r.Addr + r.Size
 	switch {
@@ -276,7 +277,7 @@ func (s *Server) dmaUnmap(m *message) ([]byte, syscall.Errno) {
 	}
 	s.stats.dmaUnmapped.Add(uint64(n))
 	s.log.Debug("DMA_UNMAP", "iova", fmt.Sprintf("%#x", r.Addr), "size", r.Size, "windows", n)
-	return r.encode(), 0
+	return r.Encode(), 0
 }
 
 // unmapRange removes [lo, hi) from the table and returns how many windows

@@ -2,6 +2,7 @@ package vfiouser
 
 import (
 	"bytes"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 	"math/rand/v2"
 	"syscall"
 	"testing"
@@ -26,11 +27,11 @@ func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 		filePages = 32768 // 128 MiB of sparse guest RAM
 		base      = 0x600000
 	)
-	fd, ram := memfd(t, filePages*pageSize)
+	fd, ram := memfd(t, filePages*vuwire.PageSize)
 	// Page i of the IOVA range is file page (i*7919) mod filePages: no
 	// two IOVA neighbours are file neighbours. Half the pages arrive in
 	// descending order, the rest ascending, so inserts land anywhere.
-	filePage := func(i int) uint64 { return uint64(i*7919%filePages) * pageSize }
+	filePage := func(i int) uint64 { return uint64(i*7919%filePages) * vuwire.PageSize }
 	order := make([]int, 0, pages)
 	for i := pages/2 - 1; i >= 0; i-- {
 		order = append(order, i)
@@ -39,7 +40,7 @@ func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 		order = append(order, i)
 	}
 	for _, i := range order {
-		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, filePage(i), base+uint64(i)*pageSize, pageSize), fd)
+		c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, filePage(i), base+uint64(i)*vuwire.PageSize, vuwire.PageSize), fd)
 	}
 	if st := r.srv.Stats(); st.DMAWindows != pages {
 		t.Fatalf("%d windows after %d scattered page maps", st.DMAWindows, pages)
@@ -50,15 +51,15 @@ func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i * 31)
 	}
-	iova := uint64(base + 9999*pageSize + 100)
+	iova := uint64(base + 9999*vuwire.PageSize + 100)
 	if err := h.DMAWrite(iova, src); err != nil {
 		t.Fatalf("DMA write over page windows: %v", err)
 	}
 	for off := 0; off < len(src); {
 		a := iova + uint64(off)
-		page := int((a - base) / pageSize)
-		in := a % pageSize
-		n := min(int(pageSize-in), len(src)-off)
+		page := int((a - base) / vuwire.PageSize)
+		in := a % vuwire.PageSize
+		n := min(int(vuwire.PageSize-in), len(src)-off)
 		if got := ram[filePage(page)+in : filePage(page)+in+uint64(n)]; !bytes.Equal(got, src[off:off+n]) {
 			t.Fatalf("IOVA %#x: guest page %d does not hold the written bytes", a, page)
 		}
@@ -68,21 +69,21 @@ func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 	if err := h.DMARead(iova, back); err != nil || !bytes.Equal(back, src) {
 		t.Fatalf("DMA read over page windows: %v, equal %v", err, bytes.Equal(back, src))
 	}
-	if err := h.DMAWrite32(base+123*pageSize+pageSize-4, 7); err != nil {
+	if err := h.DMAWrite32(base+123*vuwire.PageSize+vuwire.PageSize-4, 7); err != nil {
 		t.Fatal(err)
 	}
-	r.expectFault(t, h.DMARead(base+pages*pageSize-8, back[:16]), "unmapped") // runs off the end
+	r.expectFault(t, h.DMARead(base+pages*vuwire.PageSize-8, back[:16]), "unmapped") // runs off the end
 
 	// The guest's invalidations: [0, 2 GiB) then [2 GiB, 3 GiB).
-	rep := c.call(cmdDMAUnmap, unmapReq(0, 0, 0x80000000))
+	rep := c.call(vuwire.CmdDMAUnmap, unmapReq(0, 0, 0x80000000))
 	if string(rep) != string(unmapReq(0, 0, 0x80000000)) {
 		t.Errorf("DMA_UNMAP reply %x does not echo the request", rep)
 	}
-	c.call(cmdDMAUnmap, unmapReq(0, 0x80000000, 0x40000000)) // nothing inside: still success
+	c.call(vuwire.CmdDMAUnmap, unmapReq(0, 0x80000000, 0x40000000)) // nothing inside: still success
 	// The top half of the 64-bit space, ending exactly at 2^64 (QEMU
 	// sends it on unplug): it answered EINVAL before.
-	c.call(cmdDMAUnmap, unmapReq(0, 1<<63, 1<<63))
-	if _, errno := c.try(cmdDMAUnmap, unmapReq(0, 1<<63, 1<<63+1)); errno != syscall.EINVAL {
+	c.call(vuwire.CmdDMAUnmap, unmapReq(0, 1<<63, 1<<63))
+	if _, errno := c.try(vuwire.CmdDMAUnmap, unmapReq(0, 1<<63, 1<<63+1)); errno != syscall.EINVAL {
 		t.Errorf("a range past 2^64: errno %v, want EINVAL", errno)
 	}
 	st := r.srv.Stats()
@@ -96,7 +97,7 @@ func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 
 	// The next process on the device maps the same IOVAs again.
 	for i := range 64 {
-		if _, errno := c.try(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, filePage(i), base+uint64(i)*pageSize, pageSize), fd); errno != 0 {
+		if _, errno := c.try(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, filePage(i), base+uint64(i)*vuwire.PageSize, vuwire.PageSize), fd); errno != 0 {
 			t.Fatalf("remap of page %d after the range unmap: %v", i, errno)
 		}
 	}
@@ -114,45 +115,45 @@ func TestContiguousPageMapsMergeAndAnUnmapSplitsThem(t *testing.T) {
 	c, h := r.cl, r.model.host
 	c.negotiate()
 	c.enableDevice()
-	fd, ram := memfd(t, 64*pageSize)
+	fd, ram := memfd(t, 64*vuwire.PageSize)
 	for i := uint64(0); i < 16; i++ { // ascending
-		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, i*pageSize, 0x10000+i*pageSize, pageSize), fd)
+		c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, i*vuwire.PageSize, 0x10000+i*vuwire.PageSize, vuwire.PageSize), fd)
 	}
 	for i := uint64(31); i >= 17; i-- { // descending, then the gap
-		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, i*pageSize, 0x10000+i*pageSize, pageSize), fd)
+		c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, i*vuwire.PageSize, 0x10000+i*vuwire.PageSize, vuwire.PageSize), fd)
 	}
 	if n := r.srv.Stats().DMAWindows; n != 2 {
 		t.Fatalf("%d windows, want 2", n)
 	}
-	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 16*pageSize, 0x10000+16*pageSize, pageSize), fd)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 16*vuwire.PageSize, 0x10000+16*vuwire.PageSize, vuwire.PageSize), fd)
 	// A read-only page and one at another file offset do not merge.
-	c.call(cmdDMAMap, mapReq(dmaFlagRead, 32*pageSize, 0x10000+32*pageSize, pageSize), fd)
-	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 40*pageSize, 0x10000+33*pageSize, pageSize), fd)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 32*vuwire.PageSize, 0x10000+32*vuwire.PageSize, vuwire.PageSize), fd)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 40*vuwire.PageSize, 0x10000+33*vuwire.PageSize, vuwire.PageSize), fd)
 	if n := r.srv.Stats().DMAWindows; n != 3 {
 		t.Fatalf("%d windows, want 3 (pages 0-31 merged, the read-only page, the far page)", n)
 	}
-	if _, errno := c.try(cmdDMAMap, mapReq(dmaFlagRead, 0, 0x10000+5*pageSize, 2*pageSize), fd); errno != syscall.EEXIST {
+	if _, errno := c.try(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 0, 0x10000+5*vuwire.PageSize, 2*vuwire.PageSize), fd); errno != syscall.EEXIST {
 		t.Errorf("map over a merged window: errno %v, want EEXIST", errno)
 	}
-	buf := bytes.Repeat([]byte{0xa5}, 32*pageSize)
-	if err := h.DMAWrite(0x10000, buf); err != nil || !bytes.Equal(ram[:32*pageSize], buf) {
+	buf := bytes.Repeat([]byte{0xa5}, 32*vuwire.PageSize)
+	if err := h.DMAWrite(0x10000, buf); err != nil || !bytes.Equal(ram[:32*vuwire.PageSize], buf) {
 		t.Fatalf("DMA over the merged window: %v", err)
 	}
 
-	c.call(cmdDMAUnmap, unmapReq(0, 0x10000+8*pageSize, pageSize))
+	c.call(vuwire.CmdDMAUnmap, unmapReq(0, 0x10000+8*vuwire.PageSize, vuwire.PageSize))
 	if n := r.srv.Stats().DMAWindows; n != 4 {
 		t.Fatalf("%d windows after unmapping a middle page, want 4", n)
 	}
-	r.expectFault(t, h.DMARead(0x10000+8*pageSize, buf[:4]), "unmapped")
-	r.expectFault(t, h.DMARead(0x10000+7*pageSize, buf[:2*pageSize]), "unmapped")
-	if err := h.DMARead(0x10000+9*pageSize, buf[:23*pageSize]); err != nil {
+	r.expectFault(t, h.DMARead(0x10000+8*vuwire.PageSize, buf[:4]), "unmapped")
+	r.expectFault(t, h.DMARead(0x10000+7*vuwire.PageSize, buf[:2*vuwire.PageSize]), "unmapped")
+	if err := h.DMARead(0x10000+9*vuwire.PageSize, buf[:23*vuwire.PageSize]); err != nil {
 		t.Errorf("the tail of the split window: %v", err)
 	}
-	if err := h.DMAWrite(0x10000+7*pageSize, buf[:pageSize]); err != nil {
+	if err := h.DMAWrite(0x10000+7*vuwire.PageSize, buf[:vuwire.PageSize]); err != nil {
 		t.Errorf("the head of the split window: %v", err)
 	}
-	r.expectFault(t, h.DMAWrite(0x10000+31*pageSize, buf[:2*pageSize]), reasonReadOnly)
-	c.call(cmdDMAUnmap, unmapReq(dmaUnmapAll, 0, 0))
+	r.expectFault(t, h.DMAWrite(0x10000+31*vuwire.PageSize, buf[:2*vuwire.PageSize]), reasonReadOnly)
+	c.call(vuwire.CmdDMAUnmap, unmapReq(vuwire.DMAUnmapAll, 0, 0))
 	if r.srv.dma.fileMaps() != 0 || r.srv.Stats().DMAWindows != 0 {
 		t.Error("UNMAP_ALL left windows or file mappings")
 	}
@@ -169,7 +170,7 @@ func TestDMATableMatchesAPageModelUnderRandomMapsAndUnmaps(t *testing.T) {
 	for op := range 20000 {
 		a := rng.IntN(pages)
 		n := 1 + rng.IntN(min(pages-a, 1+rng.IntN(64)))
-		lo, hi := uint64(a)*pageSize, uint64(a+n)*pageSize
+		lo, hi := uint64(a)*vuwire.PageSize, uint64(a+n)*vuwire.PageSize
 		if rng.IntN(3) > 0 {
 			free := true
 			for p := a; p < a+n; p++ {
@@ -198,13 +199,13 @@ func TestDMATableMatchesAPageModelUnderRandomMapsAndUnmaps(t *testing.T) {
 		var got [pages]bool
 		var prev *mapping
 		tb.maps.each(func(m *mapping) {
-			if m.size == 0 || m.iova%pageSize != 0 || m.size%pageSize != 0 || m.end() > pages*pageSize {
+			if m.size == 0 || m.iova%vuwire.PageSize != 0 || m.size%vuwire.PageSize != 0 || m.end() > pages*vuwire.PageSize {
 				t.Fatalf("op %d: bad window %+v", op, *m)
 			}
 			if prev != nil && (prev.end() > m.iova || mergeable(prev, m)) {
 				t.Fatalf("op %d: windows %+v and %+v overlap or should have merged", op, *prev, *m)
 			}
-			for p := m.iova / pageSize; p < m.end()/pageSize; p++ {
+			for p := m.iova / vuwire.PageSize; p < m.end()/vuwire.PageSize; p++ {
 				got[p] = true
 			}
 			prev = m

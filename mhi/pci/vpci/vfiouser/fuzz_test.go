@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 )
 
 // FuzzMessages feeds arbitrary byte streams to the message decoder and the
@@ -13,26 +14,26 @@ import (
 // client relies on, and an error reply carries no payload.
 func FuzzMessages(f *testing.F) {
 	msg := func(cmd uint16, flags uint32, body []byte) []byte {
-		b := make([]byte, headerSize+len(body))
-		header{ID: 7, Cmd: cmd, Size: uint32(len(b)), Flags: flags}.put(b)
-		copy(b[headerSize:], body)
+		b := make([]byte, vuwire.HeaderSize+len(body))
+		vuwire.Header{ID: 7, Cmd: cmd, Size: uint32(len(b)), Flags: flags}.Put(b)
+		copy(b[vuwire.HeaderSize:], body)
 		return b
 	}
 	js := `{"capabilities":{"max_msg_fds":16,"pgsizes":4096}}`
-	f.Add(msg(cmdVersion, 0, append(append(make([]byte, 4), js...), 0)))
-	f.Add(msg(cmdDeviceGetInfo, 0, u32s(16, 0, 0, 0)))
-	f.Add(msg(cmdRegionInfo, 0, u32s(32, 0, 7, 0, 0, 0, 0, 0)))
-	f.Add(msg(cmdIRQInfo, 0, u32s(16, 0, 1, 0)))
-	f.Add(msg(cmdDMAMap, 0, mapReq(3, 0, 0x100000, 0x1000)))
-	f.Add(append(msg(cmdDMAMap, 0, mapReq(3, 0, 0x100000, 0x1000)), msg(cmdDMAUnmap, 0, unmapReq(0, 0x100000, 0x1000))...))
-	f.Add(msg(cmdSetIRQs, 0, irqSetReq(irqSetDataBool|irqSetActionTrig, irqMSI, 0, 2, 1, 1)))
-	f.Add(msg(cmdSetIRQs, 0, irqSetReq(irqSetDataNone|irqSetActionTrig, irqMSI, 0, 0)))
-	f.Add(append(msg(cmdRegionWrite, 0, access(regionConfig, pci.CfgCommand, []byte{6, 0}, 2)),
-		msg(cmdRegionWrite, flagNoReply, access(0, 0x38, u32s(0x200), 4))...))
-	f.Add(msg(cmdRegionRead, 0, access(0, 0x48, nil, 4)))
-	f.Add(msg(cmdRegionWrite, 0, access(regionConfig, pci.CfgBAR0, u32s(0xffffffff), 4)))
-	f.Add(msg(cmdDeviceReset, 0, nil))
-	f.Add(msg(cmdDMAUnmap, 0, unmapReq(dmaUnmapAll, 0, 0)))
+	f.Add(msg(vuwire.CmdVersion, 0, append(append(make([]byte, 4), js...), 0)))
+	f.Add(msg(vuwire.CmdDeviceGetInfo, 0, u32s(16, 0, 0, 0)))
+	f.Add(msg(vuwire.CmdRegionInfo, 0, u32s(32, 0, 7, 0, 0, 0, 0, 0)))
+	f.Add(msg(vuwire.CmdIRQInfo, 0, u32s(16, 0, 1, 0)))
+	f.Add(msg(vuwire.CmdDMAMap, 0, mapReq(3, 0, 0x100000, 0x1000)))
+	f.Add(append(msg(vuwire.CmdDMAMap, 0, mapReq(3, 0, 0x100000, 0x1000)), msg(vuwire.CmdDMAUnmap, 0, unmapReq(0, 0x100000, 0x1000))...))
+	f.Add(msg(vuwire.CmdSetIRQs, 0, irqSetReq(vuwire.IRQSetDataBool|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 2, 1, 1)))
+	f.Add(msg(vuwire.CmdSetIRQs, 0, irqSetReq(vuwire.IRQSetDataNone|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 0)))
+	f.Add(append(msg(vuwire.CmdRegionWrite, 0, access(vuwire.RegionConfig, pci.CfgCommand, []byte{6, 0}, 2)),
+		msg(vuwire.CmdRegionWrite, vuwire.FlagNoReply, access(0, 0x38, u32s(0x200), 4))...))
+	f.Add(msg(vuwire.CmdRegionRead, 0, access(0, 0x48, nil, 4)))
+	f.Add(msg(vuwire.CmdRegionWrite, 0, access(vuwire.RegionConfig, pci.CfgBAR0, u32s(0xffffffff), 4)))
+	f.Add(msg(vuwire.CmdDeviceReset, 0, nil))
+	f.Add(msg(vuwire.CmdDMAUnmap, 0, unmapReq(vuwire.DMAUnmapAll, 0, 0)))
 
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		m := &regModel{}
@@ -43,16 +44,16 @@ func FuzzMessages(f *testing.F) {
 		defer srv.Close()
 		c := newConn(srv, nil)
 		for len(stream) > 0 {
-			h, err := parseHeader(stream)
+			h, err := vuwire.ParseHeader(stream)
 			if err != nil {
 				return // the connection would be dropped here
 			}
 			if int(h.Size) > len(stream) {
 				return // truncated: the read would block, then EOF
 			}
-			msg := message{hdr: h, body: stream[headerSize:h.Size]}
+			msg := message{hdr: h, body: stream[vuwire.HeaderSize:h.Size]}
 			stream = stream[h.Size:]
-			if h.Flags&flagTypeMask != typeCommand {
+			if h.Flags&vuwire.FlagTypeMask != vuwire.TypeCommand {
 				continue
 			}
 			reply, errno := c.handle(&msg)
@@ -60,17 +61,17 @@ func FuzzMessages(f *testing.F) {
 				continue
 			}
 			switch h.Cmd {
-			case cmdVersion:
+			case vuwire.CmdVersion:
 				if len(reply) > len(msg.body) && len(reply) > 4 {
 					t.Fatalf("VERSION reply of %d bytes for a %d-byte request", len(reply), len(msg.body))
 				}
-			case cmdRegionRead:
-				a, _ := decodeRegionAccess(msg.body, false)
-				if len(reply) != regionAccessSize+int(a.Count) {
+			case vuwire.CmdRegionRead:
+				a, _ := vuwire.DecodeRegionAccess(msg.body, false)
+				if len(reply) != vuwire.RegionAccessSize+int(a.Count) {
 					t.Fatalf("REGION_READ of %d bytes answered with %d", a.Count, len(reply))
 				}
-			case cmdRegionInfo:
-				if len(reply) != regionInfoSize {
+			case vuwire.CmdRegionInfo:
+				if len(reply) != vuwire.RegionInfoSize {
 					t.Fatalf("REGION_INFO reply of %d bytes", len(reply))
 				}
 			}
@@ -82,19 +83,19 @@ func FuzzMessages(f *testing.F) {
 // and whatever they accept stays inside the payload.
 func FuzzDecoders(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, '{', '}', 0})
-	f.Add(irqSetReq(irqSetDataBool|irqSetActionTrig, irqMSI, 0, 2, 1, 0))
+	f.Add(irqSetReq(vuwire.IRQSetDataBool|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 2, 1, 0))
 	f.Add(access(0, 4, u32s(1), 4))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseHeader(b)
-		_, _ = decodeVersion(b)
-		_, _ = decodeDMAMap(b)
-		_, _ = decodeDMAUnmap(b)
-		_, _ = decodeRegionInfo(b)
-		_, _ = decodeIRQInfo(b)
-		if s, err := decodeIRQSet(b); err == nil && len(s.Bools) > len(b) {
+		_, _ = vuwire.ParseHeader(b)
+		_, _ = vuwire.DecodeVersion(b)
+		_, _ = vuwire.DecodeDMAMap(b)
+		_, _ = vuwire.DecodeDMAUnmap(b)
+		_, _ = vuwire.DecodeRegionInfoRequest(b)
+		_, _ = vuwire.DecodeIRQInfoRequest(b)
+		if s, err := vuwire.DecodeIRQSet(b); err == nil && len(s.Bools) > len(b) {
 			t.Fatal("DATA_BOOL slice longer than the payload")
 		}
-		if a, err := decodeRegionAccess(b, true); err == nil && len(a.Data) != int(a.Count) {
+		if a, err := vuwire.DecodeRegionAccess(b, true); err == nil && len(a.Data) != int(a.Count) {
 			t.Fatalf("REGION_WRITE data %d bytes for count %d", len(a.Data), a.Count)
 		}
 	})

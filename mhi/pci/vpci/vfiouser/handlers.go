@@ -4,6 +4,7 @@ import (
 	"syscall"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 )
 
 // handle executes one request and returns the reply payload, or an errno
@@ -12,31 +13,31 @@ import (
 func (c *conn) handle(m *message) ([]byte, syscall.Errno) {
 	s := c.s
 	switch m.hdr.Cmd {
-	case cmdVersion:
+	case vuwire.CmdVersion:
 		return c.version(m)
-	case cmdDMAMap:
+	case vuwire.CmdDMAMap:
 		return s.dmaMap(m)
-	case cmdDMAUnmap:
+	case vuwire.CmdDMAUnmap:
 		return s.dmaUnmap(m)
-	case cmdDeviceGetInfo:
-		if _, err := decodeArgSz(m.body, deviceInfoSize); err != nil {
+	case vuwire.CmdDeviceGetInfo:
+		if _, err := vuwire.DecodeArgSz(m.body, vuwire.DeviceInfoSize); err != nil {
 			return nil, syscall.EINVAL
 		}
-		return encodeDeviceInfo(), 0
-	case cmdRegionInfo:
+		return vuwire.DeviceInfo{Flags: vuwire.DeviceFlagPCI | vuwire.DeviceFlagReset, NumRegions: vuwire.NumRegions, NumIRQs: vuwire.NumIRQs}.Encode(), 0
+	case vuwire.CmdRegionInfo:
 		return s.regionInfo(m)
-	case cmdIRQInfo:
+	case vuwire.CmdIRQInfo:
 		return s.irqInfo(m)
-	case cmdSetIRQs:
+	case vuwire.CmdSetIRQs:
 		return s.setIRQs(m)
-	case cmdRegionRead:
+	case vuwire.CmdRegionRead:
 		return s.regionRead(m)
-	case cmdRegionWrite:
+	case vuwire.CmdRegionWrite:
 		return s.regionWrite(m)
-	case cmdDeviceReset:
+	case vuwire.CmdDeviceReset:
 		s.resetFunction()
 		return nil, 0
-	case cmdDMARead, cmdDMAWrite:
+	case vuwire.CmdDMARead, vuwire.CmdDMAWrite:
 		// Server-to-client requests; a client may not send them.
 		return nil, syscall.EINVAL
 	default:
@@ -50,7 +51,7 @@ func (c *conn) handle(m *message) ([]byte, syscall.Errno) {
 // proposing another gets an error), minor 0, and the server's capabilities
 // in a reply no longer than the request (docs/KERNEL-CROSSCHECK.md §6).
 func (c *conn) version(m *message) ([]byte, syscall.Errno) {
-	v, err := decodeVersion(m.body)
+	v, err := vuwire.DecodeVersion(m.body)
 	if err != nil {
 		c.s.log.Warn("VERSION request malformed", "err", err)
 		return nil, syscall.EINVAL
@@ -59,11 +60,11 @@ func (c *conn) version(m *message) ([]byte, syscall.Errno) {
 		c.s.log.Warn("client proposes an unknown vfio-user major version", "major", v.Major, "minor", v.Minor)
 		return nil, syscall.ENOTSUP
 	}
-	if v.Caps.PgSizes != nil && *v.Caps.PgSizes&pageSize == 0 {
+	if v.Caps.PgSizes != nil && *v.Caps.PgSizes&vuwire.PageSize == 0 {
 		c.s.log.Warn("client does not support 4 KiB DMA pages", "pgsizes", *v.Caps.PgSizes)
 		return nil, syscall.ENOTSUP
 	}
-	reply := encodeVersion(int(m.hdr.Size) - headerSize)
+	reply := encodeVersion(int(m.hdr.Size) - vuwire.HeaderSize)
 	if reply == nil {
 		// Not even "{}" fits: answer the bare version numbers.
 		reply = make([]byte, 4)
@@ -76,54 +77,54 @@ func (c *conn) version(m *message) ([]byte, syscall.Errno) {
 // MMAP flag): each register access reaches the model as a message, and the
 // client may post BAR writes (docs/KERNEL-CROSSCHECK.md §6).
 func (s *Server) regionInfo(m *message) ([]byte, syscall.Errno) {
-	r, err := decodeRegionInfo(m.body)
-	if err != nil || r.ArgSz < regionInfoSize {
+	r, err := vuwire.DecodeRegionInfoRequest(m.body)
+	if err != nil || r.ArgSz < vuwire.RegionInfoSize {
 		return nil, syscall.EINVAL
 	}
-	if r.Index >= numRegions {
+	if r.Index >= vuwire.NumRegions {
 		return nil, syscall.EINVAL
 	}
-	info := regionInfo{Index: r.Index}
+	info := vuwire.RegionInfo{Index: r.Index}
 	switch {
-	case r.Index < regionROM:
+	case r.Index < vuwire.RegionROM:
 		if size := s.id.BARSize[r.Index]; size != 0 {
 			info.Size = uint64(size)
-			info.Flags = regionFlagRead | regionFlagWrite
+			info.Flags = vuwire.RegionFlagRead | vuwire.RegionFlagWrite
 		}
-	case r.Index == regionConfig:
+	case r.Index == vuwire.RegionConfig:
 		// Conventional config space: QEMU then presents the function
 		// as conventional PCI, which is what was tested.
 		info.Size = pci.ConfigSize
-		info.Flags = regionFlagRead | regionFlagWrite
+		info.Flags = vuwire.RegionFlagRead | vuwire.RegionFlagWrite
 	}
 	// The ROM and VGA regions, and absent BARs, have size 0.
-	return info.encode(), 0
+	return info.Encode(), 0
 }
 
 // irqInfo answers DEVICE_GET_IRQ_INFO: MSI with the capability's vectors;
 // INTx, MSI-X, ERR and REQ with none (Interrupt Pin reads 0, so the client
 // never sets up INTx).
 func (s *Server) irqInfo(m *message) ([]byte, syscall.Errno) {
-	r, err := decodeIRQInfo(m.body)
-	if err != nil || r.ArgSz < irqInfoSize || r.Index >= numIRQs {
+	r, err := vuwire.DecodeIRQInfoRequest(m.body)
+	if err != nil || r.ArgSz < vuwire.IRQInfoSize || r.Index >= vuwire.NumIRQs {
 		return nil, syscall.EINVAL
 	}
-	info := irqInfo{Index: r.Index}
-	if r.Index == irqMSI {
-		info.Flags = irqInfoEventfd | irqInfoNoResize
+	info := vuwire.IRQInfo{Index: r.Index}
+	if r.Index == vuwire.IRQMSI {
+		info.Flags = vuwire.IRQInfoEventfd | vuwire.IRQInfoNoResize
 		info.Count = uint32(s.irq.max)
 	}
-	return info.encode(), 0
+	return info.Encode(), 0
 }
 
 // regionRead answers REGION_READ: the request's 16 bytes, then the data.
 func (s *Server) regionRead(m *message) ([]byte, syscall.Errno) {
-	a, err := decodeRegionAccess(m.body, false)
+	a, err := vuwire.DecodeRegionAccess(m.body, false)
 	if err != nil {
 		return nil, syscall.EINVAL
 	}
-	out := a.encode(int(a.Count))
-	if errno := s.access(a, out[regionAccessSize:], false); errno != 0 {
+	out := a.Encode(int(a.Count))
+	if errno := s.access(a, out[vuwire.RegionAccessSize:], false); errno != 0 {
 		return nil, errno
 	}
 	return out, 0
@@ -132,22 +133,22 @@ func (s *Server) regionRead(m *message) ([]byte, syscall.Errno) {
 // regionWrite applies REGION_WRITE; the reply, when asked for, echoes the
 // request's 16 bytes. BAR writes usually come posted (NO_REPLY).
 func (s *Server) regionWrite(m *message) ([]byte, syscall.Errno) {
-	a, err := decodeRegionAccess(m.body, true)
+	a, err := vuwire.DecodeRegionAccess(m.body, true)
 	if err != nil {
 		return nil, syscall.EINVAL
 	}
 	if errno := s.access(a, a.Data, true); errno != 0 {
 		return nil, errno
 	}
-	return a.encode(0), 0
+	return a.Encode(0), 0
 }
 
 // access performs a region access into p (read) or from p (write).
-func (s *Server) access(a regionAccess, p []byte, write bool) syscall.Errno {
+func (s *Server) access(a vuwire.RegionAccess, p []byte, write bool) syscall.Errno {
 	switch {
-	case a.Region == regionConfig:
+	case a.Region == vuwire.RegionConfig:
 		return s.configAccess(a.Offset, p, write)
-	case a.Region < regionROM && s.id.BARSize[a.Region] != 0:
+	case a.Region < vuwire.RegionROM && s.id.BARSize[a.Region] != 0:
 		size := uint64(s.id.BARSize[a.Region])
 		if a.Offset > size || uint64(len(p)) > size-a.Offset {
 			return syscall.EINVAL

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 )
 
 // irqTable holds the MSI eventfds the client installed with SET_IRQS.
@@ -113,17 +114,17 @@ func (s *Server) raiseMSI(n int) {
 // indexes have no vectors: only "disable all" is accepted. MSI cannot be
 // masked through SET_IRQS (IRQ_INFO does not say MASKABLE).
 func (s *Server) setIRQs(m *message) ([]byte, syscall.Errno) {
-	r, err := decodeIRQSet(m.body)
+	r, err := vuwire.DecodeIRQSet(m.body)
 	if err != nil {
 		return nil, syscall.EINVAL
 	}
-	data, action := r.Flags&irqSetDataMask, r.Flags&irqSetActionMaskAll
-	if data != irqSetDataEventfd && len(m.fds) > 0 {
+	data, action := r.Flags&vuwire.IRQSetDataMask, r.Flags&vuwire.IRQSetActionMaskAll
+	if data != vuwire.IRQSetDataEventfd && len(m.fds) > 0 {
 		return nil, syscall.EINVAL
 	}
-	disableAll := data == irqSetDataNone && action == irqSetActionTrig && r.Count == 0
-	if r.Index != irqMSI {
-		if disableAll && r.Index < numIRQs {
+	disableAll := data == vuwire.IRQSetDataNone && action == vuwire.IRQSetActionTrig && r.Count == 0
+	if r.Index != vuwire.IRQMSI {
+		if disableAll && r.Index < vuwire.NumIRQs {
 			return nil, 0
 		}
 		return nil, syscall.EINVAL
@@ -132,11 +133,11 @@ func (s *Server) setIRQs(m *message) ([]byte, syscall.Errno) {
 		s.irq.clear()
 		return nil, 0
 	}
-	if action != irqSetActionTrig || int(r.Start)+int(r.Count) > s.irq.max {
+	if action != vuwire.IRQSetActionTrig || int(r.Start)+int(r.Count) > s.irq.max {
 		return nil, syscall.EINVAL
 	}
 	switch data {
-	case irqSetDataEventfd:
+	case vuwire.IRQSetDataEventfd:
 		fds := make([]int, r.Count)
 		switch len(m.fds) {
 		case int(r.Count):
@@ -158,9 +159,9 @@ func (s *Server) setIRQs(m *message) ([]byte, syscall.Errno) {
 			return nil, syscall.EINVAL
 		}
 		s.irq.install(int(r.Start), fds)
-	case irqSetDataNone, irqSetDataBool:
+	case vuwire.IRQSetDataNone, vuwire.IRQSetDataBool:
 		for i := range int(r.Count) {
-			if data == irqSetDataBool && r.Bools[i] == 0 {
+			if data == vuwire.IRQSetDataBool && r.Bools[i] == 0 {
 				continue
 			}
 			s.triggerInstalled(int(r.Start) + i)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 )
 
@@ -131,28 +132,28 @@ func (r *rig) connect(t *testing.T) {
 func (c *client) send(cmd uint16, flags uint32, payload []byte, fds ...int) uint16 {
 	c.t.Helper()
 	c.id++
-	b := make([]byte, headerSize+len(payload))
-	header{ID: c.id, Cmd: cmd, Size: uint32(len(b)), Flags: flags}.put(b)
-	copy(b[headerSize:], payload)
+	b := make([]byte, vuwire.HeaderSize+len(payload))
+	vuwire.Header{ID: c.id, Cmd: cmd, Size: uint32(len(b)), Flags: flags}.Put(b)
+	copy(b[vuwire.HeaderSize:], payload)
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
 	if _, _, err := c.c.WriteMsgUnix(b, oob, nil); err != nil {
-		c.t.Fatalf("send %s: %v", cmdName(cmd), err)
+		c.t.Fatalf("send %s: %v", vuwire.CmdName(cmd), err)
 	}
 	return c.id
 }
 
-func (c *client) recv() (header, []byte) {
+func (c *client) recv() (vuwire.Header, []byte) {
 	c.t.Helper()
 	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var hb [headerSize]byte
+	var hb [vuwire.HeaderSize]byte
 	if _, err := readFull(c.c, hb[:]); err != nil {
 		c.t.Fatalf("recv header: %v", err)
 	}
-	h := header{ID: le.Uint16(hb[0:]), Cmd: le.Uint16(hb[2:]), Size: le.Uint32(hb[4:]), Flags: le.Uint32(hb[8:]), Error: le.Uint32(hb[12:])}
-	body := make([]byte, h.Size-headerSize)
+	h := vuwire.Header{ID: le.Uint16(hb[0:]), Cmd: le.Uint16(hb[2:]), Size: le.Uint32(hb[4:]), Flags: le.Uint32(hb[8:]), Error: le.Uint32(hb[12:])}
+	body := make([]byte, h.Size-vuwire.HeaderSize)
 	if _, err := readFull(c.c, body); err != nil {
 		c.t.Fatalf("recv body: %v", err)
 	}
@@ -177,7 +178,7 @@ func (c *client) call(cmd uint16, payload []byte, fds ...int) []byte {
 	c.t.Helper()
 	b, errno := c.try(cmd, payload, fds...)
 	if errno != 0 {
-		c.t.Fatalf("%s: error reply %v", cmdName(cmd), errno)
+		c.t.Fatalf("%s: error reply %v", vuwire.CmdName(cmd), errno)
 	}
 	return b
 }
@@ -187,12 +188,12 @@ func (c *client) try(cmd uint16, payload []byte, fds ...int) ([]byte, syscall.Er
 	c.t.Helper()
 	id := c.send(cmd, 0, payload, fds...)
 	h, b := c.recv()
-	if h.ID != id || h.Cmd != cmd || h.Flags&flagTypeMask != typeReply {
-		c.t.Fatalf("%s: reply header %+v for request id %d", cmdName(cmd), h, id)
+	if h.ID != id || h.Cmd != cmd || h.Flags&vuwire.FlagTypeMask != vuwire.TypeReply {
+		c.t.Fatalf("%s: reply header %+v for request id %d", vuwire.CmdName(cmd), h, id)
 	}
-	if h.Flags&flagError != 0 {
+	if h.Flags&vuwire.FlagError != 0 {
 		if len(b) != 0 {
-			c.t.Errorf("%s: error reply carries %d payload bytes", cmdName(cmd), len(b))
+			c.t.Errorf("%s: error reply carries %d payload bytes", vuwire.CmdName(cmd), len(b))
 		}
 		return nil, syscall.Errno(h.Error)
 	}
@@ -208,24 +209,24 @@ func u32s(vs ...uint32) []byte {
 }
 
 func access(region uint32, off uint64, data []byte, count int) []byte {
-	b := make([]byte, regionAccessSize+len(data))
+	b := make([]byte, vuwire.RegionAccessSize+len(data))
 	le.PutUint64(b[0:], off)
 	le.PutUint32(b[8:], region)
 	le.PutUint32(b[12:], uint32(count))
-	copy(b[regionAccessSize:], data)
+	copy(b[vuwire.RegionAccessSize:], data)
 	return b
 }
 
 func (c *client) read(region uint32, off uint64, n int) []byte {
 	c.t.Helper()
-	b := c.call(cmdRegionRead, access(region, off, nil, n))
-	if len(b) != regionAccessSize+n {
-		c.t.Fatalf("REGION_READ reply of %d bytes, want %d", len(b), regionAccessSize+n)
+	b := c.call(vuwire.CmdRegionRead, access(region, off, nil, n))
+	if len(b) != vuwire.RegionAccessSize+n {
+		c.t.Fatalf("REGION_READ reply of %d bytes, want %d", len(b), vuwire.RegionAccessSize+n)
 	}
 	if got := le.Uint32(b[12:]); got != uint32(n) {
 		c.t.Fatalf("REGION_READ reply count %d, want %d", got, n)
 	}
-	return b[regionAccessSize:]
+	return b[vuwire.RegionAccessSize:]
 }
 
 func (c *client) read32(region uint32, off uint64) uint32 {
@@ -234,20 +235,20 @@ func (c *client) read32(region uint32, off uint64) uint32 {
 
 func (c *client) write32(region uint32, off uint64, v uint32) {
 	c.t.Helper()
-	c.call(cmdRegionWrite, access(region, off, u32s(v), 4))
+	c.call(vuwire.CmdRegionWrite, access(region, off, u32s(v), 4))
 }
 
 // post writes without asking for a reply, as QEMU 10.2 posts BAR writes.
 func (c *client) post32(region uint32, off uint64, v uint32) {
 	c.t.Helper()
-	c.send(cmdRegionWrite, flagNoReply, access(region, off, u32s(v), 4))
+	c.send(vuwire.CmdRegionWrite, vuwire.FlagNoReply, access(region, off, u32s(v), 4))
 }
 
 // enableDevice turns on memory decoding and bus mastering, as the guest's
 // pci_enable_device + pci_set_master do.
 func (c *client) enableDevice() {
 	c.t.Helper()
-	c.call(cmdRegionWrite, access(regionConfig, pci.CfgCommand, []byte{pci.CmdMemory | pci.CmdBusMaster, 0}, 2))
+	c.call(vuwire.CmdRegionWrite, access(vuwire.RegionConfig, pci.CfgCommand, []byte{pci.CmdMemory | pci.CmdBusMaster, 0}, 2))
 }
 
 func (c *client) negotiate() {
@@ -255,7 +256,7 @@ func (c *client) negotiate() {
 	js := `{"capabilities":{"max_msg_fds":16,"max_data_xfer_size":1048576,"pgsizes":4096,"max_dma_maps":65535,"migration":{"pgsize":4096,"max_bitmap_size":1048576},"write_multiple":true}}`
 	b := make([]byte, 4+len(js)+1)
 	copy(b[4:], js)
-	r := c.call(cmdVersion, b)
+	r := c.call(vuwire.CmdVersion, b)
 	if len(r) > len(b) {
 		c.t.Fatalf("VERSION reply of %d bytes is longer than the request (%d): QEMU would reject it", len(r), len(b))
 	}
@@ -273,7 +274,7 @@ func TestVersionReplyFitsTheRequestAndIsNULTerminatedJSON(t *testing.T) {
 			req = append(req, js...)
 			req = append(req, 0)
 		}
-		rep := r.cl.call(cmdVersion, req)
+		rep := r.cl.call(vuwire.CmdVersion, req)
 		if len(rep) > len(req) && js != "" {
 			t.Errorf("reply %q longer than request %q", rep, req)
 		}
@@ -294,7 +295,7 @@ func TestVersionReplyFitsTheRequestAndIsNULTerminatedJSON(t *testing.T) {
 	var doc struct {
 		Capabilities map[string]any `json:"capabilities"`
 	}
-	if err := json.Unmarshal(full, &doc); err != nil || doc.Capabilities["max_msg_fds"] != float64(maxMsgFDs) {
+	if err := json.Unmarshal(full, &doc); err != nil || doc.Capabilities["max_msg_fds"] != float64(vuwire.MaxMsgFDs) {
 		t.Fatalf("full capabilities %s: %v", full, err)
 	}
 	// QEMU 10.2 proposes max_dma_maps 65535 and fails the device when
@@ -302,10 +303,10 @@ func TestVersionReplyFitsTheRequestAndIsNULTerminatedJSON(t *testing.T) {
 	if m, _ := doc.Capabilities["max_dma_maps"].(float64); m < 1 || m > 65535 {
 		t.Errorf("max_dma_maps %v: QEMU's client accepts 1..65535", doc.Capabilities["max_dma_maps"])
 	}
-	if _, errno := r.cl.try(cmdVersion, []byte{1, 0, 0, 0}); errno != syscall.ENOTSUP {
+	if _, errno := r.cl.try(vuwire.CmdVersion, []byte{1, 0, 0, 0}); errno != syscall.ENOTSUP {
 		t.Errorf("major 1: errno %v, want ENOTSUP", errno)
 	}
-	if _, errno := r.cl.try(cmdVersion, []byte{0, 0, 0, 0, '{', '}'}); errno != syscall.EINVAL {
+	if _, errno := r.cl.try(vuwire.CmdVersion, []byte{0, 0, 0, 0, '{', '}'}); errno != syscall.EINVAL {
 		t.Errorf("JSON without NUL: errno %v, want EINVAL", errno)
 	}
 }
@@ -313,32 +314,32 @@ func TestVersionReplyFitsTheRequestAndIsNULTerminatedJSON(t *testing.T) {
 func TestDeviceRegionAndIRQInfoDescribeTheModel(t *testing.T) {
 	r := newRig(t)
 	r.cl.negotiate()
-	info := r.cl.call(cmdDeviceGetInfo, u32s(16, 0, 0, 0))
-	if want := u32s(16, deviceFlagPCI|deviceFlagReset, numRegions, numIRQs); string(info) != string(want) {
+	info := r.cl.call(vuwire.CmdDeviceGetInfo, u32s(16, 0, 0, 0))
+	if want := u32s(16, vuwire.DeviceFlagPCI|vuwire.DeviceFlagReset, vuwire.NumRegions, vuwire.NumIRQs); string(info) != string(want) {
 		t.Errorf("DEVICE_GET_INFO %x, want %x", info, want)
 	}
 	for idx, want := range map[uint32]struct {
 		size  uint64
 		flags uint32
 	}{
-		0: {4096, regionFlagRead | regionFlagWrite}, 1: {}, 5: {}, regionROM: {}, regionVGA: {},
-		regionConfig: {pci.ConfigSize, regionFlagRead | regionFlagWrite},
+		0: {4096, vuwire.RegionFlagRead | vuwire.RegionFlagWrite}, 1: {}, 5: {}, vuwire.RegionROM: {}, vuwire.RegionVGA: {},
+		vuwire.RegionConfig: {pci.ConfigSize, vuwire.RegionFlagRead | vuwire.RegionFlagWrite},
 	} {
-		b := r.cl.call(cmdRegionInfo, u32s(32, 0, idx, 0, 0, 0, 0, 0))
-		if len(b) != regionInfoSize || le.Uint32(b[8:]) != idx || le.Uint64(b[16:]) != want.size || le.Uint32(b[4:]) != want.flags {
+		b := r.cl.call(vuwire.CmdRegionInfo, u32s(32, 0, idx, 0, 0, 0, 0, 0))
+		if len(b) != vuwire.RegionInfoSize || le.Uint32(b[8:]) != idx || le.Uint64(b[16:]) != want.size || le.Uint32(b[4:]) != want.flags {
 			t.Errorf("region %d info %x, want size %d flags %#x", idx, b, want.size, want.flags)
 		}
 	}
-	if _, errno := r.cl.try(cmdRegionInfo, u32s(32, 0, numRegions, 0, 0, 0, 0, 0)); errno != syscall.EINVAL {
-		t.Errorf("region %d: errno %v, want EINVAL", numRegions, errno)
+	if _, errno := r.cl.try(vuwire.CmdRegionInfo, u32s(32, 0, vuwire.NumRegions, 0, 0, 0, 0, 0)); errno != syscall.EINVAL {
+		t.Errorf("region %d: errno %v, want EINVAL", vuwire.NumRegions, errno)
 	}
-	if _, errno := r.cl.try(cmdRegionInfo, u32s(16, 0, 0, 0)); errno != syscall.EINVAL {
+	if _, errno := r.cl.try(vuwire.CmdRegionInfo, u32s(16, 0, 0, 0)); errno != syscall.EINVAL {
 		t.Errorf("argsz 16: errno %v, want EINVAL", errno)
 	}
-	for idx := uint32(0); idx < numIRQs; idx++ {
-		b := r.cl.call(cmdIRQInfo, u32s(16, 0, idx, 0))
+	for idx := uint32(0); idx < vuwire.NumIRQs; idx++ {
+		b := r.cl.call(vuwire.CmdIRQInfo, u32s(16, 0, idx, 0))
 		count := le.Uint32(b[12:])
-		if want := map[bool]uint32{true: 4, false: 0}[idx == irqMSI]; count != want {
+		if want := map[bool]uint32{true: 4, false: 0}[idx == vuwire.IRQMSI]; count != want {
 			t.Errorf("IRQ index %d count %d, want %d", idx, count, want)
 		}
 	}
@@ -347,39 +348,39 @@ func TestDeviceRegionAndIRQInfoDescribeTheModel(t *testing.T) {
 func TestConfigSpaceHasIDsMSICapabilityNoPinAndBARSizing(t *testing.T) {
 	r := newRig(t)
 	c := r.cl
-	if id := c.read32(regionConfig, 0); id != 0x0306_17cb {
+	if id := c.read32(vuwire.RegionConfig, 0); id != 0x0306_17cb {
 		t.Errorf("vendor/device %#x", id)
 	}
-	if pin := c.read(regionConfig, pci.CfgInterruptPin, 1)[0]; pin != 0 {
+	if pin := c.read(vuwire.RegionConfig, pci.CfgInterruptPin, 1)[0]; pin != 0 {
 		t.Errorf("Interrupt Pin %d, want 0 (MSI only)", pin)
 	}
 	// The capability list, as a kernel walks it: PM, then MSI.
 	caps := map[byte]uint64{}
-	for ptr, n := c.read(regionConfig, pci.CfgCapPtr, 1)[0], 0; ptr != 0 && n < 48; n++ {
-		hdr := c.read(regionConfig, uint64(ptr), 2)
+	for ptr, n := c.read(vuwire.RegionConfig, pci.CfgCapPtr, 1)[0], 0; ptr != 0 && n < 48; n++ {
+		hdr := c.read(vuwire.RegionConfig, uint64(ptr), 2)
 		caps[hdr[0]] = uint64(ptr)
 		ptr = hdr[1]
 	}
 	if len(caps) != 2 || caps[pmCapID] == 0 || caps[pci.CapIDMSI] == 0 {
 		t.Fatalf("capabilities %v, want PM and MSI", caps)
 	}
-	msi := c.read(regionConfig, caps[pci.CapIDMSI], 4)
+	msi := c.read(vuwire.RegionConfig, caps[pci.CapIDMSI], 4)
 	if ctrl := le.Uint16(msi[2:]); ctrl&pci.MSICtrl64 == 0 || (ctrl>>1)&7 != 2 {
 		t.Errorf("MSI control %#x: want 64-bit, 4 vectors capable", ctrl)
 	}
 	// PME from D3hot is what makes Linux's mhi_pci_generic use runtime PM.
-	if pmc := le.Uint16(c.read(regionConfig, caps[pmCapID]+pmPMC, 2)); pmc&(1<<14) == 0 || pmc&7 != 3 {
+	if pmc := le.Uint16(c.read(vuwire.RegionConfig, caps[pmCapID]+pmPMC, 2)); pmc&(1<<14) == 0 || pmc&7 != 3 {
 		t.Errorf("PMC %#x: want PM 1.2 with PME from D3hot", pmc)
 	}
-	c.write32(regionConfig, pci.CfgBAR0, 0xffffffff)
-	if got := c.read32(regionConfig, pci.CfgBAR0); got != 0xfffff000 {
+	c.write32(vuwire.RegionConfig, pci.CfgBAR0, 0xffffffff)
+	if got := c.read32(vuwire.RegionConfig, pci.CfgBAR0); got != 0xfffff000 {
 		t.Errorf("BAR0 after sizing write %#x, want %#x (4 KiB, 32-bit memory)", got, 0xfffff000)
 	}
-	c.write32(regionConfig, pci.CfgBAR0+4, 0xffffffff)
-	if got := c.read32(regionConfig, pci.CfgBAR0+4); got != 0 {
+	c.write32(vuwire.RegionConfig, pci.CfgBAR0+4, 0xffffffff)
+	if got := c.read32(vuwire.RegionConfig, pci.CfgBAR0+4); got != 0 {
 		t.Errorf("absent BAR1 reads %#x, want 0", got)
 	}
-	if _, errno := c.try(cmdRegionRead, access(regionConfig, 254, nil, 4)); errno != syscall.EINVAL {
+	if _, errno := c.try(vuwire.CmdRegionRead, access(vuwire.RegionConfig, 254, nil, 4)); errno != syscall.EINVAL {
 		t.Errorf("config read past 256: errno %v, want EINVAL", errno)
 	}
 }
@@ -390,12 +391,12 @@ func TestD3hotStopsBARDecodingAndMSIsUntilD0(t *testing.T) {
 	c.negotiate()
 	c.enableDevice()
 	e := eventfd(t)
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 1), e)
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), e)
 	c.write32(0, 0, 7)
 	pmcsr := uint64(pmCapOffset + pmPMCSR)
 	// D3hot with PME_En, as pci_set_power_state after pci_wake_from_d3.
-	c.call(cmdRegionWrite, access(regionConfig, pmcsr, []byte{stateD3hot, pmcsrPMEEn >> 8}, 2))
-	if v := le.Uint16(c.read(regionConfig, pmcsr, 2)); v&pmcsrStateMask != stateD3hot || v&pmcsrNoSoftReset == 0 || v&pmcsrPMEEn == 0 {
+	c.call(vuwire.CmdRegionWrite, access(vuwire.RegionConfig, pmcsr, []byte{stateD3hot, pmcsrPMEEn >> 8}, 2))
+	if v := le.Uint16(c.read(vuwire.RegionConfig, pmcsr, 2)); v&pmcsrStateMask != stateD3hot || v&pmcsrNoSoftReset == 0 || v&pmcsrPMEEn == 0 {
 		t.Errorf("PMCSR %#x after the D3hot write", v)
 	}
 	if got := c.read32(0, 0); got != 0xffffffff {
@@ -406,8 +407,8 @@ func TestD3hotStopsBARDecodingAndMSIsUntilD0(t *testing.T) {
 		t.Error("MSI delivered in D3hot")
 	}
 	// D1 is not supported: ignored.
-	c.call(cmdRegionWrite, access(regionConfig, pmcsr, []byte{1}, 1))
-	c.call(cmdRegionWrite, access(regionConfig, pmcsr, []byte{stateD0}, 1))
+	c.call(vuwire.CmdRegionWrite, access(vuwire.RegionConfig, pmcsr, []byte{1}, 1))
+	c.call(vuwire.CmdRegionWrite, access(vuwire.RegionConfig, pmcsr, []byte{stateD0}, 1))
 	// No_Soft_Reset: the function kept its state.
 	if got := c.read32(0, 0); got != 7 {
 		t.Errorf("register 0 after D3hot → D0 reads %d, want 7", got)
@@ -442,11 +443,11 @@ func TestBARAccessesReachTheModelOnlyWithMemoryDecoding(t *testing.T) {
 	if got := c.read(0, 4, 2); got[0] != 0xff || got[1] != 0xff {
 		t.Errorf("2-byte read %x, want all-ones", got)
 	}
-	c.call(cmdRegionWrite, access(0, 6, u32s(7), 4))
-	if _, errno := c.try(cmdRegionRead, access(0, 4094, nil, 4)); errno != syscall.EINVAL {
+	c.call(vuwire.CmdRegionWrite, access(0, 6, u32s(7), 4))
+	if _, errno := c.try(vuwire.CmdRegionRead, access(0, 4094, nil, 4)); errno != syscall.EINVAL {
 		t.Errorf("read past the BAR: errno %v, want EINVAL", errno)
 	}
-	if _, errno := c.try(cmdRegionRead, access(1, 0, nil, 4)); errno != syscall.EINVAL {
+	if _, errno := c.try(vuwire.CmdRegionRead, access(1, 0, nil, 4)); errno != syscall.EINVAL {
 		t.Errorf("read of absent BAR1: errno %v, want EINVAL", errno)
 	}
 	st := r.srv.Stats()
@@ -474,8 +475,8 @@ func memfd(t *testing.T, size int) (int, []byte) {
 }
 
 func mapReq(flags uint32, offset, iova, size uint64) []byte {
-	b := make([]byte, dmaMapSize)
-	le.PutUint32(b[0:], dmaMapSize)
+	b := make([]byte, vuwire.DMAMapSize)
+	le.PutUint32(b[0:], vuwire.DMAMapSize)
 	le.PutUint32(b[4:], flags)
 	le.PutUint64(b[8:], offset)
 	le.PutUint64(b[16:], iova)
@@ -484,8 +485,8 @@ func mapReq(flags uint32, offset, iova, size uint64) []byte {
 }
 
 func unmapReq(flags uint32, iova, size uint64) []byte {
-	b := make([]byte, dmaUnmapSize)
-	le.PutUint32(b[0:], dmaUnmapSize)
+	b := make([]byte, vuwire.DMAUnmapSize)
+	le.PutUint32(b[0:], vuwire.DMAUnmapSize)
 	le.PutUint32(b[4:], flags)
 	le.PutUint64(b[8:], iova)
 	le.PutUint64(b[16:], size)
@@ -515,8 +516,8 @@ func TestDMAGoesToTheMappedMemfdAndIsCheckedLikeTheVirtualBus(t *testing.T) {
 	fd, ram := memfd(t, 0x4000)
 	// Guest RAM at IOVA 0x100000 from file offset 0x1000; a ROM with no
 	// descriptor at 0xc0000.
-	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 0x1000, 0x100000, 0x2000), fd)
-	c.call(cmdDMAMap, mapReq(dmaFlagRead, 0, 0xc0000, 0x1000))
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 0x1000, 0x100000, 0x2000), fd)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 0, 0xc0000, 0x1000))
 
 	buf := make([]byte, 8)
 	r.expectFault(t, h.DMARead(0x100000, buf), "bus master disabled")
@@ -545,30 +546,30 @@ func TestDMAGoesToTheMappedMemfdAndIsCheckedLikeTheVirtualBus(t *testing.T) {
 
 	// A read-only window refuses writes.
 	fd2, _ := memfd(t, 0x1000)
-	c.call(cmdDMAMap, mapReq(dmaFlagRead, 0, 0x300000, 0x1000), fd2)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 0, 0x300000, 0x1000), fd2)
 	r.expectFault(t, h.DMAWrite(0x300000, buf), reasonReadOnly)
 	if err := h.DMARead(0x300000, buf); err != nil {
 		t.Error(err)
 	}
 
-	if _, errno := c.try(cmdDMAMap, mapReq(dmaFlagRead, 0, 0x101000, 0x2000)); errno != syscall.EEXIST {
+	if _, errno := c.try(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 0, 0x101000, 0x2000)); errno != syscall.EEXIST {
 		t.Errorf("overlapping map: errno %v, want EEXIST", errno)
 	}
-	if _, errno := c.try(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 0x3000, 0x400000, 0x2000), fd); errno != syscall.EINVAL {
+	if _, errno := c.try(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 0x3000, 0x400000, 0x2000), fd); errno != syscall.EINVAL {
 		t.Errorf("window past the end of the file: errno %v, want EINVAL", errno)
 	}
 	// An unmap of part of a window removes that part (the rest stays).
-	c.call(cmdDMAUnmap, unmapReq(0, 0x100000, 0x1000))
+	c.call(vuwire.CmdDMAUnmap, unmapReq(0, 0x100000, 0x1000))
 	r.expectFault(t, h.DMARead(0x100010, buf), "unmapped")
 	if err := h.DMARead(0x101000, buf); err != nil {
 		t.Errorf("the window's other page after a partial unmap: %v", err)
 	}
-	rep := c.call(cmdDMAUnmap, unmapReq(0, 0x100000, 0x2000))
+	rep := c.call(vuwire.CmdDMAUnmap, unmapReq(0, 0x100000, 0x2000))
 	if string(rep) != string(unmapReq(0, 0x100000, 0x2000)) {
 		t.Errorf("DMA_UNMAP reply %x does not echo the request", rep)
 	}
 	r.expectFault(t, h.DMARead(0x101000, buf), "unmapped")
-	c.call(cmdDMAUnmap, unmapReq(dmaUnmapAll, 0, 0))
+	c.call(vuwire.CmdDMAUnmap, unmapReq(vuwire.DMAUnmapAll, 0, 0))
 	r.expectFault(t, h.DMARead(0x300000, buf), "unmapped")
 	if st := r.srv.Stats(); st.DMAMaps != 3 || st.DMAFaults != 9 || st.DMAWindows != 0 {
 		t.Errorf("stats %+v: want 3 maps, 9 faults, no window left", st)
@@ -598,7 +599,7 @@ func count(t *testing.T, fd int) uint64 {
 }
 
 func irqSetReq(flags, index, start, cnt uint32, bools ...byte) []byte {
-	return append(u32s(uint32(irqSetSize+len(bools)), flags, index, start, cnt), bools...)
+	return append(u32s(uint32(vuwire.IRQSetSize+len(bools)), flags, index, start, cnt), bools...)
 }
 
 func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
@@ -609,7 +610,7 @@ func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
 	h.RaiseMSI(0) // no eventfd yet: dropped
 	e0 := eventfd(t)
 	// One vector, as an x86 guest without interrupt remapping grants.
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 1), e0)
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), e0)
 	for v := range 4 {
 		h.RaiseMSI(v)
 	}
@@ -619,8 +620,8 @@ func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
 
 	// Four vectors, installed two per message as a client splits them.
 	e := []int{e0, eventfd(t), eventfd(t), eventfd(t)}
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 2), e[0], e[1])
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 2, 2), e[2], e[3])
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 2), e[0], e[1])
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 2, 2), e[2], e[3])
 	for v := range 4 {
 		h.RaiseMSI(v)
 		h.RaiseMSI(v + 4) // aliases to v
@@ -632,25 +633,25 @@ func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
 	}
 	// De-assigning vectors 2..3 (a message with no descriptors) leaves
 	// two enabled: vector 3 aliases to 1.
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 2, 2))
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 2, 2))
 	h.RaiseMSI(3)
 	if n := count(t, e[1]); n != 1 {
 		t.Errorf("vector 3 with two vectors left reached vector 1 %d times, want 1", n)
 	}
 	// The client may fire vectors itself.
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataBool|irqSetActionTrig, irqMSI, 0, 2, 0, 1))
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataBool|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 2, 0, 1))
 	if count(t, e[0]) != 0 || count(t, e[1]) != 1 {
 		t.Error("DATA_BOOL trigger did not fire exactly vector 1")
 	}
 	// Bus mastering off drops MSIs.
-	c.call(cmdRegionWrite, access(regionConfig, pci.CfgCommand, []byte{pci.CmdMemory, 0}, 2))
+	c.call(vuwire.CmdRegionWrite, access(vuwire.RegionConfig, pci.CfgCommand, []byte{pci.CmdMemory, 0}, 2))
 	h.RaiseMSI(0)
 	if n := count(t, e[0]); n != 0 {
 		t.Errorf("MSI with bus mastering off delivered %d times", n)
 	}
 	c.enableDevice()
 	// Disable: DATA_NONE|TRIGGER, count 0.
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataNone|irqSetActionTrig, irqMSI, 0, 0))
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataNone|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 0))
 	h.RaiseMSI(0)
 	if n := count(t, e[0]); n != 0 {
 		t.Errorf("MSI after disable delivered %d times", n)
@@ -671,20 +672,20 @@ func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
 		req []byte
 		fds []int
 	}{
-		"socket as eventfd": {irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 1), []int{int(sf.Fd())}},
-		"2 fds for 1":       {irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 1), []int{e[0], e[1]}},
-		"mask":              {irqSetReq(irqSetDataNone|irqSetActionMask, irqMSI, 0, 1), nil},
-		"past the cap":      {irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 3, 2), []int{e[0], e[1]}},
-		"INTx eventfd":      {irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqINTx, 0, 1), []int{e[0]}},
-		"two data flags":    {irqSetReq(irqSetDataNone|irqSetDataBool|irqSetActionTrig, irqMSI, 0, 1), nil},
-		"bools missing":     {irqSetReq(irqSetDataBool|irqSetActionTrig, irqMSI, 0, 3, 1), nil},
+		"socket as eventfd": {irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), []int{int(sf.Fd())}},
+		"2 fds for 1":       {irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), []int{e[0], e[1]}},
+		"mask":              {irqSetReq(vuwire.IRQSetDataNone|vuwire.IRQSetActionMask, vuwire.IRQMSI, 0, 1), nil},
+		"past the cap":      {irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 3, 2), []int{e[0], e[1]}},
+		"INTx eventfd":      {irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQINTx, 0, 1), []int{e[0]}},
+		"two data flags":    {irqSetReq(vuwire.IRQSetDataNone|vuwire.IRQSetDataBool|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), nil},
+		"bools missing":     {irqSetReq(vuwire.IRQSetDataBool|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 3, 1), nil},
 	} {
-		if _, errno := c.try(cmdSetIRQs, tc.req, tc.fds...); errno != syscall.EINVAL {
+		if _, errno := c.try(vuwire.CmdSetIRQs, tc.req, tc.fds...); errno != syscall.EINVAL {
 			t.Errorf("%s: errno %v, want EINVAL", name, errno)
 		}
 	}
 	// Disabling the other indexes is accepted (QEMU does it at reset).
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataNone|irqSetActionTrig, irqMSIX, 0, 0))
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataNone|vuwire.IRQSetActionTrig, vuwire.IRQMSIX, 0, 0))
 }
 
 func TestDeviceResetResetsModelConfigAndInterruptsButKeepsDMA(t *testing.T) {
@@ -692,16 +693,16 @@ func TestDeviceResetResetsModelConfigAndInterruptsButKeepsDMA(t *testing.T) {
 	c, h := r.cl, r.model.host
 	c.negotiate()
 	fd, _ := memfd(t, 0x1000)
-	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 0, 0x10000, 0x1000), fd)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 0, 0x10000, 0x1000), fd)
 	c.enableDevice()
 	e := eventfd(t)
-	c.call(cmdSetIRQs, irqSetReq(irqSetDataEventfd|irqSetActionTrig, irqMSI, 0, 1), e)
+	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), e)
 	c.write32(0, 0, 5)
-	c.call(cmdDeviceReset, nil)
+	c.call(vuwire.CmdDeviceReset, nil)
 	if r.model.resets.Load() != 1 {
 		t.Errorf("model reset %d times, want 1", r.model.resets.Load())
 	}
-	if cmd := le.Uint16(c.read(regionConfig, pci.CfgCommand, 2)); cmd != 0 {
+	if cmd := le.Uint16(c.read(vuwire.RegionConfig, pci.CfgCommand, 2)); cmd != 0 {
 		t.Errorf("command register %#x after reset, want 0", cmd)
 	}
 	c.enableDevice()
@@ -726,22 +727,22 @@ func TestMalformedRequestsGetErrorRepliesAndTheConnectionSurvives(t *testing.T) 
 		body []byte
 		want syscall.Errno
 	}{
-		"short DMA_MAP":         {cmdDMAMap, make([]byte, 8), syscall.EINVAL},
-		"zero-size DMA_MAP":     {cmdDMAMap, mapReq(dmaFlagRead, 0, 0x1000, 0), syscall.EINVAL},
-		"wrapping DMA_MAP":      {cmdDMAMap, mapReq(dmaFlagRead, 0, ^uint64(0)-10, 0x1000), syscall.EINVAL},
-		"short DMA_UNMAP":       {cmdDMAUnmap, make([]byte, 4), syscall.EINVAL},
-		"dirty bitmap":          {cmdDMAUnmap, unmapReq(dmaUnmapDirty, 0, 0x1000), syscall.ENOTSUP},
-		"short GET_INFO":        {cmdDeviceGetInfo, nil, syscall.EINVAL},
-		"small argsz GET_INFO":  {cmdDeviceGetInfo, u32s(8, 0, 0, 0), syscall.EINVAL},
-		"short IRQ_INFO":        {cmdIRQInfo, u32s(16), syscall.EINVAL},
-		"IRQ index 9":           {cmdIRQInfo, u32s(16, 0, 9, 0), syscall.EINVAL},
-		"short SET_IRQS":        {cmdSetIRQs, u32s(20, 0x24), syscall.EINVAL},
-		"short REGION_READ":     {cmdRegionRead, make([]byte, 12), syscall.EINVAL},
-		"huge REGION_READ":      {cmdRegionRead, access(regionConfig, 0, nil, maxDataXfer+1), syscall.EINVAL},
-		"REGION_WRITE w/o data": {cmdRegionWrite, access(regionConfig, 0, nil, 4), syscall.EINVAL},
-		"region 200":            {cmdRegionRead, access(200, 0, nil, 4), syscall.EINVAL},
-		"DMA_READ from client":  {cmdDMARead, make([]byte, 16), syscall.EINVAL},
-		"WRITE_MULTI":           {cmdRegionWriteMulti, make([]byte, 8), syscall.ENOTSUP},
+		"short DMA_MAP":         {vuwire.CmdDMAMap, make([]byte, 8), syscall.EINVAL},
+		"zero-size DMA_MAP":     {vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 0, 0x1000, 0), syscall.EINVAL},
+		"wrapping DMA_MAP":      {vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead, 0, ^uint64(0)-10, 0x1000), syscall.EINVAL},
+		"short DMA_UNMAP":       {vuwire.CmdDMAUnmap, make([]byte, 4), syscall.EINVAL},
+		"dirty bitmap":          {vuwire.CmdDMAUnmap, unmapReq(vuwire.DMAUnmapDirty, 0, 0x1000), syscall.ENOTSUP},
+		"short GET_INFO":        {vuwire.CmdDeviceGetInfo, nil, syscall.EINVAL},
+		"small argsz GET_INFO":  {vuwire.CmdDeviceGetInfo, u32s(8, 0, 0, 0), syscall.EINVAL},
+		"short IRQ_INFO":        {vuwire.CmdIRQInfo, u32s(16), syscall.EINVAL},
+		"IRQ index 9":           {vuwire.CmdIRQInfo, u32s(16, 0, 9, 0), syscall.EINVAL},
+		"short SET_IRQS":        {vuwire.CmdSetIRQs, u32s(20, 0x24), syscall.EINVAL},
+		"short REGION_READ":     {vuwire.CmdRegionRead, make([]byte, 12), syscall.EINVAL},
+		"huge REGION_READ":      {vuwire.CmdRegionRead, access(vuwire.RegionConfig, 0, nil, vuwire.MaxDataXfer+1), syscall.EINVAL},
+		"REGION_WRITE w/o data": {vuwire.CmdRegionWrite, access(vuwire.RegionConfig, 0, nil, 4), syscall.EINVAL},
+		"region 200":            {vuwire.CmdRegionRead, access(200, 0, nil, 4), syscall.EINVAL},
+		"DMA_READ from client":  {vuwire.CmdDMARead, make([]byte, 16), syscall.EINVAL},
+		"WRITE_MULTI":           {vuwire.CmdRegionWriteMulti, make([]byte, 8), syscall.ENOTSUP},
 		"unknown command":       {999, nil, syscall.ENOTSUP},
 	} {
 		if _, errno := c.try(tc.cmd, tc.body); errno != tc.want {
@@ -749,8 +750,8 @@ func TestMalformedRequestsGetErrorRepliesAndTheConnectionSurvives(t *testing.T) 
 		}
 	}
 	// A stray reply is ignored; the next request is answered.
-	c.send(cmdVersion, typeReply, nil)
-	if id := c.read32(regionConfig, 0); id != 0x0306_17cb {
+	c.send(vuwire.CmdVersion, vuwire.TypeReply, nil)
+	if id := c.read32(vuwire.RegionConfig, 0); id != 0x0306_17cb {
 		t.Errorf("after a stray reply vendor/device reads %#x", id)
 	}
 	if st := r.srv.Stats(); st.BadMessages != 17 {
@@ -763,11 +764,11 @@ func TestBrokenFramingDropsTheClientAndTheNextOneStartsFromPowerOn(t *testing.T)
 	c := r.cl
 	c.negotiate()
 	fd, _ := memfd(t, 0x1000)
-	c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 0, 0x10000, 0x1000), fd)
+	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 0, 0x10000, 0x1000), fd)
 	c.enableDevice()
 	// A size field beyond the limit: the stream cannot be trusted.
-	b := make([]byte, headerSize)
-	header{ID: 1, Cmd: cmdRegionWrite, Size: maxMessage + 1}.put(b)
+	b := make([]byte, vuwire.HeaderSize)
+	vuwire.Header{ID: 1, Cmd: vuwire.CmdRegionWrite, Size: vuwire.MaxMessage + 1}.Put(b)
 	c.c.Write(b)
 	select {
 	case err := <-r.done:
@@ -820,7 +821,7 @@ func TestServeOverAListenerAndCloseWithAClientConnected(t *testing.T) {
 	defer nc.Close()
 	cl := &client{t: t, c: nc.(*net.UnixConn)}
 	cl.negotiate()
-	if id := cl.read32(regionConfig, 0); id != 0x0306_17cb {
+	if id := cl.read32(vuwire.RegionConfig, 0); id != 0x0306_17cb {
 		t.Errorf("vendor/device %#x", id)
 	}
 	srv.Close()
@@ -866,8 +867,8 @@ func TestConcurrentDMAAndUnmapNeverTouchUnmappedMemory(t *testing.T) {
 		}()
 	}
 	for range 200 {
-		c.call(cmdDMAMap, mapReq(dmaFlagRead|dmaFlagWrite, 0, 0x40000, 0x10000), fd)
-		c.call(cmdDMAUnmap, unmapReq(0, 0x40000, 0x10000))
+		c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 0, 0x40000, 0x10000), fd)
+		c.call(vuwire.CmdDMAUnmap, unmapReq(0, 0x40000, 0x10000))
 	}
 	close(stop)
 	wg.Wait()

@@ -1,0 +1,436 @@
+//go:build linux
+
+package vfiouserclient
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// regModel is a tiny device: BAR 0 is 64 plain registers and records the
+// order of writes; a test drives DMA and MSIs through its Host. A read of
+// register 63 blocks while gate is set (a server stuck in the model).
+type regModel struct {
+	host    vpci.Host
+	mu      sync.Mutex
+	regs    [64]uint32
+	writes  []uint32 // values written, in order
+	resets  atomic.Int32
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (m *regModel) Identity() pci.Identity {
+	id := pci.Identity{Vendor: 0x17cb, Device: 0x0306, SubVendor: 0x1eac, SubDev: 0x1002, Class: pci.ClassWirelessOther, MSIVectors: 4}
+	id.BARSize[0] = 4096
+	return id
+}
+func (m *regModel) Attach(h vpci.Host) { m.host = h }
+func (m *regModel) MMIORead(bar int, off uint64) uint32 {
+	if off == 63*4 && m.gate != nil {
+		close(m.entered)
+		<-m.gate
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off/4 < uint64(len(m.regs)) {
+		return m.regs[off/4]
+	}
+	return 0
+}
+func (m *regModel) MMIOWrite(bar int, off uint64, v uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off/4 < uint64(len(m.regs)) {
+		m.regs[off/4] = v
+	}
+	m.writes = append(m.writes, v)
+}
+func (m *regModel) Reset() {
+	m.mu.Lock()
+	m.regs = [64]uint32{}
+	m.mu.Unlock()
+	m.resets.Add(1)
+}
+func (m *regModel) Detach() {}
+
+type rig struct {
+	model  *regModel
+	srv    *vfiouser.Server
+	sconn  *net.UnixConn // the server's end
+	served chan error
+	dev    *Device
+}
+
+func socketpair(t testing.TB) (a, b *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "sock")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	return conv(fds[0]), conv(fds[1])
+}
+
+func newRig(t testing.TB, m *regModel, o *Options) *rig {
+	t.Helper()
+	if m == nil {
+		m = &regModel{}
+	}
+	srv, err := vfiouser.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, c := socketpair(t)
+	r := &rig{model: m, srv: srv, sconn: s, served: make(chan error, 1)}
+	go func() { r.served <- srv.ServeConn(s) }()
+	r.dev, err = New(c, "test.sock", o)
+	if err != nil {
+		srv.Close()
+		<-r.served
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.dev.Close()
+		srv.Close()
+		<-r.served
+	})
+	return r
+}
+
+func TestOpenReadsIDsRegionsAndMSI(t *testing.T) {
+	r := newRig(t, nil, nil)
+	info := r.dev.Info()
+	if info.Address != "vfio-user:test.sock" || info.Vendor != 0x17cb || info.Device != 0x0306 || info.SubVendor != 0x1eac || info.SubDev != 0x1002 {
+		t.Errorf("Info = %+v", info)
+	}
+	if info.Class != pci.ClassWirelessOther {
+		t.Errorf("class %#x, want %#x", info.Class, pci.ClassWirelessOther)
+	}
+	b, err := r.dev.BAR(0)
+	if err != nil || b.Len() != 4096 {
+		t.Fatalf("BAR(0) = %v, %v; want a 4096-byte BAR", b, err)
+	}
+	if _, err := r.dev.BAR(1); err == nil {
+		t.Error("BAR(1), absent, was returned")
+	}
+	if got := r.dev.Interrupts().Max(); got != 4 {
+		t.Errorf("MSI vectors %d, want 4", got)
+	}
+	if iova, size := r.dev.Arena(); iova != defaultIOVABase || size != defaultDMASize {
+		t.Errorf("arena %#x+%#x, want %#x+%#x", iova, size, defaultIOVABase, defaultDMASize)
+	}
+}
+
+func TestPostedWritesTakeEffectInOrderBeforeALaterRead(t *testing.T) {
+	r := newRig(t, nil, nil)
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.dev.BAR(0)
+	const n = 1000
+	for i := range n {
+		b.Write32(8, uint32(i))
+	}
+	if got := b.Read32(8); got != n-1 {
+		t.Fatalf("read after %d posted writes = %d, want %d", n, got, n-1)
+	}
+	r.model.mu.Lock()
+	w := append([]uint32(nil), r.model.writes...)
+	r.model.mu.Unlock()
+	if len(w) != n {
+		t.Fatalf("%d writes reached the model, want %d", len(w), n)
+	}
+	for i, v := range w {
+		if v != uint32(i) {
+			t.Fatalf("write %d carried %d: reordered", i, v)
+		}
+	}
+	// Accesses the BAR cannot claim never reach the server.
+	before := r.srv.Stats().Messages
+	for _, off := range []uint64{2, 4096, 4094, ^uint64(0) - 1} {
+		if v := b.Read32(off); v != 0xFFFFFFFF {
+			t.Errorf("Read32(%#x) = %#x, want all-ones", off, v)
+		}
+		b.Write32(off, 1)
+	}
+	if got := r.srv.Stats().Messages; got != before {
+		t.Errorf("%d messages for accesses outside the BAR", got-before)
+	}
+}
+
+func TestDMAReachesTheMemfdArenaAndNothingElse(t *testing.T) {
+	r := newRig(t, nil, &Options{DMASize: 1 << 20})
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := r.dev.DMA().Alloc(8192, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("device wrote this "), 100)
+	if err := r.model.host.DMAWrite(buf.IOVA+100, data); err != nil {
+		t.Fatalf("DMA write into the arena: %v", err)
+	}
+	if !bytes.Equal(buf.Mem[100:100+len(data)], data) {
+		t.Fatal("the device's write is not in the client's buffer")
+	}
+	buf.Store32(0, 0xfeedf00d)
+	if v, err := r.model.host.DMARead32(buf.IOVA); err != nil || v != 0xfeedf00d {
+		t.Fatalf("DMA read of the client's word = %#x, %v", v, err)
+	}
+	iova, size := r.dev.Arena()
+	for _, at := range []uint64{iova - 4, iova + size, iova + size - 2, 0} {
+		if err := r.model.host.DMAWrite(at, []byte{1, 2, 3, 4}); err == nil {
+			t.Errorf("DMA write at %#x, outside the arena %#x+%#x, was allowed", at, iova, size)
+		}
+	}
+	st := r.srv.Stats()
+	if st.DMAFaults != 4 {
+		t.Errorf("server counted %d refused DMAs, want 4", st.DMAFaults)
+	}
+	if st.DMAMaps != 1 || st.DMAWindows != 1 {
+		t.Errorf("%d DMA maps, %d windows: want one (the arena)", st.DMAMaps, st.DMAWindows)
+	}
+	if err := r.dev.DMA().Free(buf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMSIsArriveOnEventfdsUntilDisable(t *testing.T) {
+	r := newRig(t, nil, nil)
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	vecs, err := r.dev.Interrupts().Enable(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vecs) != 3 {
+		t.Fatalf("%d vectors, want 3", len(vecs))
+	}
+	r.model.host.RaiseMSI(2)
+	r.model.host.RaiseMSI(2)
+	got := uint64(0)
+	for got < 2 {
+		n, err := vecs[2].Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	waited := make(chan error, 1)
+	go func() { _, err := vecs[0].Wait(); waited <- err }()
+	if err := r.dev.Interrupts().Disable(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, pci.ErrClosed) {
+		t.Fatalf("Wait after Disable = %v, want pci.ErrClosed", err)
+	}
+	r.model.host.RaiseMSI(0)
+	if st := r.srv.Stats(); st.MSIDelivered != 2 || st.MSIDropped != 1 {
+		t.Errorf("MSIs delivered %d dropped %d, want 2 and 1 (after Disable)", st.MSIDelivered, st.MSIDropped)
+	}
+}
+
+func TestResetResetsTheFunction(t *testing.T) {
+	r := newRig(t, nil, nil)
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.dev.BAR(0)
+	b.Write32(0, 7)
+	if err := r.dev.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if r.model.resets.Load() != 1 {
+		t.Fatalf("model reset %d times, want 1", r.model.resets.Load())
+	}
+	var cmd [2]byte
+	if err := r.dev.ConfigRead(pci.CfgCommand, cmd[:]); err != nil {
+		t.Fatal(err)
+	}
+	if binary.LittleEndian.Uint16(cmd[:])&(pci.CmdMemory|pci.CmdBusMaster) != 0 {
+		t.Errorf("Command %#x after reset, want memory and bus mastering off", cmd)
+	}
+}
+
+func TestServerDeathFailsBlockedAndLaterCalls(t *testing.T) {
+	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	r := newRig(t, m, nil)
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	vecs, err := r.dev.Interrupts().Enable(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.dev.BAR(0)
+	read := make(chan uint32, 1)
+	go func() { read <- b.Read32(63 * 4) }()
+	<-m.entered
+	// The server's end goes away with the read in flight.
+	r.sconn.Close()
+	select {
+	case v := <-read:
+		if v != 0xFFFFFFFF {
+			t.Errorf("blocked read returned %#x, want all-ones", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read blocked on a dead server did not return")
+	}
+	close(m.gate)
+	select {
+	case <-r.dev.RemovalRequested():
+	default:
+		t.Error("RemovalRequested not closed after the connection died")
+	}
+	if err := r.dev.ConfigRead(0, make([]byte, 4)); !errors.Is(err, pci.ErrRemoved) {
+		t.Errorf("ConfigRead on a dead server = %v, want pci.ErrRemoved", err)
+	}
+	if err := r.dev.Reset(); !errors.Is(err, pci.ErrRemoved) {
+		t.Errorf("Reset on a dead server = %v, want pci.ErrRemoved", err)
+	}
+	if _, err := r.dev.Interrupts().Enable(1); !errors.Is(err, pci.ErrRemoved) {
+		t.Errorf("Enable on a dead server = %v, want pci.ErrRemoved", err)
+	}
+	b.Write32(0, 1) // dropped, no panic
+	if err := r.dev.Close(); err != nil {
+		t.Errorf("Close after the server died: %v", err)
+	}
+	if _, err := vecs[0].Wait(); !errors.Is(err, pci.ErrClosed) {
+		t.Errorf("Wait after Close = %v, want pci.ErrClosed", err)
+	}
+}
+
+func TestCloseUnmapsTheArenaFromTheServer(t *testing.T) {
+	r := newRig(t, nil, nil)
+	if _, err := r.dev.Interrupts().Enable(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.dev.Close(); !errors.Is(err, pci.ErrClosed) {
+		t.Errorf("second Close = %v, want pci.ErrClosed", err)
+	}
+	// The server sees the disconnect (and its DMA_UNMAP before it).
+	select {
+	case err := <-r.served:
+		r.served <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still serves a closed client")
+	}
+	if st := r.srv.Stats(); st.DMAWindows != 0 || st.DMAUnmapped != 1 {
+		t.Errorf("after Close: %d DMA windows, %d unmapped; want 0 and 1", st.DMAWindows, st.DMAUnmapped)
+	}
+	if _, err := r.dev.DMA().Alloc(64, 64); !errors.Is(err, pci.ErrClosed) {
+		t.Errorf("Alloc after Close = %v, want pci.ErrClosed", err)
+	}
+	if err := r.dev.ConfigRead(0, make([]byte, 4)); !errors.Is(err, pci.ErrClosed) {
+		t.Errorf("ConfigRead after Close = %v, want pci.ErrClosed", err)
+	}
+}
+
+// TestBARAccessesDoNotAllocate measures the client alone: its peer is a
+// bare echo loop that allocates nothing (the server allocates per reply,
+// and AllocsPerRun counts every goroutine).
+func TestBARAccessesDoNotAllocate(t *testing.T) {
+	s, c := socketpair(t)
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		var hb [vuwire.HeaderSize]byte
+		body := make([]byte, 64)
+		out := make([]byte, vuwire.HeaderSize+vuwire.RegionAccessSize+4)
+		for {
+			if _, err := io.ReadFull(s, hb[:]); err != nil {
+				return
+			}
+			h, err := vuwire.ParseHeader(hb[:])
+			if err != nil || int(h.Size)-vuwire.HeaderSize > len(body) {
+				return
+			}
+			n := int(h.Size) - vuwire.HeaderSize
+			if _, err := io.ReadFull(s, body[:n]); err != nil {
+				return
+			}
+			if h.Flags&vuwire.FlagNoReply != 0 {
+				continue
+			}
+			vuwire.Header{ID: h.ID, Cmd: h.Cmd, Size: uint32(len(out)), Flags: vuwire.TypeReply}.Put(out)
+			copy(out[vuwire.HeaderSize:], body[:vuwire.RegionAccessSize])
+			if _, err := s.Write(out); err != nil {
+				return
+			}
+		}
+	}()
+	d := &Device{path: "echo", k: newConn("echo", c)}
+	b := &bar{d: d, index: 0, size: 4096}
+	b.Read32(0) // warm the call pool
+	if n := testing.AllocsPerRun(200, func() { b.Write32(4, 1) }); n != 0 {
+		t.Errorf("posted Write32: %v allocations per call", n)
+	}
+	if n := testing.AllocsPerRun(200, func() { b.Read32(4) }); n != 0 {
+		t.Errorf("Read32: %v allocations per call", n)
+	}
+	d.k.close()
+	s.Close()
+	<-echoed
+}
+
+// Doorbell cost: a posted REGION_WRITE (what Write32 does) against the
+// same write waiting for the server's reply, and a BAR read.
+func BenchmarkBAR(b *testing.B) {
+	r := newRig(b, nil, nil)
+	if err := r.dev.SetBusMaster(true); err != nil {
+		b.Fatal(err)
+	}
+	bar, _ := r.dev.BAR(0)
+	b.Run("WritePosted", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			bar.Write32(4, uint32(i))
+		}
+		bar.Read32(4) // the server has applied every write
+	})
+	b.Run("WriteRoundTrip", func(b *testing.B) {
+		var msg [vuwire.RegionAccessSize + 4]byte
+		vuwire.RegionAccess{Offset: 4, Region: 0, Count: 4}.Put(msg[:])
+		for i := 0; i < b.N; i++ {
+			if _, err := r.dev.k.roundTrip(vuwire.CmdRegionWrite, msg[:], nil, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ReadRoundTrip", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			bar.Read32(4)
+		}
+	})
+}
