@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -39,6 +40,9 @@ type channel struct {
 	// watchAt: in doorbell mode after a DB_MODE, when the doorbell-mode
 	// watchdog next re-reads the context wp (zero: not watching).
 	watchAt time.Time
+	// watchMoved: the last look found the context wp moved and no
+	// doorbell; the next one (sooner) confirms it.
+	watchMoved bool
 
 	// UL: the transfer descriptor being assembled (reused buffer).
 	td       []byte
@@ -123,14 +127,14 @@ func (m *Modem) refresh(c *channel) bool {
 func (c *channel) startPolling() {
 	c.polling = true
 	c.lastNew = time.Now()
-	c.watchAt = zeroTime
+	c.watchAt, c.watchMoved = zeroTime, false
 }
 
 // stopPolling leaves polling mode without a DB_MODE (STOP, RESET, M3):
 // the host re-arms doorbell mode itself, so nothing is watched.
 func (c *channel) stopPolling() {
 	c.polling = false
-	c.watchAt = zeroTime
+	c.watchAt, c.watchMoved = zeroTime, false
 }
 
 // ctxWP reads c's write pointer from its channel context in host memory.
@@ -362,7 +366,7 @@ func (m *Modem) wakeRoom(c *channel) {
 // with code DB_MODE makes the host ring the doorbell again. Its pointer is
 // the next TRE slot, which lies inside the ring as the host checks.
 func (m *Modem) dbMode(c *channel, now time.Time) {
-	c.polling = false
+	c.polling, c.watchMoved = false, false
 	if m.opts.DBModeWatchdog > 0 {
 		c.watchAt = now.Add(m.opts.DBModeWatchdog)
 		m.watchSoon(c.watchAt)
@@ -415,8 +419,8 @@ func (m *Modem) pollBurst(now time.Time) bool {
 
 // watchDBMode is the doorbell-mode watchdog (Options.DBModeWatchdog): a
 // burst channel that posted DB_MODE re-reads its context wp every
-// DBModeWatchdog and, when the host moved it without ringing, takes it as
-// the doorbell that never came. Linux's host can lose its doorbell mode
+// DBModeWatchdog and, when the host moved it and still has not rung a
+// quarter period later, takes it as the doorbell that never came. Linux's host can lose its doorbell mode
 // flag to a DB_MODE that races its own doorbell write
 // (docs/KERNEL-CROSSCHECK.md) and then only moves the context wp. It
 // records the next check in m.watchNext. The caller holds m.mu.
@@ -426,18 +430,30 @@ func (m *Modem) watchDBMode(c *channel, now time.Time) {
 		return
 	}
 	c.watchAt = now.Add(m.opts.DBModeWatchdog)
-	m.watchSoon(c.watchAt)
 	if m.regs.chLatch(c.num).seq != c.dbSeq {
 		// A doorbell is on its way: chDoorbell takes it.
+		c.watchMoved = false
+		m.watchSoon(c.watchAt)
 		return
 	}
 	wp, ok := m.ctxWP(c)
 	if !ok || wp == c.wp {
+		c.watchMoved = false
+		m.watchSoon(c.watchAt)
+		return
+	}
+	if !c.watchMoved {
+		// The host may be between its context wp write and its
+		// doorbell write (behind QEMU, a doorbell is a message to
+		// the server): look again a little later.
+		c.watchMoved = true
+		c.watchAt = now.Add(m.opts.DBModeWatchdog / 4)
+		m.watchSoon(c.watchAt)
 		return
 	}
 	m.stats.wpNoDoorbell.Add(1)
 	m.log.Info("burst channel's context wp moved without a doorbell in doorbell mode; polling again",
-		"channel", c.num, "wp", wp)
+		"channel", c.num, "wp", fmt.Sprintf("%#x", wp))
 	c.wp = wp
 	c.startPolling()
 	m.lastActive = now

@@ -76,8 +76,9 @@ type Options struct {
 	BurstIdle, PollInterval, PollSpin time.Duration
 	// DBModeWatchdog is how often a burst channel in doorbell mode
 	// (after it posted DB_MODE) re-reads its context wp; when the host
-	// moved it without ringing the doorbell, the channel polls again
-	// and Stats.WPWithoutDoorbell counts it (channel.go, watchDBMode).
+	// moved it and has not rung the doorbell a quarter period later,
+	// the channel polls again and Stats.WPWithoutDoorbell counts it
+	// (channel.go, watchDBMode).
 	// Default 100 ms; negative: never (the channel waits for the
 	// doorbell, as the protocol asks).
 	DBModeWatchdog time.Duration
@@ -805,8 +806,9 @@ type Stats struct {
 	ULDrops, DLDrops uint64
 	// WPWithoutDoorbell counts the times the doorbell-mode watchdog
 	// (Options.DBModeWatchdog) found a burst channel's context wp moved
-	// after its DB_MODE with no doorbell rung: the host lost its doorbell
-	// mode (a doorbell on its way when the watchdog looked is not counted).
+	// after its DB_MODE with no doorbell written on two looks a quarter
+	// period apart: a host that lost its doorbell mode (or took longer
+	// than that from its context wp write to its doorbell write).
 	WPWithoutDoorbell uint64
 }
 

@@ -361,6 +361,46 @@ func TestDBModeWatchdogFindsULWPMovedWithoutDoorbell(t *testing.T) {
 	}
 }
 
+// The watchdog takes a moved context wp for a lost doorbell only when the
+// doorbell has not come on a second look a quarter period later: a host
+// caught between its context wp write and its doorbell write is not
+// counted. The looks are driven with synthetic times (the period is an
+// hour, so the device goroutine never looks itself).
+func TestDBModeWatchdogLooksTwiceBeforeItActs(t *testing.T) {
+	look := func(h *rawHost, at func(watchAt time.Time) time.Time) {
+		h.m.mu.Lock()
+		c := h.m.chans[100]
+		if c.watchAt.IsZero() {
+			h.m.mu.Unlock()
+			t.Fatal("UL channel in doorbell mode is not watched")
+		}
+		h.m.watchDBMode(c, at(c.watchAt))
+		h.m.mu.Unlock()
+		h.m.signal()
+	}
+	same := func(w time.Time) time.Time { return w }
+	t.Run("doorbell-follows", func(t *testing.T) {
+		h, ul, _, _ := lostDoorbellMode(t, time.Hour)
+		look(h, same)
+		h.noEvent(2, 20*time.Millisecond)
+		h.ring(ul) // the doorbell the host was about to write
+		h.expectTx(2, 100, mhi.CodeEOT)
+		if n := h.m.Stats().WPWithoutDoorbell; n != 0 {
+			t.Errorf("WPWithoutDoorbell %d for a doorbell that came, want 0", n)
+		}
+	})
+	t.Run("no-doorbell", func(t *testing.T) {
+		h, _, _, _ := lostDoorbellMode(t, time.Hour)
+		look(h, same)
+		h.noEvent(2, 20*time.Millisecond)
+		look(h, same) // the confirming look, due a quarter period later
+		h.expectTx(2, 100, mhi.CodeEOT)
+		if n := h.m.Stats().WPWithoutDoorbell; n != 1 {
+			t.Errorf("WPWithoutDoorbell %d, want 1", n)
+		}
+	})
+}
+
 func TestDBModeWatchdogFindsDLBuffersPublishedWithoutDoorbell(t *testing.T) {
 	h, ul, dl := burstLoopback(t, Options{BurstIdle: 5 * time.Millisecond})
 	h.queue(dl, h.alloc(2048, 8).IOVA, 2048, mhi.TREIEOT) // DL polls
