@@ -32,7 +32,13 @@ type altEnv struct {
 	pollNanos func() uint64
 	// stats are the system under test's stack counters (mhistack only).
 	stats func() mstack.Stats
-	close func() error
+	// serverCPU is the CPU time so far of the process serving the
+	// modem, when it is another process (table 8).
+	serverCPU func() time.Duration
+	// busyCPUs are CPUs whose busy time (every process's, /proc/stat) the
+	// window records as busy0, busy1, … (table 8).
+	busyCPUs []int
+	close    func() error
 }
 
 // udpPayload makes 1400-byte IP datagrams, as in the link tables.
@@ -63,6 +69,18 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openedEnv(s, func() error {
+		if n := violations.Load(); n > 0 {
+			return fmt.Errorf("%d host protocol violations, the first: %v", n, *first.Load())
+		}
+		return nil
+	})
+}
+
+// openedEnv is the altEnv of a stack that stack.Open brought up, with its
+// peers on this host's 127.0.0.1 reached through the carrier's TestAddr4;
+// check, if set, runs after the stack closed.
+func openedEnv(s *mstack.Stack, check func() error) (*altEnv, error) {
 	e := &altEnv{}
 	e.close = func() error {
 		for _, c := range []interface{ Close() error }{e.peerTCP, e.peerUDP} {
@@ -71,11 +89,12 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 			}
 		}
 		err := s.Close()
-		if n := violations.Load(); n > 0 && err == nil {
-			err = fmt.Errorf("%d host protocol violations, the first: %v", n, *first.Load())
+		if check != nil && err == nil {
+			err = check()
 		}
 		return err
 	}
+	var err error
 	if e.peerTCP, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
 		e.close()
 		return nil, err
@@ -329,6 +348,11 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 	for i, c := range other {
 		o0[i] = c.Load()
 	}
+	var sv0 time.Duration
+	if e.serverCPU != nil {
+		sv0 = e.serverCPU()
+	}
+	busy0 := cpuBusy(e.busyCPUs)
 	b0, c0, t0 := got.Load(), processCPU(), time.Now()
 	time.Sleep(d)
 	b1, c1, t1 := got.Load(), processCPU(), time.Now()
@@ -342,6 +366,12 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 	}
 	if e.pollNanos != nil {
 		s["poll_ms"] = float64(e.pollNanos()-p0) / 1e6 / el
+	}
+	if e.serverCPU != nil {
+		s["server_ms"] = float64(e.serverCPU()-sv0) / 1e6 / el
+	}
+	for i, b := range cpuBusy(e.busyCPUs) {
+		s[fmt.Sprintf("busy%d", i)] = float64(b-busy0[i]) / 1e6 / el
 	}
 	return s, o0
 }

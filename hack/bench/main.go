@@ -10,6 +10,7 @@
 //	go run ./hack/bench -o docs/BENCHMARKS.md -svg-dir docs/bench
 //	go run ./hack/bench -only 5,7 -o docs/BENCHMARKS.md  # replace two tables' sections
 //	go run ./hack/bench -quick                           # CI smoke (~30 s)
+//	go run ./hack/bench -only host                       # table 8: the modem in another process (vfio-user), the host on one CPU
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
 // configuration, then run 2, …) so that a change of outside load affects
@@ -53,6 +54,7 @@ var tables = []tableFunc{
 	{"alternatives", "5", (*config).altTable},
 	{"latency", "6", (*config).latencyTable},
 	{"scale", "7", (*config).scaleTable},
+	{"host", "8", (*config).hostTable},
 }
 
 func main() {
@@ -60,9 +62,13 @@ func main() {
 		hog()
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == hostChildArg {
+		hostChild(os.Args[2:])
+		return
+	}
 	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
-	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale or 1–7)")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host or 1–8)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")

@@ -1,0 +1,470 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	mstack "github.com/mhistack/mhistack/stack"
+)
+
+// Table 8 measures what the host side of mhistack costs when the modem is
+// not in its process: the bench runs pinned to CPU 0, `mhictl sim serve`
+// (the emulated modem and its carrier network) runs as another process
+// pinned to CPU 1, and stack.Open drives it over vfio-user
+// (mhi/pci/vfiouserclient). The host process's CPU (getrusage
+// RUSAGE_SELF) is then the host's alone, and the server's
+// (/proc/PID/stat) says which side limits the rate.
+//
+// Pinning a whole Go process needs the mask before the runtime starts its
+// threads (they inherit it from the thread that creates them), so the
+// table runs in a child: the bench binary with hostChildArg, which sets
+// its own thread's affinity and re-executes itself; the child prints its
+// samples as JSON and the parent builds the table.
+
+// hostChildArg makes the bench binary the pinned child of table 8.
+const hostChildArg = "-host-child"
+
+// hostPinnedEnv marks the re-executed, pinned child.
+const hostPinnedEnv = "MHISTACK_BENCH_PINNED"
+
+// hostResult is what the child reports.
+type hostResult struct {
+	Names    []string
+	Series   []series
+	HostCPU  int
+	ServeCPU int    // -1: the server was not pinned (one CPU only)
+	Veth     string // why Linux over veth was skipped, if it was
+}
+
+// hostPaths are table 8's rows, in order.
+var hostPaths = []struct{ name, key string }{
+	{"mhistack: stack.Open over vfio-user → mhictl sim serve (modem + carrier network, CPU 1) → host socket", "vfio-user"},
+	{"two stacks, channel.Endpoint + pumps (wireguard-go), both in the host process", "chanpair"},
+	{"Linux TCP over a veth pair into a netns", "veth"},
+}
+
+// hostWorks are table 8's columns: the stack under test receiving
+// (download: the host socket sends) and sending (upload).
+var hostWorks = []altWork{
+	{"download", "mbps", func(e *altEnv, d, w time.Duration) (sample, error) { return e.tcpStream(false, d, w) }},
+	{"upload", "mbps", func(e *altEnv, d, w time.Duration) (sample, error) { return e.tcpStream(true, d, w) }},
+}
+
+func (c *config) hostTable() (*table, error) {
+	dir, err := os.MkdirTemp("", "bench-host")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "mhictl")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/mhictl")
+	build.Dir, err = moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/mhictl: %v\n%s", err, out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	d, w := min(c.dur, time.Second), min(c.warm, 300*time.Millisecond)
+	child := exec.Command(exe, hostChildArg, "-mhictl", bin, "-dir", dir, "-runs", strconv.Itoa(c.runs),
+		"-duration", d.String(), "-warm", w.String())
+	child.Stderr = c.progress
+	out, err := child.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pinned child: %w", err)
+	}
+	var res hostResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("pinned child's report: %w", err)
+	}
+	return hostReport(res, d, w), nil
+}
+
+// ratioText is a/b to two decimals, or "—" when b is 0 (a run that moved
+// nothing) or missing.
+func ratioText(a, b float64) string {
+	if b <= 0 || a != a || b != b {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// moduleRoot is the directory of go.mod above the working directory.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run the bench inside the mhistack module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func hostReport(res hostResult, d, w time.Duration) *table {
+	at := map[string]series{}
+	for i, n := range res.Names {
+		at[n] = res.Series[i]
+	}
+	get := func(path, work string) series { return at[path+" / "+work] }
+	t := &table{
+		title: "8. Host cost: the modem in another process, the host on one CPU",
+		intro: fmt.Sprintf("The bench process runs pinned to CPU %d (its whole process: GOMAXPROCS 1); `mhictl sim serve "+
+			"-function IP_HW0=carrier` runs as its own process pinned to CPU %d, and `stack.Open` drives it over vfio-user "+
+			"(`-device vfio-user:PATH`: memfd DMA arena, eventfd MSIs, posted doorbells; docs/VFIO.md §9). "+
+			"One TCP stream, 64 KiB writes: **download** is the host socket on 127.0.0.1 sending through the carrier "+
+			"network and the modem to the stack, **upload** the stack sending. The host socket is in the bench process too, "+
+			"so its kernel TCP is part of the host CPU, as both ends are for the other rows, which run on the same one CPU "+
+			"with nothing outside it: two package stacks joined by `channel.Endpoint`s and pumps (internal/chanpair), and "+
+			"Linux TCP across a veth pair. Host CPU is getrusage(RUSAGE_SELF) of the bench process over the window, per Gbit/s "+
+			"of payload; server CPU is utime+stime of the mhictl process from /proc/PID/stat (1000 ms/s is its whole CPU); "+
+			"a CPU's busy time (/proc/stat, every process) shows how much of it other load took. "+
+			"Each run: a %v window after a %v warm-up, rows interleaved.", res.HostCPU, res.ServeCPU, d, w),
+		header: []string{"path", "download Mbit/s", "upload Mbit/s", "host CPU ms per Gbit/s (down / up)",
+			"host process CPU ms/s (down / up)", "server process CPU ms/s (down / up)",
+			"host's CPU busy ms/s, every process (down / up)", "vfio-user ÷ this (down / up)"},
+	}
+	ref := func(wk string) float64 { return get(hostPaths[0].name, wk).med("mbps") }
+	for _, p := range hostPaths {
+		dn, up := get(p.name, "download"), get(p.name, "upload")
+		if len(dn) == 0 || len(up) == 0 {
+			continue
+		}
+		srv := "—"
+		if len(dn.values("server_ms")) > 0 {
+			srv = dn.medRange("server_ms", 0) + " / " + up.medRange("server_ms", 0)
+		}
+		t.rows = append(t.rows, []string{p.name, dn.medRange("mbps", 0), up.medRange("mbps", 0),
+			dn.medRange("cpu_gbit", 0) + " / " + up.medRange("cpu_gbit", 0),
+			dn.medRange("proc_ms", 0) + " / " + up.medRange("proc_ms", 0), srv,
+			dn.medRange("busy0", 0) + " / " + up.medRange("busy0", 0),
+			ratioText(ref("download"), dn.med("mbps")) + " / " + ratioText(ref("upload"), up.med("mbps"))})
+	}
+	for _, wk := range []string{"download", "upload"} {
+		s := get(hostPaths[0].name, wk)
+		if len(s) == 0 {
+			continue
+		}
+		host, srv := s.med("proc_ms"), s.med("server_ms")
+		b0, b1 := s.med("busy0"), s.med("busy1")
+		var verdict string
+		switch {
+		case host >= 900 && host >= srv:
+			verdict = "the host process (its whole CPU) was the bottleneck"
+		case srv >= 900:
+			verdict = "the server process (the emulated modem and carrier network, its whole CPU) was the bottleneck"
+		case b0 >= 900 && b1 >= 900:
+			verdict = fmt.Sprintf("both CPUs were saturated (%.0f and %.0f ms/s busy), mostly by other processes: the machine's "+
+				"load, not either side, set the rate", b0, b1)
+		case b0 >= 900:
+			verdict = fmt.Sprintf("the host's CPU was saturated (%.0f ms/s busy, %.0f of it other processes'): the host side was "+
+				"the bottleneck, short of CPU", b0, b0-host)
+		case b1 >= 900:
+			verdict = fmt.Sprintf("the server's CPU was saturated (%.0f ms/s busy, %.0f of it other processes'): the server side "+
+				"was the bottleneck, short of CPU", b1, b1-srv)
+		default:
+			verdict = "neither CPU was saturated: the stream is bound by the hand-offs between the processes (doorbell and " +
+				"MSI latency, moderation), not by CPU"
+		}
+		t.notes = append(t.notes, fmt.Sprintf("vfio-user %s: %.0f Mbit/s, host %.0f ms/s of CPU (%.0f ms per Gbit/s), server %.0f ms/s; "+
+			"CPU %d busy %.0f ms/s, CPU %d %.0f ms/s (every process): %s.",
+			wk, s.med("mbps"), host, s.med("cpu_gbit"), srv, res.HostCPU, b0, res.ServeCPU, b1, verdict))
+	}
+	for _, p := range hostPaths[1:] {
+		dn, up := get(p.name, "download"), get(p.name, "upload")
+		if len(dn) == 0 || len(up) == 0 {
+			continue
+		}
+		vd, vu := get(hostPaths[0].name, "download"), get(hostPaths[0].name, "upload")
+		t.notes = append(t.notes, fmt.Sprintf("Host CPU per Gbit/s, vfio-user ÷ %s: download %s, upload %s.",
+			p.key, ratioText(vd.med("cpu_gbit"), dn.med("cpu_gbit")), ratioText(vu.med("cpu_gbit"), up.med("cpu_gbit"))))
+	}
+	if res.Veth != "" {
+		t.notes = append(t.notes, "Linux over veth skipped: "+res.Veth+".")
+	}
+	if res.ServeCPU < 0 {
+		t.notes = append(t.notes, "Only one CPU was available: the server shared CPU 0 with the host.")
+	}
+	return t
+}
+
+// hostChild is the pinned child: it pins itself to one CPU (re-executing
+// once so that every runtime thread inherits the mask), starts mhictl sim
+// serve pinned to another, measures every row and prints a hostResult.
+func hostChild(args []string) {
+	fs := flag.NewFlagSet("host-child", flag.ExitOnError)
+	bin := fs.String("mhictl", "", "mhictl binary")
+	dir := fs.String("dir", "", "directory for the socket")
+	runs := fs.Int("runs", 5, "runs")
+	dur := fs.Duration("duration", time.Second, "window")
+	warm := fs.Duration("warm", 300*time.Millisecond, "warm-up")
+	fs.Parse(args)
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		fatal(err)
+	}
+	cpus := cpusOf(&all)
+	if len(cpus) == 0 {
+		fatal(errors.New("no CPU in the affinity mask"))
+	}
+	hostCPU, serveCPU := cpus[0], -1
+	if os.Getenv(hostPinnedEnv) == "" {
+		// Re-execute with this thread's mask: the new runtime's threads
+		// all descend from it. The server's CPU is the next one.
+		runtime.LockOSThread()
+		if err := setAffinity(hostCPU); err != nil {
+			fatal(err)
+		}
+		serve := "-1"
+		if len(cpus) > 1 {
+			serve = strconv.Itoa(cpus[1])
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			fatal(err)
+		}
+		env := append(os.Environ(), hostPinnedEnv+"="+strconv.Itoa(hostCPU)+","+serve)
+		fatal(syscall.Exec(exe, append([]string{exe, hostChildArg}, args...), env))
+	}
+	fmt.Sscanf(os.Getenv(hostPinnedEnv), "%d,%d", &hostCPU, &serveCPU)
+	if runtime.NumCPU() != 1 {
+		fatal(fmt.Errorf("pinned child sees %d CPUs", runtime.NumCPU()))
+	}
+	sock := filepath.Join(*dir, "modem.sock")
+	srv, err := startServer(*bin, sock, serveCPU, hostCPU)
+	if err != nil {
+		fatal(err)
+	}
+	defer srv.stop()
+	c := &config{runs: *runs, dur: *dur, warm: *warm, progress: os.Stderr}
+	res := hostResult{HostCPU: hostCPU, ServeCPU: serveCPU}
+	setups := []func() (*altEnv, error){
+		func() (*altEnv, error) { return vfioUserEnv(sock, srv.pid) },
+		channelPairEnv,
+	}
+	paths := hostPaths[:2]
+	if v, err := newVethNS(); err != nil {
+		res.Veth = fmt.Sprintf("%v (needs root and iproute2)", err)
+	} else {
+		defer v.close()
+		setups = append(setups, func() (*altEnv, error) { return kernelEnv(v) })
+		paths = hostPaths
+	}
+	for _, p := range paths {
+		for _, wk := range hostWorks {
+			res.Names = append(res.Names, p.name+" / "+wk.name)
+		}
+	}
+	res.Series, err = c.runAll(res.Names, func(i int) (sample, error) {
+		setup, wk := setups[i/len(hostWorks)], hostWorks[i%len(hostWorks)]
+		e, err := setup()
+		if err != nil {
+			return nil, err
+		}
+		e.busyCPUs = []int{hostCPU}
+		if serveCPU >= 0 {
+			e.busyCPUs = append(e.busyCPUs, serveCPU)
+		}
+		s, err := wk.run(e, *dur, *warm)
+		if cerr := e.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m := s["mbps"]; m > 0 {
+			s["cpu_gbit"] = s["proc_ms"] / (m / 1e3)
+		}
+		return s, nil
+	})
+	if err != nil {
+		fatal(err)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		fatal(err)
+	}
+}
+
+func cpusOf(set *unix.CPUSet) []int {
+	var out []int
+	for i := 0; i < 1024; i++ {
+		if set.IsSet(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// setAffinity pins the calling thread (locked by the caller) to cpu.
+func setAffinity(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("sched_setaffinity(CPU %d): %w", cpu, err)
+	}
+	return nil
+}
+
+// server is the mhictl sim serve process.
+type server struct {
+	pid    int
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startServer starts mhictl sim serve with the carrier network on IP_HW0,
+// pinned to cpu (-1: not pinned): the fork happens on a thread pinned to
+// cpu, which the child inherits; home is the mask this thread returns to.
+// It returns once the server listens.
+func startServer(bin, sock string, cpu, home int) (*server, error) {
+	cmd := exec.Command(bin, "sim", "serve", "-socket", sock, "-function", "IP_HW0=carrier")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	if cpu >= 0 {
+		if err := setAffinity(cpu); err != nil {
+			runtime.UnlockOSThread()
+			return nil, err
+		}
+	}
+	err = cmd.Start()
+	if cpu >= 0 {
+		if err := setAffinity(home); err != nil {
+			fatal(err) // the bench's own thread must not stay on the server's CPU
+		}
+	}
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{pid: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		defer close(s.exited)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "serving the emulated modem") {
+				close(ready)
+				break
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		cmd.Wait()
+	}()
+	select {
+	case <-ready:
+		return s, nil
+	case <-s.exited:
+		return nil, errors.New("mhictl sim serve exited before it served")
+	case <-time.After(30 * time.Second):
+		s.stop()
+		return nil, errors.New("mhictl sim serve did not start within 30 s")
+	}
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// processCPUOf is another process's user+system CPU time so far, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s).
+func processCPUOf(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100)
+}
+
+// cpuBusy is the busy time so far (every process's, interrupts included:
+// all but idle and iowait) of each CPU in cpus, from /proc/stat (clock
+// ticks of 1/100 s); a CPU it cannot read counts 0.
+func cpuBusy(cpus []int) []time.Duration {
+	if len(cpus) == 0 {
+		return nil
+	}
+	out := make([]time.Duration, len(cpus))
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		var busy uint64
+		for j, v := range f[1:] {
+			if j == 3 || j == 4 { // idle, iowait
+				continue
+			}
+			x, _ := strconv.ParseUint(v, 10, 64)
+			busy += x
+		}
+		for i, c := range cpus {
+			if c == n {
+				out[i] = time.Duration(busy) * (time.Second / 100)
+			}
+		}
+	}
+	return out
+}
+
+// vfioUserEnv is the product on a modem in another process: stack.Open
+// with -device vfio-user:sock, the server's CPU read from /proc.
+func vfioUserEnv(sock string, pid int) (*altEnv, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := mstack.Open(ctx, mstack.Options{Device: "vfio-user:" + sock, Config: mstack.Config{TXQueueLen: benchTXQueueLen}})
+	if err != nil {
+		return nil, err
+	}
+	e, err := openedEnv(s, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.serverCPU = func() time.Duration { return processCPUOf(pid) }
+	return e, nil
+}
