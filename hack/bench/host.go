@@ -247,8 +247,8 @@ func hostChild(args []string) {
 		fatal(syscall.Exec(exe, append([]string{exe, hostChildArg}, args...), env))
 	}
 	fmt.Sscanf(os.Getenv(hostPinnedEnv), "%d,%d", &hostCPU, &serveCPU)
-	if runtime.NumCPU() != 1 {
-		fatal(fmt.Errorf("pinned child sees %d CPUs", runtime.NumCPU()))
+	if runtime.NumCPU() != 1 || allowedCPUs(os.Getpid()) != strconv.Itoa(hostCPU) {
+		fatal(fmt.Errorf("pinned child sees %d CPUs (%q)", runtime.NumCPU(), allowedCPUs(os.Getpid())))
 	}
 	sock := filepath.Join(*dir, "modem.sock")
 	srv, err := startServer(*bin, sock, serveCPU, hostCPU)
@@ -360,6 +360,13 @@ func startServer(bin, sock string, cpu, home int) (*server, error) {
 		return nil, err
 	}
 	s := &server{pid: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
+	if cpu >= 0 {
+		if got := allowedCPUs(s.pid); got != strconv.Itoa(cpu) {
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+			return nil, fmt.Errorf("mhictl sim serve runs on CPUs %q, want %d", got, cpu)
+		}
+	}
 	ready := make(chan struct{})
 	go func() {
 		defer close(s.exited)
@@ -382,6 +389,20 @@ func startServer(bin, sock string, cpu, home int) (*server, error) {
 		s.stop()
 		return nil, errors.New("mhictl sim serve did not start within 30 s")
 	}
+}
+
+// allowedCPUs is Cpus_allowed_list of /proc/PID/status ("1", "0-1").
+func allowedCPUs(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == "Cpus_allowed_list" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 func (s *server) stop() {
