@@ -61,13 +61,8 @@ func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wr
 	t.Helper()
 	name := p.Name
 	r := &rig{t: t, p: p, evCh: make(chan mhi.Event, 64)}
-	var failMu sync.Mutex
-	var failures []string
-	fail := func(s string) {
-		failMu.Lock()
-		failures = append(failures, s)
-		failMu.Unlock()
-	}
+	fl := &failLog{}
+	fail := fl.add
 	so.Strict = true
 	if so.OnViolation == nil {
 		so.OnViolation = func(err error) { fail("protocol violation: " + err.Error()) }
@@ -107,13 +102,31 @@ func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wr
 		if err := dev.Close(); err != nil {
 			t.Errorf("device Close: %v", err)
 		}
-		failMu.Lock()
-		defer failMu.Unlock()
-		for _, f := range failures {
-			t.Error(f)
-		}
+		fl.report(t)
 	})
 	return r
+}
+
+// failLog collects failures reported from the model's goroutines
+// (violations, DMA faults), where t.Error may no longer be called, for
+// the test's cleanup to report.
+type failLog struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (f *failLog) add(s string) {
+	f.mu.Lock()
+	f.list = append(f.list, s)
+	f.mu.Unlock()
+}
+
+func (f *failLog) report(t testing.TB) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.list {
+		t.Error(s)
+	}
 }
 
 func (r *rig) powerUp() {

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,13 +26,8 @@ import (
 func newRigVFIOUser(t *testing.T, name string, so sim.Options, co mhi.Options) (*rig, *vfiouser.Server) {
 	t.Helper()
 	r := &rig{t: t, p: profile(t, name), evCh: make(chan mhi.Event, 64)}
-	var failMu sync.Mutex
-	var failures []string
-	fail := func(s string) {
-		failMu.Lock()
-		failures = append(failures, s)
-		failMu.Unlock()
-	}
+	fl := &failLog{}
+	fail := fl.add
 	so.Strict = true
 	so.OnViolation = func(err error) { fail("protocol violation: " + err.Error()) }
 	m, err := sim.New(r.p, so)
@@ -92,11 +86,7 @@ func newRigVFIOUser(t *testing.T, name string, so sim.Options, co mhi.Options) (
 		}
 		srv.Close()
 		<-served
-		failMu.Lock()
-		defer failMu.Unlock()
-		for _, f := range failures {
-			t.Error(f)
-		}
+		fl.report(t)
 	})
 	return r, srv
 }

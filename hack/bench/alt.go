@@ -376,6 +376,28 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 	return s, o0
 }
 
+// runEnv sets a path up, runs one work on it for the window d after
+// warm-up w, recording the busy time of the CPUs busy, and tears it down;
+// it adds the process CPU per Gbit/s (cpu_gbit).
+func runEnv(setup func() (*altEnv, error), wk altWork, d, w time.Duration, busy []int) (sample, error) {
+	e, err := setup()
+	if err != nil {
+		return nil, err
+	}
+	e.busyCPUs = busy
+	s, err := wk.run(e, d, w)
+	if cerr := e.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m := s["mbps"]; m > 0 {
+		s["cpu_gbit"] = s["proc_ms"] / (m / 1e3)
+	}
+	return s, nil
+}
+
 // altPath is one row of table 5.
 type altPath struct {
 	name, short string // row, plot legend
@@ -425,21 +447,7 @@ func (c *config) altTable() (*table, error) {
 	}
 	res, err := c.runAll(names, func(i int) (sample, error) {
 		p, wk := paths[i/len(altWorks)], altWorks[i%len(altWorks)]
-		e, err := p.setup()
-		if err != nil {
-			return nil, err
-		}
-		s, err := wk.run(e, d, w)
-		if cerr := e.close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		if m := s["mbps"]; m > 0 {
-			s["cpu_gbit"] = s["proc_ms"] / (m / 1e3)
-		}
-		return s, nil
+		return runEnv(p.setup, wk, d, w, nil)
 	})
 	if err != nil {
 		return nil, err

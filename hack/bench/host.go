@@ -270,32 +270,17 @@ func hostChild(args []string) {
 		setups = append(setups, func() (*altEnv, error) { return kernelEnv(v) })
 		paths = hostPaths
 	}
+	busy := []int{hostCPU}
+	if serveCPU >= 0 {
+		busy = append(busy, serveCPU)
+	}
 	for _, p := range paths {
 		for _, wk := range hostWorks {
 			res.Names = append(res.Names, p.name+" / "+wk.name)
 		}
 	}
 	res.Series, err = c.runAll(res.Names, func(i int) (sample, error) {
-		setup, wk := setups[i/len(hostWorks)], hostWorks[i%len(hostWorks)]
-		e, err := setup()
-		if err != nil {
-			return nil, err
-		}
-		e.busyCPUs = []int{hostCPU}
-		if serveCPU >= 0 {
-			e.busyCPUs = append(e.busyCPUs, serveCPU)
-		}
-		s, err := wk.run(e, *dur, *warm)
-		if cerr := e.close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		if m := s["mbps"]; m > 0 {
-			s["cpu_gbit"] = s["proc_ms"] / (m / 1e3)
-		}
-		return s, nil
+		return runEnv(setups[i/len(hostWorks)], hostWorks[i%len(hostWorks)], *dur, *warm, busy)
 	})
 	if err != nil {
 		fatal(err)
