@@ -426,11 +426,12 @@ func (e *Endpoint) onControllerEvent(ev mhi.Event) {
 		// Release once the MHI reset has stopped the device's DMA. A
 		// chain in progress will never end.
 		e.resetRX.Store(true)
-		e.tx.hold.start()
+		e.tx.hold.startSysErr()
 		e.log.Warn("SYS_ERR: channels down", "err", ev.Err)
 	case mhi.EventRecovered:
 		// Channels restarted with empty rings: the UL frames the
-		// SYS_ERR took off go first; refill at once.
+		// SYS_ERR took off go first, then those written during it
+		// (unless TX is paused); refill at once.
 		e.requeueHeld()
 		e.resetRX.Store(true)
 		e.kickRefill()
@@ -624,6 +625,8 @@ func (e *Endpoint) close() {
 	if err := e.dl.Reset(ctx); err != nil {
 		e.log.Warn("reset DL channel", "err", err)
 	}
+	// Frames held across a SYS_ERR or a pause.
+	e.dropHeld()
 	e.ulER.SetNotify(nil)
 	e.dlER.SetNotify(nil)
 	// Frames the poller still held.

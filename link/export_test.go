@@ -51,3 +51,7 @@ func ReleasePollerForTest(e *Endpoint) {
 	e.scheduled.Store(false)
 	e.notify()
 }
+
+// HoldingTXForTest reports whether the endpoint holds the UL frames
+// written now (a SYS_ERR being recovered, or PauseTX).
+func HoldingTXForTest(e *Endpoint) bool { return e.tx.hold.active.Load() }

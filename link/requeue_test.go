@@ -61,3 +61,116 @@ func distinct(got [][]byte, want map[string]bool) int {
 	}
 	return len(seen)
 }
+
+// The UL frames written while a SYS_ERR is being recovered are held and
+// sent after recovery, after those the SYS_ERR took off the ring and in
+// the order they were written. Before, each was dropped at once
+// (TXDrops.LinkDown), and a TCP sender whose window opened during the
+// fault lost its tail: only a retransmission timeout repaired it.
+func TestULFramesWrittenDuringSysErrAreSentAfterRecovery(t *testing.T) {
+	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true}})
+	const n = 40
+	pkts := make([][]byte, n)
+	want := map[string]bool{}
+	for i := range pkts {
+		pkts[i] = udp4(t, i+1, 200)
+		want[string(pkts[i])] = true
+	}
+	// The modem leaves its command ring alone: recovery waits for the
+	// START_CHAN completions, so the SYS_ERR lasts until the test says.
+	r.m.HoldCommands(true)
+	if err := r.m.TriggerSysErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the SYS_ERR hold", func() bool { return link.HoldingTXForTest(r.ep) })
+	write(t, r.ep, pkts...)
+	st := r.ep.Stats()
+	if st.TXDrops.LinkDown != 0 || st.TXHeld != n {
+		t.Errorf("during the SYS_ERR: %d frames held, %d dropped as link down; want %d and 0", st.TXHeld, st.TXDrops.LinkDown, n)
+	}
+	r.m.HoldCommands(false)
+	waitUntil(t, 10*time.Second, "recovery", func() bool { return r.c.Stats().Recoveries == 1 })
+	deadline := time.Now().Add(5 * time.Second)
+	for distinct(r.snk.packets(), want) < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st = r.ep.Stats()
+	if got := distinct(r.snk.packets(), want); got != n {
+		t.Fatalf("%d of %d frames written during the SYS_ERR came back (held %d, dropped as link down %d, held and dropped %d)",
+			got, n, st.TXHeld, st.TXDrops.LinkDown, st.TXDrops.Held)
+	}
+	checkOrder(t, r.snk.packets(), pkts)
+	waitUntil(t, 5*time.Second, "TX buffers home", func() bool {
+		_, _, tx, txAll := link.BuffersHomeForTest(r.ep)
+		return tx == txAll
+	})
+}
+
+// PauseTX holds what is written until ResumeTX: ResumeTX(true) sends it
+// in order, ResumeTX(false) drops it, and writes that find the TX pool
+// held fail at once (no TXTimeout wait: no completion can free a buffer).
+func TestPauseTXHoldsFramesUntilResume(t *testing.T) {
+	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true, TXTimeout: 10 * time.Second}})
+	pkts := make([][]byte, 30)
+	for i := range pkts {
+		pkts[i] = udp4(t, i+1, 200)
+	}
+	r.ep.PauseTX()
+	write(t, r.ep, pkts...)
+	if got := r.snk.count(); got != 0 {
+		t.Fatalf("%d packets came back while TX was paused", got)
+	}
+	if st := r.ep.Stats(); st.TXHeld != uint64(len(pkts)) {
+		t.Fatalf("TXHeld %d, want %d", st.TXHeld, len(pkts))
+	}
+	r.ep.ResumeTX(true)
+	checkOrder(t, r.snk.waitFor(t, len(pkts), 10*time.Second), pkts)
+
+	// Dropped on ResumeTX(false), and the pool is bounded.
+	r.ep.PauseTX()
+	_, _, _, pool := link.BuffersHomeForTest(r.ep)
+	more := make([][]byte, pool+5)
+	for i := range more {
+		more[i] = udp4(t, 1000+i, 200)
+	}
+	start := time.Now()
+	n, _ := writeN(r.ep, more...)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a write that found the TX pool held took %v (TXTimeout 10 s): it waited", took)
+	}
+	st := r.ep.Stats()
+	if n != pool || st.TXDrops.Held != 5 {
+		t.Errorf("wrote %d of %d with a pool of %d, %d refused; want %d and 5", n, len(more), pool, st.TXDrops.Held, pool)
+	}
+	r.ep.ResumeTX(false)
+	if st := r.ep.Stats(); st.TXDrops.Held != uint64(5+pool) {
+		t.Errorf("TXDrops.Held %d after ResumeTX(false), want %d", st.TXDrops.Held, 5+pool)
+	}
+	if _, _, tx, txAll := link.BuffersHomeForTest(r.ep); tx != txAll {
+		t.Errorf("%d of %d TX buffers home after ResumeTX(false)", tx, txAll)
+	}
+	// Sending works again.
+	write(t, r.ep, udp4(t, 9999, 200))
+	r.snk.waitFor(t, len(pkts)+1, 10*time.Second)
+}
+
+// checkOrder checks that the packets of want appear in got in want's
+// order.
+func checkOrder(t *testing.T, got, want [][]byte) {
+	t.Helper()
+	idx := map[string]int{}
+	for i, p := range want {
+		idx[string(p)] = i
+	}
+	last := -1
+	for _, p := range got {
+		i, ok := idx[string(p)]
+		if !ok {
+			continue
+		}
+		if i < last {
+			t.Fatalf("packet %d came back after packet %d", i, last)
+		}
+		last = i
+	}
+}

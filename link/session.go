@@ -103,8 +103,9 @@ func (e *Endpoint) control(frame []byte) {
 	var (
 		deadline time.Time
 		err      tcpip.Error
+		held     bool
 	)
-	buf := e.getTXBuffer(&deadline, &err)
+	buf := e.getTXBuffer(&deadline, &err, &held)
 	if buf == nil {
 		return
 	}

@@ -32,9 +32,14 @@ type Stats struct {
 	TXWakeups uint64
 	// TXDoorbells counts UL doorbell batches (Channel.Ring calls).
 	TXDoorbells uint64
-	// TXRequeued counts UL frames a SYS_ERR took off the ring before
-	// the device sent them, queued again after recovery (requeue.go).
+	// TXRequeued counts held UL frames queued after the hold ended:
+	// frames a SYS_ERR took off the ring before the device sent them,
+	// and frames written during a SYS_ERR or while TX was paused
+	// (PauseTX), queued after recovery or ResumeTX (requeue.go).
 	TXRequeued uint64
+	// TXHeld counts the frames written during a SYS_ERR or while TX was
+	// paused, held instead of queued (within TXFrames).
+	TXHeld uint64
 	// TXGSO counts host-GSO segments (GSOSegment) the endpoint cut into
 	// more than one packet; TXPackets counts the packets.
 	TXGSO uint64
@@ -90,6 +95,10 @@ type TXDrops struct {
 	Timeout  uint64 // no UL space within Options.TXTimeout
 	LinkDown uint64 // channel not running (SYS_ERR, removal)
 	Closed   uint64 // endpoint closed
+	// Held counts held frames dropped (the device was removed, recovery
+	// failed, ResumeTX(false), Close) and packets refused because the
+	// whole TX pool was held.
+	Held uint64
 }
 
 // counters are the atomics behind Stats. The poller accumulates its own
@@ -102,7 +111,7 @@ type counters struct {
 	txPackets, txBytes, txFrames, txCompletions, txFull    atomic.Uint64
 	txDoorbells, txGSO, txWakeups                          atomic.Uint64
 	txTooBig, txTimeout, txLinkDown, txClosed              atomic.Uint64
-	txRequeued                                             atomic.Uint64
+	txRequeued, txHeld, txHeldDrops                        atomic.Uint64
 	interrupts, polls, exhausted, rearms, rearmRaces       atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges  atomic.Uint64
 	missedIRQ, deferredPolls, rxCsumDevice, inlineHandoffs atomic.Uint64
@@ -156,11 +165,11 @@ func (e *Endpoint) Stats() Stats {
 			Session: c.dropSession.Load(),
 		},
 		TXPackets: c.txPackets.Load(), TXBytes: c.txBytes.Load(), TXFrames: c.txFrames.Load(),
-		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(), TXRequeued: c.txRequeued.Load(),
+		TXCompletions: c.txCompletions.Load(), TXFull: c.txFull.Load(), TXDoorbells: c.txDoorbells.Load(), TXRequeued: c.txRequeued.Load(), TXHeld: c.txHeld.Load(),
 		TXGSO: c.txGSO.Load(), TXWakeups: c.txWakeups.Load(),
 		TXDrops: TXDrops{
 			TooBig: c.txTooBig.Load(), Timeout: c.txTimeout.Load(),
-			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(),
+			LinkDown: c.txLinkDown.Load(), Closed: c.txClosed.Load(), Held: c.txHeldDrops.Load(),
 		},
 		Interrupts: c.interrupts.Load(), MissedInterrupts: c.missedIRQ.Load(), DeferredPolls: c.deferredPolls.Load(), Polls: c.polls.Load(), BudgetExhausted: c.exhausted.Load(),
 		Rearms: c.rearms.Load(), RearmRaces: c.rearmRaces.Load(), MaxPassPackets: c.maxPass.Load(),

@@ -217,6 +217,7 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 		buf                *pci.Buffer
 		deadline           time.Time
 		err                tcpip.Error
+		holdFull           bool // no TX buffer while frames are held
 	)
 	// flush queues the frame being built; false means it could not be
 	// (timeout or link down) and the packets in it are dropped.
@@ -264,7 +265,7 @@ outer:
 				break outer
 			}
 			if buf == nil {
-				if buf = e.getTXBuffer(&deadline, &err); buf == nil {
+				if buf = e.getTXBuffer(&deadline, &err, &holdFull); buf == nil {
 					break outer
 				}
 				t.enc.Begin(buf.Mem[:t.size])
@@ -307,6 +308,10 @@ outer:
 	if dropped := len(list) - sent; dropped > 0 {
 		switch err.(type) {
 		case *tcpip.ErrNoBufferSpace:
+			if holdFull {
+				e.stats.txHeldDrops.Add(uint64(dropped))
+				break
+			}
 			e.stats.txTimeout.Add(uint64(dropped))
 		case *tcpip.ErrClosedForSend:
 			e.stats.txLinkDown.Add(uint64(dropped))
@@ -322,12 +327,20 @@ outer:
 }
 
 // getTXBuffer takes a free TX buffer, reaping and then waiting (bounded)
-// when there is none. The caller holds t.mu.
-func (e *Endpoint) getTXBuffer(deadline *time.Time, err *tcpip.Error) *pci.Buffer {
+// when there is none; while frames are held it does not wait and sets
+// *held. The caller holds t.mu.
+func (e *Endpoint) getTXBuffer(deadline *time.Time, err *tcpip.Error, held *bool) *pci.Buffer {
 	t := &e.tx
 	for {
 		if b := t.get(); b != nil {
 			return b
+		}
+		if t.hold.active.Load() {
+			// The pool is held (or on a ring being reset): no
+			// completion will free a buffer before the hold ends.
+			*held = true
+			*err = &tcpip.ErrNoBufferSpace{}
+			return nil
 		}
 		if !e.waitTX(deadline, false) {
 			*err = e.txWaitError()
@@ -340,6 +353,12 @@ func (e *Endpoint) getTXBuffer(deadline *time.Time, err *tcpip.Error) *pci.Buffe
 // ring is full. The caller holds t.mu.
 func (e *Endpoint) queueFrame(b *pci.Buffer, n int, deadline *time.Time) tcpip.Error {
 	for {
+		// Held (a SYS_ERR, PauseTX): kept in order, queued later.
+		if e.tx.hold.active.Load() && e.tx.hold.keep(b, n) {
+			e.stats.txHeld.Add(1)
+			e.stats.txFrames.Add(1)
+			return nil
+		}
 		err := e.ul.Queue(b, n, mhi.EOT)
 		if err == nil {
 			e.tx.unrung = true

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"time"
+
 	"gvisor.dev/gvisor/pkg/tcpip"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 )
@@ -23,3 +25,11 @@ func NewWithClosers(ep gstack.LinkEndpoint, cfg Config, closers ...func() error)
 // ClosingForTest reports whether Close has begun (the transmit queue's
 // writer knows it).
 func (s *Stack) ClosingForTest() bool { return s.txw != nil && s.txw.closing.Load() }
+
+// SetBridgeTimeForTest sets how long a lost bearer is bridged, until
+// restore (tests that run it do not run in parallel).
+func SetBridgeTimeForTest(d time.Duration) (restore func()) {
+	old := bridgeTime
+	bridgeTime = d
+	return func() { bridgeTime = old }
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -552,17 +553,21 @@ func (f *follower) address(ip mbim.IPConfig) {
 
 // apply runs with f.mu held. A lost session takes the link down but keeps
 // the addresses: if the network gives them back, connections survive a
-// short outage, as they do on a kernel interface.
+// short outage, as they do on a kernel interface, and what TCP sent
+// meanwhile was held by the link and goes out then (Stack.bearerDown).
 func (f *follower) apply(ip mbim.IPConfig) {
 	s := f.s
 	if ip.IsZero() {
-		s.SetLinkUp(false)
+		s.bearerDown()
 		return
 	}
+	before := s.Addresses()
 	if err := s.SetAddresses(append(append([]netip.Prefix(nil), ip.IPv4...), ip.IPv6...)); err != nil {
 		s.log.Warn("stack: session addresses not applied", "err", err)
 	}
 	s.SetDNSServers(append(append([]netip.Addr(nil), ip.IPv4DNS...), ip.IPv6DNS...))
 	s.SetMTU(mtuOf(ip))
-	s.SetLinkUp(true)
+	// Held packets from addresses the session no longer has would only
+	// be dropped by the network.
+	s.setLinkUp(true, slices.Equal(before, s.Addresses()))
 }

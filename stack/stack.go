@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
@@ -54,13 +55,24 @@ type Stack struct {
 	mbim *mbim.Client
 	qmi  *qmi.Client
 
+	// holder is the link endpoint when it can hold UL frames while the
+	// bearer is down (link.Endpoint); nil otherwise.
+	holder txHolder
+
 	mu     sync.Mutex
 	addrs  []netip.Prefix
 	dns    []netip.Addr
 	linkUp bool
-	closed bool
-	done   chan struct{} // closed by Close: wakes the sockets' blocked calls
-	http   *http.Transport
+	// bridging says the link is down but the NIC stays enabled and the
+	// link holds what is sent, until the bearer comes back or bridge
+	// expires (bearerDown); bridgeGen tells a stale expiry from the
+	// current one.
+	bridging  bool
+	bridge    *time.Timer
+	bridgeGen uint64
+	closed    bool
+	done      chan struct{} // closed by Close: wakes the sockets' blocked calls
+	http      *http.Transport
 
 	events eventQueue
 
@@ -98,6 +110,7 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 		s.gs.Destroy()
 		return nil, err
 	}
+	s.holder, _ = ep.(txHolder)
 	s.tap = newTap(ep, cfg.NoGSO)
 	if cfg.MTU != 0 {
 		ep.SetMTU(cfg.MTU)
@@ -180,6 +193,7 @@ func (s *Stack) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.endBridgeLocked()
 	tr := s.http
 	s.mu.Unlock()
 	if tr != nil {
@@ -352,9 +366,33 @@ func netMask(p netip.Prefix) []byte {
 
 // SetLinkUp enables or disables the interface (bearer up or down): while
 // down, nothing is sent or received and dials fail with ENETUNREACH.
-func (s *Stack) SetLinkUp(up bool) {
+func (s *Stack) SetLinkUp(up bool) { s.setLinkUp(up, true) }
+
+// setLinkUp is SetLinkUp; send says what to do with what the link held
+// while the bearer was down (bearerDown): send it (the addresses are the
+// same) or drop it.
+func (s *Stack) setLinkUp(up, send bool) {
 	s.mu.Lock()
-	if s.closed || s.linkUp == up {
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if s.bridging {
+		// Down, NIC enabled: up sends what the link held, down for
+		// good drops it.
+		s.endBridgeLocked()
+		s.holder.ResumeTX(up && send)
+		if !up {
+			s.gs.DisableNIC(nicID)
+			s.mu.Unlock()
+			return
+		}
+		s.linkUp = true
+		s.mu.Unlock()
+		s.events.push(Event{Kind: EventLinkUp})
+		return
+	}
+	if s.linkUp == up {
 		s.mu.Unlock()
 		return
 	}
@@ -370,6 +408,80 @@ func (s *Stack) SetLinkUp(up bool) {
 		k = EventLinkUp
 	}
 	s.events.push(Event{Kind: k})
+}
+
+// txHolder is a link endpoint that can hold UL frames while the bearer is
+// down (link.Endpoint).
+type txHolder interface {
+	PauseTX()
+	ResumeTX(send bool)
+}
+
+// bridgeTime is how long the stack bridges a lost bearer (bearerDown)
+// before it takes the interface down for good. A modem reset or a
+// network reattach gives the session back within it; past it the outage
+// is a real one.
+var bridgeTime = 5 * time.Second
+
+// bearerDown is the data session lost with its addresses kept (Open's
+// follower): the link is down (LinkUp false, EventLinkDown, dials fail
+// with ENETUNREACH), but for up to bridgeTime the NIC stays enabled and
+// the link holds what TCP sends (link.Endpoint.PauseTX), and packets
+// still arriving are received. A session that comes back with the same
+// addresses then loses nothing: a SYS_ERR resets the modem's control
+// function and so the session, and with the NIC disabled meanwhile
+// gVisor dropped the ACKs and data TCP sent and the segments that
+// arrived, which cost each sender a retransmission timeout
+// (docs/RELIABILITY.md, "What remains"). Without a holding link, or
+// after bridgeTime, it is SetLinkUp(false).
+func (s *Stack) bearerDown() {
+	s.mu.Lock()
+	if s.bridging {
+		s.mu.Unlock()
+		return
+	}
+	if s.closed || !s.linkUp || s.holder == nil {
+		s.mu.Unlock()
+		s.SetLinkUp(false)
+		return
+	}
+	s.linkUp = false
+	s.bridging = true
+	s.bridgeGen++
+	gen := s.bridgeGen
+	s.holder.PauseTX()
+	s.bridge = time.AfterFunc(bridgeTime, func() { s.bridgeExpired(gen) })
+	s.mu.Unlock()
+	s.counters.bridges.Add(1)
+	s.events.push(Event{Kind: EventLinkDown})
+}
+
+// bridgeExpired takes the interface down for good when the bearer has
+// not come back within bridgeTime.
+func (s *Stack) bridgeExpired(gen uint64) {
+	s.mu.Lock()
+	if !s.bridging || s.bridgeGen != gen || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.endBridgeLocked()
+	s.holder.ResumeTX(false)
+	s.gs.DisableNIC(nicID)
+	s.mu.Unlock()
+	s.counters.bridgeExpiries.Add(1)
+}
+
+// endBridgeLocked ends bridging (its timer too); the caller decides what
+// happens to what the link held.
+func (s *Stack) endBridgeLocked() {
+	if !s.bridging {
+		return
+	}
+	s.bridging = false
+	if s.bridge != nil {
+		s.bridge.Stop()
+		s.bridge = nil
+	}
 }
 
 // LinkUp reports whether the interface is up.

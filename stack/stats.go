@@ -8,6 +8,7 @@ import (
 
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
+	bridges, bridgeExpiries                                        atomic.Uint64
 }
 
 // Stats are the stack's counters, its TCP/IP counters and, when the link
@@ -24,6 +25,12 @@ type Stats struct {
 	// their local address was removed (SetAddresses, a session address
 	// change).
 	AddressAborts uint64
+	// Bridges counts the times the data session was lost with its
+	// addresses kept and the stack bridged the outage: link down, NIC
+	// enabled, the link holding what was sent (docs/STACK.md);
+	// BridgeExpiries those it gave up on after 5 s (the interface was
+	// then disabled and what was held dropped).
+	Bridges, BridgeExpiries uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -51,6 +58,8 @@ func (s *Stack) Stats() Stats {
 		ConnLimitHits:  s.counters.connLimit.Load(),
 		DialLimitHits:  s.counters.dialLimit.Load(),
 		AddressAborts:  s.counters.addrAborts.Load(),
+		Bridges:        s.counters.bridges.Load(),
+		BridgeExpiries: s.counters.bridgeExpiries.Load(),
 	}
 	gs := s.gs.Stats()
 	if info, ok := s.gs.NICInfo()[nicID]; ok {
