@@ -136,6 +136,22 @@ func (c *dgram) Close() error {
 	return nil
 }
 
+// Read implements net.Conn. A zero-length read returns 0, nil at once,
+// as package net's does.
+func (c *dgram) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		if c.isClosed() {
+			return 0, c.opError("read", nil, net.ErrClosed)
+		}
+		return 0, nil
+	}
+	n, _, err := c.readFrom(b)
+	return n, err
+}
+
+// Write implements net.Conn (connected sockets; EDESTADDRREQ otherwise).
+func (c *dgram) Write(b []byte) (int, error) { return c.writeTo(b, netip.AddrPort{}, nil) }
+
 // LocalAddr implements net.Conn.
 func (c *dgram) LocalAddr() net.Addr { return c.laddr }
 
@@ -210,22 +226,6 @@ func (c *UDPConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	}
 	return n, net.UDPAddrFromAddrPort(ap), nil
 }
-
-// Read implements net.Conn. A zero-length read returns 0, nil at once,
-// as package net's does.
-func (c *UDPConn) Read(b []byte) (int, error) {
-	if len(b) == 0 {
-		if c.isClosed() {
-			return 0, c.opError("read", nil, net.ErrClosed)
-		}
-		return 0, nil
-	}
-	n, _, err := c.readFrom(b)
-	return n, err
-}
-
-// Write implements net.Conn (connected sockets; EDESTADDRREQ otherwise).
-func (c *UDPConn) Write(b []byte) (int, error) { return c.writeTo(b, netip.AddrPort{}, nil) }
 
 // WriteToUDPAddrPort sends one datagram to addr.
 func (c *UDPConn) WriteToUDPAddrPort(b []byte, addr netip.AddrPort) (int, error) {
@@ -482,21 +482,6 @@ func (s *Stack) ListenPing(laddr netip.Addr) (*PingConn, error) {
 	}
 	return c, nil
 }
-
-// Read implements net.Conn. A zero-length read returns 0, nil at once.
-func (c *PingConn) Read(b []byte) (int, error) {
-	if len(b) == 0 {
-		if c.isClosed() {
-			return 0, c.opError("read", nil, net.ErrClosed)
-		}
-		return 0, nil
-	}
-	n, _, err := c.readFrom(b)
-	return n, err
-}
-
-// Write implements net.Conn (connected sockets).
-func (c *PingConn) Write(b []byte) (int, error) { return c.writeTo(b, netip.AddrPort{}, nil) }
 
 // ReadFrom implements net.PacketConn; the address is a *net.IPAddr.
 func (c *PingConn) ReadFrom(b []byte) (int, net.Addr, error) {

@@ -9,9 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -92,25 +90,18 @@ func readProxyRequest(br *bufio.Reader) (*proxyRequest, error) {
 // parseHostPort parses a request target into an Addr, as strictly as the
 // SOCKS5 side: a numeric port, and a name that fits ATYP 3.
 func parseHostPort(hostport string) (Addr, error) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return Addr{}, err
+	a, err := ParseAddr(hostport)
+	if err != nil || a.IP.IsValid() {
+		a.IP = a.IP.Unmap()
+		return a, err
 	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return Addr{}, fmt.Errorf("port %q: %w", port, err)
-	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return Addr{IP: ip.Unmap(), Port: uint16(p)}, nil
-	}
-	if len(host) > 255 {
+	if len(a.Name) > 255 {
 		return Addr{}, errors.New("host name longer than 255 bytes")
 	}
-	name, err := checkName([]byte(host))
-	if err != nil {
+	if a.Name, err = checkName([]byte(a.Name)); err != nil {
 		return Addr{}, err
 	}
-	return Addr{Name: name, Port: uint16(p)}, nil
+	return a, nil
 }
 
 // serveHTTP serves HTTP proxy requests on c until the client or the

@@ -130,8 +130,7 @@ func (s *Server) socksAssociate(c net.Conn, release func(), req Request) {
 	defer s.stats.UDPAssociationsActive.Add(^uint64(0))
 	s.logger().Debug("proxy: UDP association", "client", c.RemoteAddr(), "relay", pc.LocalAddr())
 
-	a.wg.Add(1)
-	go a.clientLoop()
+	a.goRelay(a.clientLoop)
 	waitClosed(c)
 	a.close()
 	a.wg.Wait()
@@ -155,14 +154,22 @@ func (a *association) close() {
 	}
 }
 
+// goRelay starts one of the association's relay goroutines: loop runs
+// with a buffer from udpBufs, and the association closes when it returns.
+func (a *association) goRelay(loop func(buf []byte)) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer a.close()
+		bp := udpBufs.Get().(*[]byte)
+		defer udpBufs.Put(bp)
+		loop(*bp)
+	}()
+}
+
 // clientLoop relays datagrams from the client to their destinations.
-func (a *association) clientLoop() {
-	defer a.wg.Done()
-	defer a.close()
+func (a *association) clientLoop(buf []byte) {
 	s := a.s
-	bp := udpBufs.Get().(*[]byte)
-	defer udpBufs.Put(bp)
-	buf := *bp
 	var armed time.Time
 	for {
 		if a.idle > 0 {
@@ -290,8 +297,7 @@ func (a *association) flow(ap netip.AddrPort) (net.PacketConn, error) {
 		return nil, err
 	}
 	a.outside[fam] = pc
-	a.wg.Add(1)
-	go a.outsideLoop(pc)
+	a.goRelay(func(buf []byte) { a.outsideLoop(pc, buf) })
 	return pc, nil
 }
 
@@ -318,13 +324,8 @@ func (a *association) expireFlowsLocked(now int64) {
 // destinations the client has sent to are let through: the association
 // filters like an address-and-port-restricted NAT, so it cannot be used
 // to reach the client from anywhere.
-func (a *association) outsideLoop(pc net.PacketConn) {
-	defer a.wg.Done()
-	defer a.close()
+func (a *association) outsideLoop(pc net.PacketConn, buf []byte) {
 	s := a.s
-	bp := udpBufs.Get().(*[]byte)
-	defer udpBufs.Put(bp)
-	buf := *bp
 	for {
 		n, from, err := pc.ReadFrom(buf[udpHeaderMax:])
 		if err != nil {
