@@ -48,10 +48,7 @@ func capture(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ping := fs.String("ping", "", "send echo requests to this `ADDR` while capturing (e.g. 198.18.0.1 on -device sim)")
 	pingCount := fs.Int("ping-count", 3, "number of echo requests -ping sends")
 	pingInterval := fs.Duration("ping-interval", 200*time.Millisecond, "time between -ping echo requests")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *file == "" {

@@ -46,13 +46,7 @@ func edl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	image := fs.String("image", "", "flash programmer `file` (prog_firehose_*.mbn / *.elf); required for hardware")
 	nop := fs.Bool("nop", true, "send a Firehose <nop/> once the programmer runs and print the answer")
 	progress := addProgressFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := df.check(); err != nil {
+	if err := parseNoArgs(fs, args, df.check); err != nil {
 		return err
 	}
 	prog, name := simProgrammer, "(built-in emulated programmer)"

@@ -48,13 +48,7 @@ func fwLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	sblSize := fs.Int("sbl-size", 0, "bytes of the image the PBL receives with -bhie (0: the whole image)")
 	segLen := fs.Int("seg-len", mhi.DefaultSegLen, "BHIe segment length in bytes")
 	progress := addProgressFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := df.check(); err != nil {
+	if err := parseNoArgs(fs, args, df.check); err != nil {
 		return err
 	}
 	if *image == "" {

@@ -67,13 +67,7 @@ func info(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["info"]
 	fs := newFlagSet(c, "[-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	df := addDeviceFlags(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := df.check(); err != nil {
+	if err := parseNoArgs(fs, args, df.check); err != nil {
 		return err
 	}
 	t, err := df.open(sim.Options{}, mhi.Options{}, mhi.DMAUse{}, 0)

@@ -46,10 +46,7 @@ func list(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := fs.String("sysfs", "/sys", "sysfs mount `point` (tests point it at a fake tree)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	profiles := fs.Bool("profiles", false, "list the known modem profiles instead of scanning")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *profiles {

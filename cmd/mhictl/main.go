@@ -76,6 +76,23 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseNoArgs is parse for a command that takes no positional arguments,
+// followed by the checks of its flags (deviceFlags.check …) in order.
+func parseNoArgs(fs *flag.FlagSet, args []string, checks ...func() error) error {
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -57,13 +57,7 @@ func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	count := fs.Int("count", 1000, "number of transfers")
 	size := fs.Int("size", 1500, "bytes per transfer (8 to 32768)")
 	chName := fs.String("channel", "", "channel pair `name` to loop on (default LOOPBACK, or on sim the IP data pair)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := df.check(); err != nil {
+	if err := parseNoArgs(fs, args, df.check); err != nil {
 		return err
 	}
 	if *count < 1 {

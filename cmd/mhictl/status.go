@@ -171,13 +171,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	dumpFile := fs.String("dump", "", "write the RAM dump to this `file` if the modem's firmware had crashed (EE RDDM) and the\n"+
 		"bring-up collected it before resetting the modem; status reports such a dump either way")
 	simCrash := fs.Bool("sim-crash", false, "-device sim: the emulated modem starts crashed in RDDM, holding a test RAM dump")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := noArgs(fs); err != nil {
-		return err
-	}
-	if err := sf.check(); err != nil {
+	if err := parseNoArgs(fs, args, sf.check); err != nil {
 		return err
 	}
 	if *simCrash {
