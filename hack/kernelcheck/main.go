@@ -145,10 +145,7 @@ func run(ctx context.Context, c config) error {
 	if err := initramfs.CheckStatic(c.busybox); err != nil {
 		return qh.PrereqError{Msg: err.Error()}
 	}
-	if err := qh.CheckProfiles(c.profiles, c.pbl, true); err != nil {
-		return err
-	}
-	work, cleanup, err := qh.WorkDir("kernel-crosscheck", c.keep)
+	work, cleanup, err := qh.Prepare("kernel-crosscheck", c.keep, c.profiles, c.pbl, true)
 	if err != nil {
 		return err
 	}

@@ -76,23 +76,20 @@ func run(ctx context.Context, c config) error {
 			return qh.Prereqf("%v: build it with CGO_ENABLED=0", err)
 		}
 	}
-	if err := qh.CheckProfiles(c.profiles, c.pbl, false); err != nil {
-		return err
-	}
 	label, dir, ok := strings.Cut(c.kernel, "=")
 	if !ok {
 		return qh.Prereqf("-kernel: want LABEL=DIR, got %q", c.kernel)
 	}
-	kernel, modDir, err := qh.FindKernel(dir)
-	if err != nil {
-		return err
-	}
-	work, cleanup, err := qh.WorkDir("vfio-mhi-e2e", c.keep)
+	work, cleanup, err := qh.Prepare("vfio-mhi-e2e", c.keep, c.profiles, c.pbl, false)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	c.work = work
+	kernel, modDir, err := qh.FindKernel(dir)
+	if err != nil {
+		return err
+	}
 	type job struct {
 		profile string
 		pbl     bool

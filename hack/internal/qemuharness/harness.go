@@ -325,6 +325,15 @@ func CheckProfiles(profiles, pbl []string, allowAll bool) error {
 	return nil
 }
 
+// Prepare checks the run's profiles (CheckProfiles) and makes its work
+// directory (WorkDir).
+func Prepare(prog string, keep bool, profiles, pbl []string, allowAll bool) (dir string, cleanup func(), err error) {
+	if err := CheckProfiles(profiles, pbl, allowAll); err != nil {
+		return "", nil, err
+	}
+	return WorkDir(prog, keep)
+}
+
 // WorkDir makes the run's work directory and says where it is when keep
 // is set; cleanup removes it otherwise.
 func WorkDir(prog string, keep bool) (dir string, cleanup func(), err error) {
