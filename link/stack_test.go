@@ -10,11 +10,10 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
+	"github.com/mhistack/mhistack/internal/gvloop"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -139,25 +138,13 @@ func TestStackTeardownDuringTrafficDoesNotDeadlock(t *testing.T) {
 	}
 }
 
-// twoAddressStack is a gVisor stack (IPv4, TCP) with one NIC on ep holding
-// 10.0.0.1 and 10.0.0.2, and local traffic not short-cut: every segment
-// between the two addresses crosses the modem.
+// twoAddressStack is gvloop.New for a test: every segment between a and
+// b crosses the modem.
 func twoAddressStack(t testing.TB, ep stack.LinkEndpoint) (s *stack.Stack, a, b tcpip.Address) {
 	t.Helper()
-	s = stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-	})
-	if err := s.CreateNIC(1, ep); err != nil {
-		t.Fatalf("CreateNIC: %v", err)
+	s, a, b, err := gvloop.New(ep)
+	if err != nil {
+		t.Fatal(err)
 	}
-	a = tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
-	b = tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
-	for _, addr := range []tcpip.Address{a, b} {
-		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}, stack.AddressProperties{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
 	return s, a, b
 }

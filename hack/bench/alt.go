@@ -41,6 +41,33 @@ type altEnv struct {
 	close    func() error
 }
 
+// newAltEnv returns an environment whose peers listen with listenTCP and
+// listenUDP; its close closes them, then runs closeRest. If a peer cannot
+// listen, the environment is closed and the error returned.
+func newAltEnv(listenTCP func() (net.Listener, error), listenUDP func() (net.PacketConn, error), closeRest func() error) (*altEnv, error) {
+	e := &altEnv{}
+	e.close = func() error {
+		if e.peerTCP != nil {
+			e.peerTCP.Close()
+		}
+		if e.peerUDP != nil {
+			e.peerUDP.Close()
+		}
+		return closeRest()
+	}
+	l, err := listenTCP()
+	if err == nil {
+		e.peerTCP = l
+		var u net.PacketConn
+		if u, err = listenUDP(); err == nil {
+			e.peerUDP = u
+			return e, nil
+		}
+	}
+	e.close()
+	return nil, err
+}
+
 // udpPayload makes 1400-byte IP datagrams, as in the link tables.
 const udpPayload = 1400 - 28
 
@@ -81,26 +108,16 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 // peers on this host's 127.0.0.1 reached through the carrier's TestAddr4;
 // check, if set, runs after the stack closed.
 func openedEnv(s *mstack.Stack, check func() error) (*altEnv, error) {
-	e := &altEnv{}
-	e.close = func() error {
-		for _, c := range []interface{ Close() error }{e.peerTCP, e.peerUDP} {
-			if c != nil {
-				c.Close()
+	e, err := newAltEnv(func() (net.Listener, error) { return net.Listen("tcp4", "127.0.0.1:0") },
+		func() (net.PacketConn, error) { return net.ListenPacket("udp4", "127.0.0.1:0") },
+		func() error {
+			err := s.Close()
+			if check != nil && err == nil {
+				err = check()
 			}
-		}
-		err := s.Close()
-		if check != nil && err == nil {
-			err = check()
-		}
-		return err
-	}
-	var err error
-	if e.peerTCP, err = net.Listen("tcp4", "127.0.0.1:0"); err != nil {
-		e.close()
-		return nil, err
-	}
-	if e.peerUDP, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
-		e.close()
+			return err
+		})
+	if err != nil {
 		return nil, err
 	}
 	tcpTo := netip.AddrPortFrom(sim.TestAddr4, uint16(e.peerTCP.Addr().(*net.TCPAddr).Port))
@@ -137,34 +154,31 @@ func stackPairEnv(a, b gstack.LinkEndpoint, closeLinks func(), after ...func() e
 		}
 		return nil, err
 	}
-	e := &altEnv{}
-	e.close = func() error {
-		for _, c := range []interface{ Close() error }{e.peerTCP, e.peerUDP} {
-			if c != nil {
-				c.Close()
-			}
+	e, err := newAltEnv(func() (net.Listener, error) {
+		l, err := sb.ListenTCP(netip.AddrPortFrom(pb.Addr(), 0))
+		if err != nil {
+			return nil, err
 		}
+		return l, nil
+	}, func() (net.PacketConn, error) {
+		u, err := sb.ListenUDP(netip.AddrPortFrom(pb.Addr(), 0))
+		if err != nil {
+			return nil, err
+		}
+		return u, nil
+	}, func() error {
 		closeLinks()
 		err := errors.Join(sa.Close(), sb.Close())
 		for _, f := range after {
 			err = errors.Join(err, f())
 		}
 		return err
-	}
-	l, err := sb.ListenTCP(netip.AddrPortFrom(pb.Addr(), 0))
+	})
 	if err != nil {
-		e.close()
 		return nil, err
 	}
-	e.peerTCP = l
-	u, err := sb.ListenUDP(netip.AddrPortFrom(pb.Addr(), 0))
-	if err != nil {
-		e.close()
-		return nil, err
-	}
-	e.peerUDP = u
-	tcpTo := netip.MustParseAddrPort(l.Addr().String())
-	udpTo := netip.MustParseAddrPort(u.LocalAddr().String())
+	tcpTo := netip.MustParseAddrPort(e.peerTCP.Addr().String())
+	udpTo := netip.MustParseAddrPort(e.peerUDP.LocalAddr().String())
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return sa.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return sa.DialUDP(ctx, netip.AddrPort{}, udpTo) }
 	return e, nil
@@ -192,21 +206,8 @@ func ringPairEnv() (*altEnv, error) {
 // kernelEnv is Linux TCP/UDP from the root namespace to a peer in v's
 // namespace, across the veth pair.
 func kernelEnv(v *vethNS) (*altEnv, error) {
-	e := &altEnv{}
-	e.close = func() error {
-		for _, c := range []interface{ Close() error }{e.peerTCP, e.peerUDP} {
-			if c != nil {
-				c.Close()
-			}
-		}
-		return nil
-	}
-	var err error
-	if e.peerTCP, err = v.listenTCP(); err != nil {
-		return nil, err
-	}
-	if e.peerUDP, err = v.listenUDP(); err != nil {
-		e.close()
+	e, err := newAltEnv(v.listenTCP, v.listenUDP, func() error { return nil })
+	if err != nil {
 		return nil, err
 	}
 	var d net.Dialer
@@ -226,25 +227,6 @@ func (e *altEnv) tcpStream(send bool, d, w time.Duration) (sample, error) {
 	var got atomic.Uint64
 	var wg sync.WaitGroup
 	var stop atomic.Bool
-	// pour writes until stop; drain counts what it reads.
-	pour := func(c net.Conn) {
-		buf := make([]byte, 64<<10)
-		for !stop.Load() {
-			if _, err := c.Write(buf); err != nil {
-				return
-			}
-		}
-	}
-	drain := func(c net.Conn) {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := c.Read(buf)
-			got.Add(uint64(n))
-			if err != nil {
-				return
-			}
-		}
-	}
 	acc := make(chan net.Conn, 1)
 	go func() {
 		c, err := e.peerTCP.Accept()
@@ -274,8 +256,8 @@ func (e *altEnv) tcpStream(send bool, d, w time.Duration) (sample, error) {
 		src, dst = p, c
 	}
 	wg.Add(2)
-	go func() { defer wg.Done(); pour(src) }()
-	go func() { defer wg.Done(); drain(dst) }()
+	go func() { defer wg.Done(); pour(src, &stop) }()
+	go func() { defer wg.Done(); drain(dst, &got) }()
 	s, _ := e.window(d, w, &got)
 	stop.Store(true)
 	c.Close()

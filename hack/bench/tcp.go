@@ -11,11 +11,11 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
+	"github.com/mhistack/mhistack/internal/gvloop"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -40,10 +40,11 @@ func newTCPPath(so sim.Options, lo link.Options) (*tcpPath, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-	})
+	s, a, b, err := gvloop.New(r.ep)
+	if err != nil {
+		r.close(true)
+		return nil, err
+	}
 	p := &tcpPath{r: r, s: s}
 	fail := func(err error) (*tcpPath, error) {
 		p.close()
@@ -51,18 +52,6 @@ func newTCPPath(so sim.Options, lo link.Options) (*tcpPath, error) {
 	}
 	delay := tcpip.TCPDelayEnabled(false) // no Nagle: the latency table sends 1 byte at a time
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay)
-	if err := s.CreateNIC(1, r.ep); err != nil {
-		return fail(fmt.Errorf("CreateNIC: %v", err))
-	}
-	a := tcpip.AddrFrom4([4]byte{10, 0, 0, 1})
-	b := tcpip.AddrFrom4([4]byte{10, 0, 0, 2})
-	for _, addr := range []tcpip.Address{a, b} {
-		pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: addr.WithPrefix()}
-		if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
-			return fail(fmt.Errorf("AddProtocolAddress: %v", err))
-		}
-	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
 	l, err := gonet.ListenTCP(s, tcpip.FullAddress{NIC: 1, Addr: b, Port: 8080}, ipv4.ProtocolNumber)
 	if err != nil {
 		return fail(err)
@@ -132,6 +121,28 @@ func quiesce(ep *link.Endpoint) {
 	}
 }
 
+// pour writes 64 KiB chunks to c until stop is set or a write fails.
+func pour(c io.Writer, stop *atomic.Bool) {
+	buf := make([]byte, 64<<10)
+	for !stop.Load() {
+		if _, err := c.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+// drain reads c until a read fails, adding the bytes it read to got.
+func drain(c io.Reader, got *atomic.Uint64) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		got.Add(uint64(n))
+		if err != nil {
+			return
+		}
+	}
+}
+
 // bulk measures one TCP connection writing 64 KiB chunks for the window
 // d after warm-up w: Mbit/s of payload received.
 func tcpBulk(so sim.Options, lo link.Options, d, w time.Duration) (sample, error) {
@@ -140,29 +151,11 @@ func tcpBulk(so sim.Options, lo link.Options, d, w time.Duration) (sample, error
 		return nil, err
 	}
 	var got atomic.Uint64
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := p.server.Read(buf)
-			got.Add(uint64(n))
-			if err != nil {
-				return
-			}
-		}
-	}()
-	var stop atomic.Bool
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 64<<10)
-		for !stop.Load() {
-			if _, err := p.client.Write(buf); err != nil {
-				return
-			}
-		}
-	}()
+	go func() { defer wg.Done(); drain(p.server, &got) }()
+	go func() { defer wg.Done(); pour(p.client, &stop) }()
 	time.Sleep(w)
 	b0, t0 := got.Load(), time.Now()
 	time.Sleep(d)
