@@ -511,6 +511,19 @@ func (m *Modem) State() (mhi.State, mhi.EE) {
 // so that a busy channel does not delay control work (resets, commands).
 const ulBudget = 64
 
+// pollReqs handles a pending request, without waiting for one; it
+// reports false when the modem is told to quit.
+func (m *Modem) pollReqs() bool {
+	select {
+	case <-m.quit:
+		return false
+	case r := <-m.reqs:
+		m.handle(r)
+	default:
+	}
+	return true
+}
+
 // run is the device goroutine.
 func (m *Modem) run() {
 	defer close(m.exited)
@@ -519,12 +532,8 @@ func (m *Modem) run() {
 	defer t.Stop()
 	for {
 		if m.step() {
-			select {
-			case <-m.quit:
+			if !m.pollReqs() {
 				return
-			case r := <-m.reqs:
-				m.handle(r)
-			default:
 			}
 			continue
 		}
@@ -533,12 +542,8 @@ func (m *Modem) run() {
 			// timer sleep costs far more than the host takes to
 			// queue the next TRE.
 			runtime.Gosched()
-			select {
-			case <-m.quit:
+			if !m.pollReqs() {
 				return
-			case r := <-m.reqs:
-				m.handle(r)
-			default:
 			}
 			continue
 		}
