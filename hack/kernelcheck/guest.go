@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
@@ -417,52 +415,6 @@ echo "MHISTACK-DMESG-END"
 echo "MHISTACK-DONE uptime=$(up)"
 poweroff -f
 `
-
-// alias is one "pci:" alias of mhi_pci_generic: sub IDs of -1 match any.
-type alias struct {
-	vendor, device       uint16
-	subVendor, subDevice int
-}
-
-var aliasRE = regexp.MustCompile(`alias=pci:v0000([0-9A-F]{4})d0000([0-9A-F]{4})sv(\*|0000[0-9A-F]{4})sd(\*|0000[0-9A-F]{4})`)
-
-// pciAliases reads the module's PCI ID table from its .modinfo strings.
-func pciAliases(ko []byte) []alias {
-	var out []alias
-	hex := func(s string) int {
-		if s == "*" {
-			return -1
-		}
-		v, _ := strconv.ParseUint(s[len(s)-4:], 16, 16)
-		return int(v)
-	}
-	for _, m := range aliasRE.FindAllSubmatch(ko, -1) {
-		out = append(out, alias{uint16(hex(string(m[1]))), uint16(hex(string(m[2]))), hex(string(m[3])), hex(string(m[4]))})
-	}
-	return out
-}
-
-// drives reports whether the kernel binds mhi_pci_generic to the function
-// the emulated modem presents for p with p's own configuration: the kernel
-// takes the first matching entry of its ID table, and modinfo lists the
-// table's aliases in reverse order. A profile told apart by its subsystem
-// IDs must hit an entry with those IDs (not the vendor/device wildcard of
-// another modem), and a profile without them the wildcard.
-func drives(aliases []alias, p *mhi.Profile) bool {
-	id := p.IDs[0]
-	sv, sd := id.Vendor, id.Device
-	if id.MatchSub {
-		sv, sd = id.SubVendor, id.SubDevice
-	}
-	for i := len(aliases) - 1; i >= 0; i-- {
-		a := aliases[i]
-		if a.vendor == id.Vendor && a.device == id.Device &&
-			(a.subVendor < 0 || a.subVendor == int(sv)) && (a.subDevice < 0 || a.subDevice == int(sd)) {
-			return id.MatchSub == (a.subVendor >= 0)
-		}
-	}
-	return false
-}
 
 // script fills in the init script for a profile.
 func script(e expect, wait int) string {

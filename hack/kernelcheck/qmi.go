@@ -151,7 +151,10 @@ var (
 // function that answered someone else's, fails here).
 func qmiIdentity(r *result, mlog string) {
 	m := qmiModemRE.FindStringSubmatch(mlog)
-	if ch, ok := r.checks["qmi-dms-ids"]; ok && ch.pass && !ch.skip {
+	r.amend("qmi-dms-ids", func(ch *check) {
+		if !ch.pass {
+			return
+		}
 		got := imeiRE.FindStringSubmatch(ch.detail)
 		switch {
 		case m == nil:
@@ -161,9 +164,11 @@ func qmiIdentity(r *result, mlog string) {
 		default:
 			ch.detail += " (the modem's)"
 		}
-		r.checks["qmi-dms-ids"] = ch
-	}
-	if ch, ok := r.checks["qmi-nas-serving-system"]; ok && ch.pass && !ch.skip {
+	})
+	r.amend("qmi-nas-serving-system", func(ch *check) {
+		if !ch.pass {
+			return
+		}
 		got := plmnRE.FindStringSubmatch(ch.detail)
 		switch {
 		case m == nil:
@@ -173,8 +178,7 @@ func qmiIdentity(r *result, mlog string) {
 		default:
 			ch.detail += " (the modem's " + m[2] + ")"
 		}
-		r.checks["qmi-nas-serving-system"] = ch
-	}
+	})
 }
 
 // samePLMN reports whether the MCC+MNC provider ID id ("00101") is the

@@ -1,5 +1,9 @@
 package main
 
+// The guest image: busybox, the MHI/WWAN modules, mbimcli and qmicli with
+// their libraries, the firmware of PBL runs and the /init script, packed
+// as one initramfs per run.
+
 import (
 	"bufio"
 	"bytes"
@@ -10,7 +14,33 @@ import (
 	"strings"
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
+	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
 )
+
+// buildInitramfs packs busybox, the modules and init (made from the
+// mhi_pci_generic module by makeInit) into path.
+func buildInitramfs(path, busybox, modDir string, extra map[string]initramfs.Entry, makeInit func(pciGeneric []byte) string) error {
+	files, err := qh.BaseFiles(busybox)
+	if err != nil {
+		return err
+	}
+	if _, err := qh.AddModules(files, modDir, moduleNames(), nil); err != nil {
+		return err
+	}
+	// mbimcli and its libraries for the MBIM section (mbim.go),
+	if err := addMbimcli(files); err != nil {
+		return err
+	}
+	// qmicli and its libraries for the QMI section (qmi.go).
+	if err := addQmicli(files); err != nil {
+		return err
+	}
+	for name, e := range extra {
+		files[name] = e
+	}
+	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(makeInit(files["lib/modules/mhi_pci_generic.ko"].Data))}
+	return qh.WriteInitramfs(path, files)
+}
 
 // addTool puts the dynamically linked program at path, every shared
 // library ldd lists for it and the loader into files, at their host

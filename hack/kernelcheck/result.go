@@ -1,0 +1,73 @@
+package main
+
+import (
+	"time"
+
+	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
+)
+
+// result is one guest run: a kernel and a profile, with its verdicts in
+// the order they were first given.
+type result struct {
+	kernel, profile string
+	checks          map[string]check
+	order           []string
+	boot            time.Duration // QEMU start to /init
+	wall            time.Duration // whole run
+	logDir          string
+}
+
+type check struct {
+	pass, skip bool
+	detail     string
+}
+
+// add records a verdict; a later one for the same name replaces it in
+// place.
+func (r *result) add(name string, pass bool, detail string) {
+	if r.checks == nil {
+		r.checks = map[string]check{}
+	}
+	if _, dup := r.checks[name]; !dup {
+		r.order = append(r.order, name)
+	}
+	r.checks[name] = check{pass: pass, detail: detail}
+}
+
+// skipped marks a check the guest did not run, for a reason it gave.
+func (r *result) skipped(name string) {
+	c := r.checks[name]
+	c.skip = true
+	r.checks[name] = c
+}
+
+// amend lets change adjust the verdict of a check that ran (reported and
+// not skipped), e.g. with what the modem or the harness saw of it.
+func (r *result) amend(name string, change func(c *check)) {
+	c, ok := r.checks[name]
+	if !ok || c.skip {
+		return
+	}
+	change(&c)
+	r.checks[name] = c
+}
+
+// scope names the run in reports: KERNEL/PROFILE.
+func (r *result) scope() string { return r.kernel + "/" + r.profile }
+
+// report returns the verdicts as report rows, in order.
+func (r *result) report() *qh.Report {
+	var rep qh.Report
+	for _, name := range r.order {
+		ch := r.checks[name]
+		st := qh.Pass
+		if ch.skip {
+			st = qh.Skip
+		}
+		if !ch.pass {
+			st = qh.Fail
+		}
+		rep.Add(qh.Row{Scope: r.scope(), Name: name, Status: st, Detail: ch.detail})
+	}
+	return &rep
+}
