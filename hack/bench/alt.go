@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -32,9 +33,10 @@ type altEnv struct {
 	pollNanos func() uint64
 	// stats are the system under test's stack counters (mhistack only).
 	stats func() mstack.Stats
-	// serverCPU is the CPU time so far of the process serving the
-	// modem, when it is another process (table 8).
-	serverCPU func() time.Duration
+	// serverPID is the process serving the modem, when it is another
+	// process (table 8): the window records its CPU (server_ms) and
+	// run-queue wait (server_wait).
+	serverPID int
 	// busyCPUs are CPUs whose busy time (every process's, /proc/stat) the
 	// window records as busy0, busy1, … (table 8).
 	busyCPUs []int
@@ -330,9 +332,12 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 	for i, c := range other {
 		o0[i] = c.Load()
 	}
-	var sv0 time.Duration
-	if e.serverCPU != nil {
-		sv0 = e.serverCPU()
+	var sv0, sw0, hw0 time.Duration
+	if e.serverPID != 0 {
+		sv0, sw0 = processCPUOf(e.serverPID), schedWait(e.serverPID)
+	}
+	if e.busyCPUs != nil {
+		hw0 = schedWait(os.Getpid())
 	}
 	busy0 := cpuBusy(e.busyCPUs)
 	b0, c0, t0 := got.Load(), processCPU(), time.Now()
@@ -349,8 +354,12 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 	if e.pollNanos != nil {
 		s["poll_ms"] = float64(e.pollNanos()-p0) / 1e6 / el
 	}
-	if e.serverCPU != nil {
-		s["server_ms"] = float64(e.serverCPU()-sv0) / 1e6 / el
+	if e.serverPID != 0 {
+		s["server_ms"] = float64(processCPUOf(e.serverPID)-sv0) / 1e6 / el
+		s["server_wait"] = float64(schedWait(e.serverPID)-sw0) / 1e6 / el
+	}
+	if e.busyCPUs != nil {
+		s["host_wait"] = float64(schedWait(os.Getpid())-hw0) / 1e6 / el
 	}
 	for i, b := range cpuBusy(e.busyCPUs) {
 		s[fmt.Sprintf("busy%d", i)] = float64(b-busy0[i]) / 1e6 / el

@@ -138,11 +138,13 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 			"with nothing outside it: two package stacks joined by `channel.Endpoint`s and pumps (internal/chanpair), and "+
 			"Linux TCP across a veth pair. Host CPU is getrusage(RUSAGE_SELF) of the bench process over the window, per Gbit/s "+
 			"of payload; server CPU is utime+stime of the mhictl process from /proc/PID/stat (1000 ms/s is its whole CPU); "+
-			"a CPU's busy time (/proc/stat, every process) shows how much of it other load took. "+
+			"a CPU's busy time (/proc/stat, every process) shows how much of it other load took, and a process's run-queue "+
+			"wait (its threads' /proc/PID/task/*/schedstat) how long it was runnable without its CPU. "+
 			"Each run: a %v window after a %v warm-up, rows interleaved.", res.HostCPU, res.ServeCPU, d, w),
 		header: []string{"path", "download Mbit/s", "upload Mbit/s", "host CPU ms per Gbit/s (down / up)",
 			"host process CPU ms/s (down / up)", "server process CPU ms/s (down / up)",
-			"host's CPU busy ms/s, every process (down / up)", "vfio-user ÷ this (down / up)"},
+			"host's CPU busy ms/s, every process (down / up)", "run-queue wait ms/s, host / server (download)",
+			"vfio-user ÷ this (down / up)"},
 	}
 	ref := func(wk string) float64 { return get(hostPaths[0].name, wk).med("mbps") }
 	for _, p := range hostPaths {
@@ -150,14 +152,15 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 		if len(dn) == 0 || len(up) == 0 {
 			continue
 		}
-		srv := "—"
+		srv, wait := "—", dn.medRange("host_wait", 0)
 		if len(dn.values("server_ms")) > 0 {
 			srv = dn.medRange("server_ms", 0) + " / " + up.medRange("server_ms", 0)
+			wait += " / " + dn.medRange("server_wait", 0)
 		}
 		t.rows = append(t.rows, []string{p.name, dn.medRange("mbps", 0), up.medRange("mbps", 0),
 			dn.medRange("cpu_gbit", 0) + " / " + up.medRange("cpu_gbit", 0),
 			dn.medRange("proc_ms", 0) + " / " + up.medRange("proc_ms", 0), srv,
-			dn.medRange("busy0", 0) + " / " + up.medRange("busy0", 0),
+			dn.medRange("busy0", 0) + " / " + up.medRange("busy0", 0), wait,
 			ratioText(ref("download"), dn.med("mbps")) + " / " + ratioText(ref("upload"), up.med("mbps"))})
 	}
 	for _, wk := range []string{"download", "upload"} {
@@ -174,8 +177,14 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 		case srv >= 900:
 			verdict = "the server process (the emulated modem and carrier network, its whole CPU) was the bottleneck"
 		case b0 >= 900 && b1 >= 900:
-			verdict = fmt.Sprintf("both CPUs were saturated (%.0f and %.0f ms/s busy), mostly by other processes: the machine's "+
-				"load, not either side, set the rate", b0, b1)
+			hw, sw := s.med("host_wait"), s.med("server_wait")
+			side := "the host"
+			if sw > hw {
+				side = "the server"
+			}
+			verdict = fmt.Sprintf("both CPUs were saturated (%.0f and %.0f ms/s busy), mostly by other processes, so the machine's "+
+				"load set the rate; runnable but waiting for its CPU, the host spent %.0f ms/s and the server %.0f: %s was the "+
+				"more starved side", b0, b1, hw, sw, side)
 		case b0 >= 900:
 			verdict = fmt.Sprintf("the host's CPU was saturated (%.0f ms/s busy, %.0f of it other processes'): the host side was "+
 				"the bottleneck, short of CPU", b0, b0-host)
@@ -420,6 +429,29 @@ func processCPUOf(pid int) time.Duration {
 	return time.Duration(ut+st) * (time.Second / 100)
 }
 
+// schedWait is the time the threads of process pid spent runnable but
+// waiting for a CPU so far: the second field of each thread's
+// /proc/PID/task/TID/schedstat (Documentation/scheduler/sched-stats.rst),
+// summed. Threads that exited are not counted.
+func schedWait(pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var sum uint64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			n, _ := strconv.ParseUint(f[1], 10, 64)
+			sum += n
+		}
+	}
+	return time.Duration(sum)
+}
+
 // cpuBusy is the busy time so far (every process's, interrupts included:
 // all but idle and iowait) of each CPU in cpus, from /proc/stat (clock
 // ticks of 1/100 s); a CPU it cannot read counts 0.
@@ -471,6 +503,6 @@ func vfioUserEnv(sock string, pid int) (*altEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.serverCPU = func() time.Duration { return processCPUOf(pid) }
+	e.serverPID = pid
 	return e, nil
 }
