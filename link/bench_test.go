@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -266,8 +267,8 @@ func BenchmarkLoopbackTXRX(b *testing.B) {
 
 // encodeFrame builds one DL frame holding all of pkts with enc (a modem's
 // aggregator), failing if they do not fit 64 KiB.
-func encodeFrame(enc link.Encoder, pkts [][]byte) []byte {
-	buf := make([]byte, link.MaxFrame)
+func encodeFrame(enc framing.Encoder, pkts [][]byte) []byte {
+	buf := make([]byte, framing.MaxFrame)
 	enc.Begin(buf)
 	for _, p := range pkts {
 		dst := enc.Add(len(p))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 )
@@ -25,8 +26,8 @@ func FuzzMHIChain(f *testing.F) {
 	f.Fuzz(func(t *testing.T, mru uint16, ops []byte) {
 		size := max(int(mru)%8192, 16)
 		const budget = 4
-		maxPieces := (MaxFrame+size-1)/size + 1
-		e := &Endpoint{framing: RawIP{}}
+		maxPieces := (framing.MaxFrame+size-1)/size + 1
+		e := &Endpoint{framing: framing.RawIP{}}
 		e.rx.init(budget, maxPieces, 1024)
 		r := &e.rx
 
@@ -50,7 +51,7 @@ func FuzzMHIChain(f *testing.F) {
 				code = mhi.CodeEOB
 			}
 			k := min(n, size)
-			if !over && (pieces == maxPieces || len(want)+k > MaxFrame) {
+			if !over && (pieces == maxPieces || len(want)+k > framing.MaxFrame) {
 				over = true
 			}
 			if !over {

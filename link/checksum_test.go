@@ -1,6 +1,7 @@
 package link
 
 import (
+	"github.com/mhistack/mhistack/link/framing"
 	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -31,14 +32,14 @@ func FuzzRawIPDecode(f *testing.F) {
 	f.Add([]byte{0x45})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		spans, err := RawIP{}.Decode(frame, nil)
+		spans, err := framing.RawIP{}.Decode(frame, nil)
 		if len(frame) == 0 {
 			if err == nil || len(spans) != 0 {
 				t.Fatalf("empty frame: %v, %v", spans, err)
 			}
 			return
 		}
-		if err != nil || len(spans) != 1 || spans[0] != (Span{Off: 0, Len: len(frame)}) {
+		if err != nil || len(spans) != 1 || spans[0] != (framing.Span{Off: 0, Len: len(frame)}) {
 			t.Fatalf("Decode(%d bytes) = %v, %v", len(frame), spans, err)
 		}
 	})

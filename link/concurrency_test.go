@@ -7,7 +7,8 @@ import (
 	"testing"
 
 	"github.com/mhistack/mhistack/link"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/simnet"
 )
 
 // TestManyConcurrentWritersOnAFullULRingKeepEveryFrameValid: 64 goroutines
@@ -18,12 +19,12 @@ import (
 // must arrive intact, each writer's in its order. Run with -race: this is
 // the TX path under the concurrency of a stack with many connections.
 func TestManyConcurrentWritersOnAFullULRingKeepEveryFrameValid(t *testing.T) {
-	cases := append([]framingCase{{name: "raw-ip", profile: "qcom-sdx55m", channel: "IP_HW0", sim: sim.FramingRawIP, link: link.RawIP{}}},
+	cases := append([]framingCase{{name: "raw-ip", profile: "qcom-sdx55m", channel: "IP_HW0", sim: framing.RawIP{}, link: framing.RawIP{}}},
 		framingCases()...)
 	for _, fc := range cases {
 		t.Run(fc.name, func(t *testing.T) {
 			col := &ulCollector{}
-			net := &sim.PacketNet{Framing: fc.sim, OnPacket: col.add}
+			net := &simnet.PacketNet{Framing: fc.sim, OnPacket: col.add}
 			r := newRig(t, rigOptions{profile: fc.profile, fn: net, link: link.Options{
 				Channel: fc.channel, Framing: fc.link, Session: fc.session, TXBufferSize: fc.txBuf,
 			}})

@@ -3,6 +3,7 @@ package link
 import (
 	"fmt"
 
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -37,7 +38,7 @@ func DMABytes(p *mhi.Profile, o Options) (int, error) {
 	}
 	f := o.Framing
 	if f == nil {
-		f = RawIP{}
+		f = framing.RawIP{}
 	}
 	ntx := txBuffers(o, ul.Elements)
 	return nrx*mhi.DMAFootprint(mru, 64) + ntx*mhi.DMAFootprint(txBufferSize(o, mtu, f.Overhead()), 64), nil
@@ -47,7 +48,7 @@ func DMABytes(p *mhi.Profile, o Options) (int, error) {
 // DL ring, plus one budget of frames in flight, plus one OVERFLOW chain)
 // and the chain bound: a frame of MaxFrame bytes in MRU-sized pieces.
 func rxBuffers(o Options, dlElements, budget, mru int) (n, maxPieces int) {
-	maxPieces = (MaxFrame+mru-1)/mru + 1
+	maxPieces = (framing.MaxFrame+mru-1)/mru + 1
 	n = o.RXBuffers
 	if n <= 0 {
 		n = dlElements - 1 + budget + maxPieces

@@ -14,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 )
@@ -78,7 +79,7 @@ type Options struct {
 	// Framing of the channel (default RawIP). IP_HW0_MBIM needs
 	// mbim.NTB; IP_HW0 carries raw IP or, when QMI negotiated it,
 	// qmap.Framing; IP_SW0 is raw IP (docs/LINK.md, "Framings").
-	Framing Framing
+	Framing framing.Framing
 	// Session is the endpoint's own MBIM session ID or QMAP mux ID
 	// (default 0; ModemManager's first QMAP mux ID is 1). Other
 	// sessions on the same pair get endpoints from NewSession.
@@ -178,7 +179,7 @@ type Endpoint struct {
 	ulER    *mhi.EventRing
 	dlER    *mhi.EventRing
 	shared  bool // UL and DL complete on one event ring
-	framing Framing
+	framing framing.Framing
 	log     *slog.Logger
 	budget  int
 	mru     int
@@ -273,11 +274,11 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		e.opts.Channel = DefaultChannel
 	}
 	if e.framing == nil {
-		e.framing = RawIP{}
+		e.framing = framing.RawIP{}
 	}
 	e.session = opts.Session
 	if e.opts.Channel == "IP_HW0_MBIM" {
-		if _, raw := e.framing.(RawIP); raw {
+		if _, raw := e.framing.(framing.RawIP); raw {
 			// mhi_wwan_mbim frames everything in NTBs (docs/PROTOCOL.md §7.2): raw IP
 			// here would send garbage to the modem.
 			return nil, errors.New("link: IP_HW0_MBIM carries MBIM NTBs: set Options.Framing to mbim.NTB{}")

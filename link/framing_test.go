@@ -12,8 +12,10 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -23,20 +25,20 @@ type framingCase struct {
 	name    string
 	profile string
 	channel string
-	sim     sim.Framing
-	link    link.Framing
+	sim     framing.Framing
+	link    framing.Framing
 	session uint8 // the endpoint's own session / mux ID
 	txBuf   int   // TX buffer size (UL aggregation needs more than one MTU)
 }
 
 func framingCases() []framingCase {
 	return []framingCase{
-		{name: "mbim-ntb16", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", sim: sim.FramingMBIM, link: mbim.NTB{}},
-		{name: "mbim-ntb16-ul-aggregated", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", sim: sim.FramingMBIM,
+		{name: "mbim-ntb16", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", sim: mbim.NTB{}, link: mbim.NTB{}},
+		{name: "mbim-ntb16-ul-aggregated", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", sim: mbim.NTB{},
 			link: mbim.NTB{MaxDatagrams: 16}, txBuf: 16384},
-		{name: "qmap-v1", profile: "qcom-sdx55m", channel: "IP_HW0", sim: sim.FramingQMAP,
+		{name: "qmap-v1", profile: "qcom-sdx55m", channel: "IP_HW0", sim: qmap.Framing{Version: 1},
 			link: qmap.Framing{Version: 1, MaxDatagrams: 11, MaxBytes: 8192, Pad: true}, session: 1, txBuf: 8192},
-		{name: "qmap-v5", profile: "qcom-sdx55m", channel: "IP_HW0", sim: sim.FramingQMAPv5,
+		{name: "qmap-v5", profile: "qcom-sdx55m", channel: "IP_HW0", sim: qmap.Framing{Version: 5},
 			link: qmap.Framing{Version: 5}, session: 0x81},
 	}
 }
@@ -82,7 +84,7 @@ func TestFramingsCarryTrafficBothWays(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				col := &ulCollector{}
-				net := &sim.PacketNet{Framing: fc.sim, OnPacket: col.add}
+				net := &simnet.PacketNet{Framing: fc.sim, OnPacket: col.add}
 				r := newRig(t, rigOptions{profile: fc.profile, fn: net, link: link.Options{
 					Channel: fc.channel, Framing: fc.link, Session: fc.session, MRU: mru, TXBufferSize: fc.txBuf,
 				}})
@@ -128,7 +130,7 @@ func TestSessionsShareOneChannelPair(t *testing.T) {
 	for _, fc := range framingCases() {
 		t.Run(fc.name, func(t *testing.T) {
 			col := &ulCollector{}
-			net := &sim.PacketNet{Framing: fc.sim, OnPacket: col.add}
+			net := &simnet.PacketNet{Framing: fc.sim, OnPacket: col.add}
 			r := newRig(t, rigOptions{profile: fc.profile, fn: net, link: link.Options{
 				Channel: fc.channel, Framing: fc.link, Session: fc.session, TXBufferSize: fc.txBuf,
 			}})
@@ -201,10 +203,10 @@ func TestRawIPHasNoSessionsAndMBIMNeedsNTB(t *testing.T) {
 // from the modem, mixed with data in one aggregate, are answered with
 // ACKs on UL and the data still arrives.
 func TestQMAPFlowControlIsAcked(t *testing.T) {
-	for _, v := range []sim.Framing{sim.FramingQMAP, sim.FramingQMAPv5} {
-		net := &sim.PacketNet{Framing: v}
+	for _, v := range []framing.Framing{qmap.Framing{Version: 1}, qmap.Framing{Version: 5}} {
+		net := &simnet.PacketNet{Framing: v}
 		ver := 1
-		if v == sim.FramingQMAPv5 {
+		if v == (qmap.Framing{Version: 5}) {
 			ver = 5
 		}
 		r := newRig(t, rigOptions{fn: net, link: link.Options{Framing: qmap.Framing{Version: ver}, Session: 1}})
@@ -232,7 +234,7 @@ func TestQMAPFlowControlIsAcked(t *testing.T) {
 func TestStrictModemFailsBadULFraming(t *testing.T) {
 	var mu sync.Mutex
 	var seen []error
-	net := &sim.PacketNet{Framing: sim.FramingMBIM}
+	net := &simnet.PacketNet{Framing: mbim.NTB{}}
 	// Raw IP on an NTB channel is exactly the bug the rule catches; the
 	// test framing bypasses link.New's guard.
 	r := newRig(t, rigOptions{profile: "quectel-rm5xx", fn: net,
@@ -254,7 +256,7 @@ func pktList(pkts ...[]byte) stack.PacketBufferList {
 	return l
 }
 
-func waitRunning(t *testing.T, n *sim.PacketNet) {
+func waitRunning(t *testing.T, n *simnet.PacketNet) {
 	t.Helper()
 	waitUntil(t, 5*time.Second, "the modem's function to start", n.Running)
 }

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"github.com/mhistack/mhistack/link/framing"
 	"io"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ type Tap struct {
 // bounds the bytes kept per packet (0: 65535).
 func NewTap(w io.Writer, snaplen int) (*Tap, error) {
 	if snaplen <= 0 {
-		snaplen = MaxFrame
+		snaplen = framing.MaxFrame
 	}
 	pw := pcapgo.NewWriter(w)
 	if err := pw.WriteFileHeader(uint32(snaplen), layers.LinkTypeRaw); err != nil {

@@ -18,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -331,23 +332,23 @@ type lenFraming struct{}
 func (lenFraming) Name() string  { return "test-len16" }
 func (lenFraming) Overhead() int { return 2 }
 
-func (lenFraming) Decode(frame []byte, spans []link.Span) ([]link.Span, error) {
+func (lenFraming) Decode(frame []byte, spans []framing.Span) ([]framing.Span, error) {
 	for off := 0; off < len(frame); {
 		if len(frame)-off < 2 {
-			return spans, link.ErrRunt
+			return spans, framing.ErrRunt
 		}
 		n := int(binary.BigEndian.Uint16(frame[off:]))
 		off += 2
 		if n == 0 || n > len(frame)-off {
-			return spans, link.ErrBadFrame
+			return spans, framing.ErrBadFrame
 		}
-		spans = append(spans, link.Span{Off: off, Len: n})
+		spans = append(spans, framing.Span{Off: off, Len: n})
 		off += n
 	}
 	return spans, nil
 }
 
-func (lenFraming) NewEncoder() link.Encoder { return &lenEncoder{} }
+func (lenFraming) NewEncoder() framing.Encoder { return &lenEncoder{} }
 
 type lenEncoder struct {
 	buf []byte

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"github.com/mhistack/mhistack/link/framing"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -40,7 +41,7 @@ type rxState struct {
 	// Decode state of the head frame.
 	decoded bool
 	data    []byte
-	spans   []Span
+	spans   []framing.Span
 	cursor  int
 	reasm   []byte // contiguous copy of a chained head frame
 
@@ -56,8 +57,8 @@ func (r *rxState) init(budget, maxPieces, poolSize int) {
 	for i := range r.frames {
 		r.frames[i].pieces = make([]piece, 0, maxPieces)
 	}
-	r.spans = make([]Span, 0, 64)
-	r.reasm = make([]byte, MaxFrame)
+	r.spans = make([]framing.Span, 0, 64)
+	r.reasm = make([]byte, framing.MaxFrame)
 	r.freed = make([]*pci.Buffer, 0, poolSize)
 }
 
@@ -82,7 +83,7 @@ func (e *Endpoint) rxComplete(c mhi.Completion) {
 	r := &e.rx
 	f := &r.frames[r.tail]
 	n := min(max(c.Len, 0), len(c.Buf.Mem))
-	if !f.oversize && (len(f.pieces) == cap(f.pieces) || f.bytes+n > MaxFrame) {
+	if !f.oversize && (len(f.pieces) == cap(f.pieces) || f.bytes+n > framing.MaxFrame) {
 		// The device keeps chaining past any real packet: drop what we
 		// have and discard the rest of the chain as it comes, so the
 		// chain never holds more than the bound.

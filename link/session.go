@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/mhistack/mhistack/link/framing"
 )
 
 // Sessions: an MBIM modem carries several IP sessions (one NDP per
@@ -48,7 +50,7 @@ func (e *Endpoint) NewSession(id uint8) (*Session, error) {
 	if id == e.session {
 		return nil, fmt.Errorf("link: session %d is the endpoint's own", id)
 	}
-	if _, ok := e.tx.enc.(SessionEncoder); !ok {
+	if _, ok := e.tx.enc.(framing.SessionEncoder); !ok {
 		return nil, fmt.Errorf("link: framing %s has no sessions", e.framing.Name())
 	}
 	s := &Session{e: e, id: id}
@@ -88,7 +90,7 @@ func (s *Session) deliver(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBu
 // queued on UL at once.
 func (e *Endpoint) control(frame []byte) {
 	e.pass.control++
-	c, ok := e.framing.(Controller)
+	c, ok := e.framing.(framing.Controller)
 	if !ok {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/internal/segment"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 )
@@ -34,8 +35,8 @@ const inlineReapInterval = 50 * time.Microsecond
 type txState struct {
 	size      int // TX buffer size
 	maxPacket int // largest IP packet a buffer can frame
-	enc       Encoder
-	senc      SessionEncoder // enc, when its frames carry a session
+	enc       framing.Encoder
+	senc      framing.SessionEncoder // enc, when its frames carry a session
 	// unrung says frames were queued since the last doorbell (under mu).
 	unrung bool
 
@@ -69,7 +70,7 @@ func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
 		return errors.New("TX buffer smaller than MTU + framing overhead")
 	}
 	t.enc = e.framing.NewEncoder()
-	t.senc, _ = t.enc.(SessionEncoder)
+	t.senc, _ = t.enc.(framing.SessionEncoder)
 	t.room = make(chan struct{})
 	t.free = make([]*pci.Buffer, 0, n)
 	for range n {

@@ -15,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi"
@@ -50,9 +51,9 @@ const hostileLimit = 20 * time.Second
 // hostileSetups are the framings the first fuzz byte selects.
 var hostileSetups = []struct {
 	profile, channel string
-	framing          link.Framing
+	framing          framing.Framing
 }{
-	{"qcom-sdx55m", "IP_HW0", link.RawIP{}},
+	{"qcom-sdx55m", "IP_HW0", framing.RawIP{}},
 	{"qcom-sdx55m", "IP_HW0", qmap.Framing{Version: 5}},
 	{"quectel-rm5xx", "IP_HW0_MBIM", mbim.NTB{}},
 }
@@ -364,7 +365,7 @@ func udp4Packet(n int) []byte {
 
 // validFrame is one DL frame of two packets in framing fr, built with the
 // framing's own encoder, for the mutation operation.
-func validFrame(fr link.Framing) []byte {
+func validFrame(fr framing.Framing) []byte {
 	buf := make([]byte, 4096)
 	enc := fr.NewEncoder()
 	enc.Begin(buf)

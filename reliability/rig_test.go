@@ -21,6 +21,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -79,8 +80,8 @@ type pipeline struct {
 	ctrl    *mhi.Controller
 	dev     *vpci.Device
 	modem   *sim.Modem
-	mbim    *sim.MBIMFunction
-	carrier *sim.CarrierNetwork
+	mbim    *simnet.MBIMFunction
+	carrier *simnet.CarrierNetwork
 	ep      *link.Endpoint
 	srv     *proxy.Server
 	proxy   string // the proxy's address on the host
@@ -107,8 +108,8 @@ func openPipelineWith(t testing.TB, cfg stack.Config, configure func(*proxy.Serv
 	defer cancel()
 	carrierLog := &lastLines{}
 	st, err := stack.Open(ctx, stack.Options{APN: "internet", Config: cfg, Sim: stack.SimOptions{
-		MBIM:    sim.MBIMConfig{APN: "internet"},
-		Carrier: sim.CarrierOptions{Logger: slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))},
+		MBIM:    simnet.MBIMConfig{APN: "internet"},
+		Carrier: simnet.CarrierOptions{Logger: slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +118,8 @@ func openPipelineWith(t testing.TB, cfg stack.Config, configure func(*proxy.Serv
 	p.mappedAtPowerDown.Store(-1)
 	p.dev = p.ctrl.Device().(*vpci.Device)
 	p.modem = p.dev.Model().(*sim.Modem)
-	p.mbim = p.modem.Function("MBIM").(*sim.MBIMFunction)
-	p.carrier = p.modem.Function("IP_HW0").(*sim.CarrierNetwork)
+	p.mbim = p.modem.Function("MBIM").(*simnet.MBIMFunction)
+	p.carrier = p.modem.Function("IP_HW0").(*simnet.CarrierNetwork)
 	p.ep = linkEndpoint(t, st)
 	p.ctrl.Subscribe(func(e mhi.Event) {
 		if e.Kind == mhi.EventPowerDown {
@@ -256,7 +257,7 @@ func (h *hostServer) close() {
 
 // addr is the server as the modem's carrier network reaches it.
 func (h *hostServer) addr() netip.AddrPort {
-	return netip.AddrPortFrom(sim.TestAddr4, uint16(h.ln.Addr().(*net.TCPAddr).Port))
+	return netip.AddrPortFrom(simnet.TestAddr4, uint16(h.ln.Addr().(*net.TCPAddr).Port))
 }
 
 // lastLines keeps the last 20 lines written to it.

@@ -11,7 +11,7 @@ import (
 	"github.com/mhistack/mhistack/internal/chanpair"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -44,7 +44,7 @@ func BenchmarkSingleStreamTCP(b *testing.B) {
 func BenchmarkModemTCPOptions(b *testing.B) {
 	// UL aggregation: a GSO batch goes out in NTBs of up to 16
 	// datagrams (what Linux never sends; firmware support unverified).
-	mbimAgg := rigKind{"mbim-ntb-ul-agg", "quectel-rm5xx", "IP_HW0_MBIM", sim.FramingMBIM, mbim.NTB{MaxDatagrams: 16}}
+	mbimAgg := rigKind{"mbim-ntb-ul-agg", "quectel-rm5xx", "IP_HW0_MBIM", mbim.NTB{}, mbim.NTB{MaxDatagrams: 16}}
 	for _, c := range []struct {
 		name string
 		kind rigKind
@@ -102,7 +102,7 @@ func modemTransfer(b *testing.B, k rigKind, cfg stack.Config, lo link.Options) (
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := r.s.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	c, err := r.s.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func modemDownload(b *testing.B, k rigKind, lo link.Options) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	c, err := r.s.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	c, err := r.s.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
@@ -41,7 +42,7 @@ func TestDMAArenaFitsEveryProfile(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+				c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,12 +11,12 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
 // Dial through the modem: Open brings up the emulated modem and its data
-// session; sim.TestAddr4 (198.18.0.1) on the carrier network is the
+// session; simnet.TestAddr4 (198.18.0.1) on the carrier network is the
 // host's 127.0.0.1, where a TCP server runs.
 func Example() {
 	ln, _ := net.Listen("tcp4", "127.0.0.1:0") // a server on the host
@@ -59,9 +59,9 @@ func ExampleStack_HTTPClient() {
 		log.Fatal(err)
 	}
 	defer s.Close()
-	// sim.TestName resolves, through the carrier's DNS, to the test
+	// simnet.TestName resolves, through the carrier's DNS, to the test
 	// addresses that reach the host's loopback.
-	resp, err := s.HTTPClient().Get(fmt.Sprintf("http://%s:%d/hello", sim.TestName, port))
+	resp, err := s.HTTPClient().Get(fmt.Sprintf("http://%s:%d/hello", simnet.TestName, port))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,9 +111,9 @@ func ExampleStack_Ping() {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := s.Ping(ctx, sim.TestAddr4); err != nil {
+	if _, err := s.Ping(ctx, simnet.TestAddr4); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("reply from", sim.TestAddr4)
+	fmt.Println("reply from", simnet.TestAddr4)
 	// Output: reply from 198.18.0.1
 }

@@ -14,25 +14,26 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
 
 // openWith is stack.Open on the emulated modem running fn (strict mode),
 // closed at the end of the test.
-func openWith(t *testing.T, fn *sim.MBIMFunction, car sim.Carrier) *stack.Stack {
+func openWith(t *testing.T, fn *simnet.MBIMFunction, car simnet.Carrier) *stack.Stack {
 	return openOn(t, "", fn, car)
 }
 
 // openOn is openWith on a modem profile ("": Open's default, qcom-sdx55m
 // raw IP; "quectel-rm5xx": MBIM NTBs with DL aggregation).
-func openOn(t *testing.T, profile string, fn *sim.MBIMFunction, car sim.Carrier) *stack.Stack {
+func openOn(t *testing.T, profile string, fn *simnet.MBIMFunction, car simnet.Carrier) *stack.Stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, Sim: stack.SimOptions{
 		Modem:    sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-		MBIM:     sim.MBIMConfig{APN: "internet", Carrier: car},
+		MBIM:     simnet.MBIMConfig{APN: "internet", Carrier: car},
 		Function: fn,
 	}})
 	if err != nil {
@@ -89,12 +90,12 @@ func TestOpenFollowsASessionAddressChange(t *testing.T) {
 }
 
 func followAddressChange(t *testing.T, profile string) {
-	car := sim.DefaultCarrier()
-	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	car := simnet.DefaultCarrier()
+	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
 	s := openOn(t, profile, fn, car)
 	ctx := ctxT(t, 10*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	dst := netip.AddrPortFrom(sim.TestAddr4, port).String()
+	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
 	old, err := s.DialContext(ctx, "tcp4", dst)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +167,7 @@ func followAddressChange(t *testing.T, profile string) {
 	}
 	echoOnce(t, c, "after")
 	port6 := hostEcho(t, "tcp6", "[::1]:0")
-	c6, err := s.DialContext(ctx, "tcp6", netip.AddrPortFrom(sim.TestAddr6, port6).String())
+	c6, err := s.DialContext(ctx, "tcp6", netip.AddrPortFrom(simnet.TestAddr6, port6).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,18 +176,18 @@ func followAddressChange(t *testing.T, profile string) {
 		t.Errorf("new IPv6 connection from %v, want %v", la, next.IPv6.Addr())
 	}
 	echoOnce(t, c6, "after, IPv6")
-	if got, err := s.LookupNetIP(ctx, "ip4", sim.TestName); err != nil || len(got) != 1 || got[0] != sim.TestAddr4 {
+	if got, err := s.LookupNetIP(ctx, "ip4", simnet.TestName); err != nil || len(got) != 1 || got[0] != simnet.TestAddr4 {
 		t.Fatalf("lookup through the remaining DNS server: %v, %v", got, err)
 	}
 }
 
 func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
-	car := sim.DefaultCarrier()
-	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	car := simnet.DefaultCarrier()
+	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
 	s := openWith(t, fn, car)
 	ctx := ctxT(t, 20*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	dst := netip.AddrPortFrom(sim.TestAddr4, port).String()
+	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
 	c, err := s.DialContext(ctx, "tcp4", dst)
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
 
 	// The network detaches the modem and keeps it out of service: the
 	// session is lost and cannot come back yet.
-	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = true })
+	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
 	fn.NetworkLost()
 	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
 	if s.LinkUp() {
@@ -212,7 +213,7 @@ func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
 	}
 
 	// Back in service: the session reconnects on its own.
-	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = false })
+	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
 	fn.Reregister()
 	seen := waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
 	if !slices.ContainsFunc(seen, func(e stack.Event) bool { return e.Kind == stack.EventSession && e.Session == "attaching" }) {
@@ -234,14 +235,14 @@ func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
 }
 
 func TestOpenReconnectsAfterANetworkDetach(t *testing.T) {
-	car := sim.DefaultCarrier()
-	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	car := simnet.DefaultCarrier()
+	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
 	s := openWith(t, fn, car)
 	fn.NetworkDetach(36) // regular deactivation
 	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
 	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	c, err := s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +257,8 @@ func TestOpenReconnectsAfterANetworkDetach(t *testing.T) {
 // the segment, which only a retransmission timeout repaired: with a 10 s
 // minimum RTO, the echo below did not come back within 5 s.
 func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
-	car := sim.DefaultCarrier()
-	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	car := simnet.DefaultCarrier()
+	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
 	s := openWith(t, fn, car)
 	minRTO := tcpip.TCPMinRTOOption(10 * time.Second)
 	if err := s.GVisor().SetTransportProtocolOption(tcp.ProtocolNumber, &minRTO); err != nil {
@@ -265,21 +266,21 @@ func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
 	}
 	ctx := ctxT(t, 20*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	echoOnce(t, c, "before")
 
-	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = true })
+	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
 	fn.NetworkLost()
 	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
 	msg := "written while the session is down"
 	if _, err := c.Write([]byte(msg)); err != nil {
 		t.Fatal(err)
 	}
-	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = false })
+	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
 	fn.Reregister()
 	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
 	got := make([]byte, len(msg))
@@ -300,12 +301,12 @@ func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
 // retransmits once the session is back).
 func TestOpenEndsTheBridgeOfALongOutage(t *testing.T) {
 	defer stack.SetBridgeTimeForTest(50 * time.Millisecond)()
-	car := sim.DefaultCarrier()
-	fn := sim.NewMBIMFunction(sim.MBIMConfig{APN: "internet", Carrier: car})
+	car := simnet.DefaultCarrier()
+	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
 	s := openWith(t, fn, car)
 	ctx := ctxT(t, 20*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	dst := netip.AddrPortFrom(sim.TestAddr4, port).String()
+	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
 	c, err := s.DialContext(ctx, "tcp4", dst)
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +314,7 @@ func TestOpenEndsTheBridgeOfALongOutage(t *testing.T) {
 	defer c.Close()
 	echoOnce(t, c, "before")
 
-	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = true })
+	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
 	fn.NetworkLost()
 	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
 	if _, err := c.Write([]byte("x")); err != nil {
@@ -332,7 +333,7 @@ func TestOpenEndsTheBridgeOfALongOutage(t *testing.T) {
 	if _, err := s.DialContext(ctx, "tcp4", dst); !errors.Is(err, syscall.ENETUNREACH) {
 		t.Fatalf("dial while down: %v, want ENETUNREACH", err)
 	}
-	fn.Configure(func(c *sim.MBIMConfig) { c.NotRegistered = false })
+	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
 	fn.Reregister()
 	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
 	got := make([]byte, 1)

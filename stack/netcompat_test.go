@@ -17,7 +17,7 @@ import (
 
 	glog "gvisor.dev/gvisor/pkg/log"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -574,8 +574,8 @@ func stackSide(s *stack.Stack, greeterPort uint16) *side {
 			return c, err
 		},
 		lookup:   s.LookupHost,
-		peer4:    netip.AddrPortFrom(sim.TestAddr4, greeterPort).String(),
-		own4:     sim.DefaultCarrier().IPv4.Addr().String(),
+		peer4:    netip.AddrPortFrom(simnet.TestAddr4, greeterPort).String(),
+		own4:     simnet.DefaultCarrier().IPv4.Addr().String(),
 		foreign4: "192.0.2.1",
 		closeAll: s.Close,
 	}

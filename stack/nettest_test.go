@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/net/nettest"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -54,7 +54,7 @@ func pipeVia(l net.Listener, dial func(ctx context.Context) (net.Conn, error)) (
 // relayed through the carrier network to to (the host's way into the
 // stack: the carrier's network is where the modem's peers live). A
 // side's close or half-close is passed on.
-func hostRelay(t *testing.T, cn *sim.CarrierNetwork, to netip.AddrPort) netip.AddrPort {
+func hostRelay(t *testing.T, cn *simnet.CarrierNetwork, to netip.AddrPort) netip.AddrPort {
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestNettestConn(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		to := netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)).String()
+		to := netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)).String()
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return r.s.DialContext(ctx, "tcp", to) })
 		})
@@ -130,7 +130,7 @@ func TestNettestConn(t *testing.T) {
 			t.Skipf("no IPv6 loopback on the host: %v", err)
 		}
 		defer l.Close()
-		to := netip.AddrPortFrom(sim.TestAddr6, uint16(l.Addr().(*net.TCPAddr).Port)).String()
+		to := netip.AddrPortFrom(simnet.TestAddr6, uint16(l.Addr().(*net.TCPAddr).Port)).String()
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return r.s.DialContext(ctx, "tcp6", to) })
 		})
@@ -143,7 +143,7 @@ func TestNettestConn(t *testing.T) {
 		}
 		defer l.Close()
 		port := uint16(l.Addr().(*net.TCPAddr).Port)
-		relay := hostRelay(t, r.cn, netip.AddrPortFrom(sim.DefaultCarrier().IPv4.Addr(), port))
+		relay := hostRelay(t, r.cn, netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), port))
 		var d net.Dialer
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", relay.String()) })
@@ -156,7 +156,7 @@ func TestNettestConn(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		to := netip.AddrPortFrom(sim.DefaultCarrier().IPv4.Addr(), uint16(l.Addr().(*net.TCPAddr).Port)).String()
+		to := netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), uint16(l.Addr().(*net.TCPAddr).Port)).String()
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return r.s.DialContext(ctx, "tcp", to) })
 		})
@@ -172,8 +172,8 @@ func TestNettestConn(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		relay := hostRelay(t, a.cn, netip.AddrPortFrom(sim.DefaultCarrier().IPv4.Addr(), uint16(l.Addr().(*net.TCPAddr).Port)))
-		to := netip.AddrPortFrom(sim.TestAddr4, relay.Port()).String()
+		relay := hostRelay(t, a.cn, netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), uint16(l.Addr().(*net.TCPAddr).Port)))
+		to := netip.AddrPortFrom(simnet.TestAddr4, relay.Port()).String()
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return b.s.DialContext(ctx, "tcp", to) })
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/link/qmi"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
@@ -83,20 +84,20 @@ type SimOptions struct {
 	Modem sim.Options
 	// MBIM is the emulated MBIM function's configuration (its Carrier
 	// is also the carrier network's).
-	MBIM sim.MBIMConfig
+	MBIM simnet.MBIMConfig
 	// Carrier configures the carrier network (its Carrier field is
 	// taken from MBIM).
-	Carrier sim.CarrierOptions
+	Carrier simnet.CarrierOptions
 	// Function, if set, is the MBIM function Open runs instead of one
 	// built from MBIM (whose Carrier still configures the carrier
 	// network). A test keeps it to play the network: SetCarrier changes
 	// the session's addresses, NetworkDetach and NetworkLost drop the
 	// connection, Configure and Reregister bring it back. Its network
 	// state is also the QMI function's.
-	Function *sim.MBIMFunction
+	Function *simnet.MBIMFunction
 	// QMI configures the emulated QMI function (on profiles with a QMI
 	// pair); its Network is always the MBIM function above.
-	QMI sim.QMIConfig
+	QMI simnet.QMIConfig
 	// DMAWindow is the size of the emulated device's IOVA window. 0
 	// gives it the DMA arena a VFIO device would get for the same
 	// profile and options (Options.DMASize, or DMASize), so the emulated
@@ -394,7 +395,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		mc := opts.Sim.MBIM
 		fn := opts.Sim.Function
 		if fn == nil {
-			fn = sim.NewMBIMFunction(mc)
+			fn = simnet.NewMBIMFunction(mc)
 		}
 		co := opts.Sim.Carrier
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
@@ -408,19 +409,19 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		if qc.Logger == nil {
 			qc.Logger = opts.Logger
 		}
-		qfn := sim.NewQMIFunction(qc)
-		if co.Framing == sim.FramingRawIP {
-			co.Framing = sim.FramingFor(opts.Channel)
+		qfn := simnet.NewQMIFunction(qc)
+		if co.Framing == nil {
+			co.Framing = simnet.FramingFor(opts.Channel)
 			if ctl == "qmi" && opts.Channel != "IP_HW0_MBIM" {
 				// The host's QMI session asks WDA for QMAPv5; the
 				// modem answers v5 unless it only knows v1.
-				co.Framing = sim.FramingQMAPv5
+				co.Framing = qmap.Framing{Version: 5}
 				if qc.MaxAggregation == qmi.AggregationQMAP {
-					co.Framing = sim.FramingQMAP
+					co.Framing = qmap.Framing{Version: 1}
 				}
 			}
 		}
-		cn, err := sim.NewCarrierNetwork(co)
+		cn, err := simnet.NewCarrierNetwork(co)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/qmi"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -22,7 +23,7 @@ import (
 func shaThroughTCP(t *testing.T, ctx context.Context, s *stack.Stack, n int) {
 	t.Helper()
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +74,8 @@ func TestOpenQMI(t *testing.T) {
 			defer cancel()
 			s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: tc.profile, Control: tc.control, Sim: stack.SimOptions{
 				Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-				MBIM:  sim.MBIMConfig{APN: "internet"},
-				QMI:   sim.QMIConfig{MaxAggregation: tc.maxAgg},
+				MBIM:  simnet.MBIMConfig{APN: "internet"},
+				QMI:   simnet.QMIConfig{MaxAggregation: tc.maxAgg},
 			}})
 			if err != nil {
 				t.Fatal(err)
@@ -83,7 +84,7 @@ func TestOpenQMI(t *testing.T) {
 			if s.MBIM() != nil || s.QMI() == nil {
 				t.Errorf("control clients: MBIM %v, QMI %v; want only QMI", s.MBIM(), s.QMI())
 			}
-			car := sim.DefaultCarrier()
+			car := simnet.DefaultCarrier()
 			if addrs := s.Addresses(); !slices.Contains(addrs, car.IPv4) || !slices.Contains(addrs, car.IPv6) {
 				t.Fatalf("addresses %v, want %v and %v", addrs, car.IPv4, car.IPv6)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -17,7 +18,7 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 	// Not DefaultCarrier's addresses: 10.9.8.7 is the broadcast address
 	// of its /30, which once made every TCP dial time out (the stack
 	// added it to the NIC with the session's prefix; see nicPrefixLen).
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	car.IPv4 = netip.MustParsePrefix("10.9.8.7/30")
 	car.IPv4Gateway = netip.MustParseAddr("10.9.8.5")
 	car.IPv4DNS = []netip.Addr{netip.MustParseAddr("10.9.8.53"), netip.MustParseAddr("10.9.8.54")}
@@ -25,7 +26,7 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Sim: stack.SimOptions{
 		Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-		MBIM:  sim.MBIMConfig{APN: "internet", Carrier: car},
+		MBIM:  simnet.MBIMConfig{APN: "internet", Carrier: car},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
 	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer dcancel()
-	c, err := s.DialContext(dctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	c, err := s.DialContext(dctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 		t.Fatalf("echo %q, %v", got, err)
 	}
 	c.Close()
-	if got, err := s.LookupNetIP(ctx, "ip4", sim.TestName); err != nil || len(got) != 1 || got[0] != sim.TestAddr4 {
+	if got, err := s.LookupNetIP(ctx, "ip4", simnet.TestName); err != nil || len(got) != 1 || got[0] != simnet.TestAddr4 {
 		t.Fatalf("lookup: %v, %v", got, err)
 	}
 }
@@ -69,7 +70,7 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 func TestOpenFailsOnARejectedAPN(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := stack.Open(ctx, stack.Options{APN: "wrong", Sim: stack.SimOptions{MBIM: sim.MBIMConfig{APN: "internet"}}})
+	_, err := stack.Open(ctx, stack.Options{APN: "wrong", Sim: stack.SimOptions{MBIM: simnet.MBIMConfig{APN: "internet"}}})
 	if err == nil {
 		t.Fatal("Open with an APN the network refuses succeeded")
 	}
@@ -83,14 +84,14 @@ func TestOpenSimOnAnMBIMDataChannel(t *testing.T) {
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: "quectel-rm5xx", Sim: stack.SimOptions{
 		Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-		MBIM:  sim.MBIMConfig{APN: "internet"},
+		MBIM:  simnet.MBIMConfig{APN: "internet"},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -48,7 +48,7 @@ func TestKeepAliveAndNoDelayReachTheSocket(t *testing.T) {
 	ka := net.KeepAliveConfig{Enable: true, Idle: 7 * time.Second, Interval: 3 * time.Second, Count: 4}
 	r := newRig(t, stack.Config{TCP: stack.TCPOptions{KeepAlive: ka}})
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, port))
+	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestKeepAliveAndNoDelayReachTheSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	in, err := r.cn.Dial(ctxT(t, 5*time.Second), "tcp", netip.AddrPortFrom(sim.DefaultCarrier().IPv4.Addr(), 8081))
+	in, err := r.cn.Dial(ctxT(t, 5*time.Second), "tcp", netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), 8081))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestKeepAliveDefaultsAndOptOut(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, stack.Config{TCP: tc.tcp})
 			port := hostEcho(t, "tcp4", "127.0.0.1:0")
-			c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, port))
+			c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, port))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +234,7 @@ func TestCloseReadEndsReadsAndKeepsWriting(t *testing.T) {
 		b, _ := io.ReadAll(c)
 		got <- string(b)
 	}()
-	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
 	if err != nil {
 		t.Fatal(err)
 	}

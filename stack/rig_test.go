@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
@@ -17,15 +19,15 @@ import (
 // rigKind is a modem and data pair a rig runs on.
 type rigKind struct {
 	name, profile, channel string
-	framing                sim.Framing
-	link                   link.Framing
+	framing                framing.Framing
+	link                   framing.Framing
 }
 
 var (
-	rawIP = rigKind{"raw-ip", "qcom-sdx55m", "IP_HW0", sim.FramingRawIP, nil}
+	rawIP = rigKind{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, nil}
 	// mbimNTB: NTB16 framing both ways, the carrier aggregating DL
 	// packets (up to 32 / 32 KiB per NTB).
-	mbimNTB = rigKind{"mbim-ntb", "quectel-rm5xx", "IP_HW0_MBIM", sim.FramingMBIM, mbim.NTB{}}
+	mbimNTB = rigKind{"mbim-ntb", "quectel-rm5xx", "IP_HW0_MBIM", mbim.NTB{}, mbim.NTB{}}
 	// rigKinds are what the end-to-end tests run on.
 	rigKinds = []rigKind{rawIP, mbimNTB}
 )
@@ -45,7 +47,7 @@ func forKinds(t *testing.T, f func(t *testing.T, k rigKind)) {
 // DefaultCarrier would configure it.
 type rig struct {
 	s  *stack.Stack
-	cn *sim.CarrierNetwork
+	cn *simnet.CarrierNetwork
 
 	mu       sync.Mutex
 	failures []string
@@ -58,7 +60,7 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	t.Helper()
 	r := &rig{}
 	p, _ := mhi.Lookup(k.profile)
-	cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{Framing: k.framing})
+	cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: k.framing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	if cfg.Addresses == nil {
 		cfg.Addresses = []netip.Prefix{car.IPv4, car.IPv6}
 	}

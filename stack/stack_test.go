@@ -16,14 +16,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // hostEcho is a TCP echo server on the host's loopback; it returns its
-// port (reachable through the modem at sim.TestAddr4).
+// port (reachable through the modem at simnet.TestAddr4).
 func hostEcho(t *testing.T, network, addr string) uint16 {
 	t.Helper()
 	l, err := net.Listen(network, addr)
@@ -56,7 +56,7 @@ func TestTCPEchoThroughTheModemToTheHost(t *testing.T) {
 	forKinds(t, func(t *testing.T, k rigKind) {
 		r := newRigOn(t, stack.Config{}, k)
 		port := hostEcho(t, "tcp4", "127.0.0.1:0")
-		c, err := r.s.DialContext(ctxT(t, 10*time.Second), "tcp", netip.AddrPortFrom(sim.TestAddr4, port).String())
+		c, err := r.s.DialContext(ctxT(t, 10*time.Second), "tcp", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestDialRefusedIsECONNREFUSED(t *testing.T) {
 	l, _ := net.Listen("tcp4", "127.0.0.1:0")
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	_, err := r.s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(sim.TestAddr4, uint16(port)).String())
+	_, err := r.s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(simnet.TestAddr4, uint16(port)).String())
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dial a closed port: %v, want ECONNREFUSED", err)
 	}
@@ -112,7 +112,7 @@ func TestUDPRequestResponse(t *testing.T) {
 			}
 		}()
 		port := pc.LocalAddr().(*net.UDPAddr).Port
-		c, err := r.s.DialContext(ctxT(t, 5*time.Second), "udp", netip.AddrPortFrom(sim.TestAddr4, uint16(port)).String())
+		c, err := r.s.DialContext(ctxT(t, 5*time.Second), "udp", netip.AddrPortFrom(simnet.TestAddr4, uint16(port)).String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestUDPRequestResponse(t *testing.T) {
 func TestPing(t *testing.T) {
 	forKinds(t, func(t *testing.T, k rigKind) {
 		r := newRigOn(t, stack.Config{}, k)
-		for _, dst := range []netip.Addr{sim.DefaultCarrier().IPv4Gateway, sim.TestAddr4, sim.DefaultCarrier().IPv6Gateway} {
+		for _, dst := range []netip.Addr{simnet.DefaultCarrier().IPv4Gateway, simnet.TestAddr4, simnet.DefaultCarrier().IPv6Gateway} {
 			rtt, err := r.s.Ping(ctxT(t, 5*time.Second), dst)
 			if err != nil {
 				t.Fatalf("ping %v: %v", dst, err)
@@ -148,18 +148,18 @@ func TestPing(t *testing.T) {
 func TestLookupThroughTheCarrierDNS(t *testing.T) {
 	forKinds(t, func(t *testing.T, k rigKind) {
 		r := newRigOn(t, stack.Config{}, k)
-		addrs, err := r.s.LookupNetIP(ctxT(t, 5*time.Second), "ip", sim.TestName)
+		addrs, err := r.s.LookupNetIP(ctxT(t, 5*time.Second), "ip", simnet.TestName)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(addrs) != 2 || addrs[0] != sim.TestAddr6 || addrs[1] != sim.TestAddr4 {
-			t.Fatalf("LookupNetIP(%s) = %v", sim.TestName, addrs)
+		if len(addrs) != 2 || addrs[0] != simnet.TestAddr6 || addrs[1] != simnet.TestAddr4 {
+			t.Fatalf("LookupNetIP(%s) = %v", simnet.TestName, addrs)
 		}
 		if _, err := r.s.LookupHost(ctxT(t, 5*time.Second), "no-such-name.invalid"); err == nil {
 			t.Fatal("lookup of an invalid name succeeded")
 		}
 		// The net.Resolver flavour goes to the same servers.
-		hs, err := r.s.Resolver().LookupHost(ctxT(t, 5*time.Second), sim.TestName)
+		hs, err := r.s.Resolver().LookupHost(ctxT(t, 5*time.Second), simnet.TestName)
 		if err != nil || len(hs) == 0 {
 			t.Fatalf("Resolver().LookupHost = %v, %v", hs, err)
 		}
@@ -177,14 +177,14 @@ func TestIPv6DialByName(t *testing.T) {
 	var pcap bytes.Buffer
 	stop, _ := r.s.CapturePcap(&pcap, 128)
 	start := time.Now()
-	c, err := r.s.DialContext(ctxT(t, 10*time.Second), "tcp", net.JoinHostPort(sim.TestName, itoa(port)))
+	c, err := r.s.DialContext(ctxT(t, 10*time.Second), "tcp", net.JoinHostPort(simnet.TestName, itoa(port)))
 	stop()
 	if err != nil {
 		os.WriteFile("/tmp/ipv6dial.pcap", pcap.Bytes(), 0o644)
 		t.Fatalf("after %v: %v (stats %+v, carrier %+v)", time.Since(start), err, r.s.Stats(), r.cn.Stats())
 	}
 	defer c.Close()
-	if ra := c.RemoteAddr().(*net.TCPAddr); !ra.IP.Equal(sim.TestAddr6.AsSlice()) {
+	if ra := c.RemoteAddr().(*net.TCPAddr); !ra.IP.Equal(simnet.TestAddr6.AsSlice()) {
 		t.Fatalf("connected to %v", ra)
 	}
 	var ll bool
@@ -218,7 +218,7 @@ func TestListenerAcceptsFromTheCarrier(t *testing.T) {
 		_, err = io.Copy(c, c)
 		done <- err
 	}()
-	c, err := r.cn.Dial(ctxT(t, 5*time.Second), "tcp", netip.AddrPortFrom(sim.DefaultCarrier().IPv4.Addr(), 8080))
+	c, err := r.cn.Dial(ctxT(t, 5*time.Second), "tcp", netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), 8080))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestHalfClose(t *testing.T) {
 		b, _ := io.ReadAll(c)
 		c.Write([]byte("got " + string(b)))
 	}()
-	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestHalfClose(t *testing.T) {
 func TestConnectionLimit(t *testing.T) {
 	r := newRig(t, stack.Config{Limits: stack.Limits{MaxTCPConns: 2}})
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	addr := netip.AddrPortFrom(sim.TestAddr4, port).String()
+	addr := netip.AddrPortFrom(simnet.TestAddr4, port).String()
 	var conns []net.Conn
 	for range 2 {
 		c, err := r.s.DialContext(ctxT(t, 5*time.Second), "tcp", addr)
@@ -336,7 +336,7 @@ func TestBulkSHA256BothDirections(t *testing.T) {
 			_, err = io.Copy(h, c)
 			hostGot <- res{[32]byte(h.Sum(nil)), err}
 		}()
-		c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+		c, err := r.s.DialTCP(ctxT(t, 5*time.Second), netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,7 +368,7 @@ func TestBulkSHA256BothDirections(t *testing.T) {
 			t.Fatalf("modem → host SHA-256 mismatch (%v)", hg.err)
 		}
 		st := r.s.Stats()
-		if cs := r.cn.Stats(); k.framing != sim.FramingRawIP {
+		if cs := r.cn.Stats(); k.framing != nil {
 			// Logged, not asserted: gVisor's TCP writes one segment per
 			// call from one goroutine, so frames rarely fill (see dlAgg).
 			t.Logf("DL aggregation: %d packets in %d frames (%.1f per frame)", cs.DLPackets, cs.DLFrames, float64(cs.DLPackets)/float64(cs.DLFrames))

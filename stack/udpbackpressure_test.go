@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -29,7 +29,7 @@ func TestUDPWriterWaitsForItsSendBuffer(t *testing.T) {
 	if err := pc.SetWriteBuffer(16 << 10); err != nil {
 		t.Fatal(err)
 	}
-	to := &net.UDPAddr{IP: sim.TestAddr4.AsSlice(), Port: 9}
+	to := &net.UDPAddr{IP: simnet.TestAddr4.AsSlice(), Port: 9}
 	b := make([]byte, 1400)
 	const n = 5000
 	pc.SetWriteDeadline(time.Now().Add(time.Minute))

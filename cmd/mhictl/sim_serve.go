@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/qmap"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -181,7 +184,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		// IDs, NAS Get Serving System): the kernel cross-check compares
 		// qmicli's answers with them.
 		var imei, plmn string
-		fns.qmi.Network().Configure(func(c *sim.MBIMConfig) { imei, plmn = c.DeviceID, c.ProviderID })
+		fns.qmi.Network().Configure(func(c *simnet.MBIMConfig) { imei, plmn = c.DeviceID, c.ProviderID })
 		log.Info("qmi function", "channel", "QMI", "imei", imei, "plmn", plmn, "shares_network_with_mbim", fns.mbim != nil)
 	}
 	modem, err := sim.New(p, opts)
@@ -307,10 +310,10 @@ type Function = sim.Function
 // servedFunctions are what a served modem runs behind its channel pairs.
 type servedFunctions struct {
 	all        map[string]Function
-	responders map[string]*sim.ICMPResponder
-	carriers   map[string]*sim.CarrierNetwork
-	mbim       *sim.MBIMFunction // on the MBIM pair, or nil
-	qmi        *sim.QMIFunction  // on the QMI pair, or nil
+	responders map[string]*simnet.ICMPResponder
+	carriers   map[string]*simnet.CarrierNetwork
+	mbim       *simnet.MBIMFunction // on the MBIM pair, or nil
+	qmi        *simnet.QMIFunction  // on the QMI pair, or nil
 }
 
 // close stops the carrier networks.
@@ -328,7 +331,7 @@ func (s *servedFunctions) close() {
 // calls, addresses), as on a modem: the QMI function's network is the
 // MBIM function's.
 func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, log *slog.Logger) (*servedFunctions, error) {
-	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*sim.ICMPResponder{}, carriers: map[string]*sim.CarrierNetwork{}}
+	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*simnet.ICMPResponder{}, carriers: map[string]*simnet.CarrierNetwork{}}
 	for _, name := range dataChannels {
 		if _, _, ok := p.ChannelPair(name); ok {
 			if _, set := functions[name]; !set {
@@ -358,19 +361,19 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 			if s.mbim != nil {
 				return nil, usagef("-function: one mbim function per modem (%s and another pair)", name)
 			}
-			s.mbim = sim.NewMBIMFunction(sim.MBIMConfig{Logger: log.With("part", "mbim")})
+			s.mbim = simnet.NewMBIMFunction(simnet.MBIMConfig{Logger: log.With("part", "mbim")})
 			s.all[name] = s.mbim
 		}
 	}
 	for name, kind := range functions {
 		switch kind {
 		case "icmp":
-			r := &sim.ICMPResponder{Framing: sim.FramingFor(name)}
+			r := &simnet.ICMPResponder{Framing: simnet.FramingFor(name)}
 			s.responders[name] = r
 			s.all[name] = r
 		case "carrier", "carrier-qmap", "carrier-qmap5":
-			f := map[string]sim.Framing{"carrier": sim.FramingFor(name), "carrier-qmap": sim.FramingQMAP, "carrier-qmap5": sim.FramingQMAPv5}[kind]
-			cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{Framing: f, FlushDelay: flushDelay, Logger: log.With("part", "carrier", "channel", name)})
+			f := map[string]framing.Framing{"carrier": simnet.FramingFor(name), "carrier-qmap": qmap.Framing{Version: 1}, "carrier-qmap5": qmap.Framing{Version: 5}}[kind]
+			cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: f, FlushDelay: flushDelay, Logger: log.With("part", "carrier", "channel", name)})
 			if err != nil {
 				s.close()
 				return nil, err
@@ -384,7 +387,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 				s.close()
 				return nil, usagef("-function: one qmi function per modem (%s and another pair)", name)
 			}
-			s.qmi = sim.NewQMIFunction(sim.QMIConfig{Network: s.mbim, MBIM: sim.MBIMConfig{Logger: log.With("part", "qmi")}, Logger: log.With("part", "qmi")})
+			s.qmi = simnet.NewQMIFunction(simnet.QMIConfig{Network: s.mbim, MBIM: simnet.MBIMConfig{Logger: log.With("part", "qmi")}, Logger: log.With("part", "qmi")})
 			s.all[name] = s.qmi
 		case "none":
 			s.all[name] = nil
@@ -457,7 +460,7 @@ func watchModem(ctx context.Context, log *slog.Logger, m *sim.Modem, syserrAfter
 
 // summarize logs what crossed the link and what the modem saw, and
 // returns the number of host protocol violations.
-func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders map[string]*sim.ICMPResponder) uint64 {
+func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders map[string]*simnet.ICMPResponder) uint64 {
 	ss, ms := srv.Stats(), m.Stats()
 	log.Info("summary",
 		"violations", ms.Violations, "dma_faults", ss.DMAFaults,
@@ -482,7 +485,7 @@ func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders 
 
 // logCarriers logs each carrier network's counters ("carrier stats"):
 // what the kernel cross-check reads DL aggregation from.
-func logCarriers(log *slog.Logger, carriers map[string]*sim.CarrierNetwork) string {
+func logCarriers(log *slog.Logger, carriers map[string]*simnet.CarrierNetwork) string {
 	var sum []string
 	for name, cn := range carriers {
 		cs := cn.Stats()

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -37,10 +38,10 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 	if both.qmi.Network() != both.mbim {
 		t.Error("qcom-sdx55m: the QMI function has a network of its own, want the MBIM function's")
 	}
-	if _, ok := both.all["IP_HW0"].(*sim.CarrierNetwork); !ok {
+	if _, ok := both.all["IP_HW0"].(*simnet.CarrierNetwork); !ok {
 		t.Errorf("IP_HW0 runs %T, want the carrier network asked for", both.all["IP_HW0"])
 	}
-	if _, ok := both.all["IP_SW0"].(*sim.ICMPResponder); !ok {
+	if _, ok := both.all["IP_SW0"].(*simnet.ICMPResponder); !ok {
 		t.Errorf("IP_SW0 runs %T, want the default ICMP responder", both.all["IP_SW0"])
 	}
 

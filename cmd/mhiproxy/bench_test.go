@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -66,7 +66,7 @@ func newSimRig(b *testing.B) *simRig {
 				wg.Go(func() { defer c.Close(); handle(c) })
 			}
 		})
-		return netip.AddrPortFrom(sim.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port))
+		return netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port))
 	}
 	r.sink = host(func(c net.Conn) {
 		n, _ := io.Copy(io.Discard, c)

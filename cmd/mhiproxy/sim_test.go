@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/qmi"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -51,7 +51,7 @@ func TestOnTheEmulatedModem(t *testing.T) {
 	}()
 	m := waitReady(t, `listening on (\S+) via sim/qcom-sdx55m, ip (\S+) (\S+), metrics http://(\S+)/metrics`, done, &stdout, &stderr)
 	addr, maddr := m[1], m[4]
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	if m[2] != car.IPv4.Addr().String() || m[3] != car.IPv6.Addr().String() {
 		t.Errorf("ready line says ip %s %s; the session has %v %v", m[2], m[3], car.IPv4, car.IPv6)
 	}
@@ -73,7 +73,7 @@ func TestOnTheEmulatedModem(t *testing.T) {
 	}
 
 	c := &proxy.Client{Proxy: addr}
-	for _, host := range []string{sim.TestAddr4.String(), sim.TestName} {
+	for _, host := range []string{simnet.TestAddr4.String(), simnet.TestName} {
 		conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
 		if err != nil {
 			t.Fatalf("SOCKS5 CONNECT %s: %v", host, err)
@@ -85,7 +85,7 @@ func TestOnTheEmulatedModem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := net.JoinHostPort(sim.TestAddr4.String(), port)
+	target := net.JoinHostPort(simnet.TestAddr4.String(), port)
 	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
@@ -166,7 +166,7 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 	}()
 	m := waitReady(t, `listening on (\S+) via sim/telit-fn980-hwv1`, done, &stdout, &stderr)
 	c := &proxy.Client{Proxy: m[1]}
-	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(sim.TestName, portOf(oln.Addr())))
+	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(simnet.TestName, portOf(oln.Addr())))
 	if err != nil {
 		t.Fatalf("SOCKS5 CONNECT: %v", err)
 	}

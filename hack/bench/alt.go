@@ -16,6 +16,7 @@ import (
 
 	"github.com/mhistack/mhistack/internal/chanpair"
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/sim"
 	mstack "github.com/mhistack/mhistack/stack"
 )
@@ -122,8 +123,8 @@ func openedEnv(s *mstack.Stack, check func() error) (*altEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	tcpTo := netip.AddrPortFrom(sim.TestAddr4, uint16(e.peerTCP.Addr().(*net.TCPAddr).Port))
-	udpTo := netip.AddrPortFrom(sim.TestAddr4, uint16(e.peerUDP.LocalAddr().(*net.UDPAddr).Port))
+	tcpTo := netip.AddrPortFrom(simnet.TestAddr4, uint16(e.peerTCP.Addr().(*net.TCPAddr).Port))
+	udpTo := netip.AddrPortFrom(simnet.TestAddr4, uint16(e.peerUDP.LocalAddr().(*net.UDPAddr).Port))
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return s.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return s.DialUDP(ctx, netip.AddrPort{}, udpTo) }
 	e.stats = s.Stats
@@ -447,7 +448,7 @@ func (c *config) altTable() (*table, error) {
 	t := &table{
 		title: "5. Against the alternatives: one TCP stream, one UDP flow",
 		intro: "The same run, interleaved. **mhistack**: `stack.Open` on the emulated modem (MBIM session, `link.Endpoint` " +
-			"on IP_HW0 with the defaults, 1 ms moderation) with `sim.CarrierNetwork` behind the modem; the peer is a host " +
+			"on IP_HW0 with the defaults, 1 ms moderation) with `simnet.CarrierNetwork` behind the modem; the peer is a host " +
 			"socket on 127.0.0.1 reached at the carrier's TestAddr4, so every byte also crosses the carrier's own gVisor " +
 			"stack and its relay through a kernel loopback socket. \"Send\" is the stack sending (UL through the modem), " +
 			"\"receive\" the host socket sending (DL). **channel.Endpoint + pumps**: two package-`stack` stacks joined by " +

@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
@@ -138,8 +139,8 @@ const mapCsumValid = 0x80
 // csum_valid, as a modem with DL checksum offload sends it.
 func udpFrames(nFrames, perFrame, size int, f qmap.Framing, csumValid bool) ([][]byte, error) {
 	frames := make([][]byte, nFrames)
-	buf := make([]byte, link.MaxFrame)
-	var spans []link.Span
+	buf := make([]byte, framing.MaxFrame)
+	var spans []framing.Span
 	for fi := range frames {
 		if perFrame == 1 {
 			frames[fi] = udp4(fi, size)

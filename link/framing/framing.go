@@ -1,4 +1,12 @@
-package link
+// Package framing is the contract between the link endpoint and the wire
+// formats of a data channel: how IP packets are found in a received frame
+// (Framing.Decode, Span) and packed into a sent one (Encoder,
+// SessionEncoder), plus RawIP, the framing without headers. link/mbim
+// (NTB16/32) and link/qmap (QMAP v1/v5) implement it; link's Endpoint and
+// the emulated modem's network (link/simnet) use it. It imports nothing
+// of the project, so both sides of a channel share it without depending
+// on each other (docs/ARCHITECTURE.md).
+package framing
 
 import "errors"
 
@@ -88,9 +96,9 @@ type Encoder interface {
 // Errors of Decode.
 var (
 	// ErrRunt: the frame (or a packet in it) is shorter than its headers.
-	ErrRunt = errors.New("link: frame too short")
+	ErrRunt = errors.New("framing: frame too short")
 	// ErrBadFrame: the frame's headers are inconsistent.
-	ErrBadFrame = errors.New("link: malformed frame")
+	ErrBadFrame = errors.New("framing: malformed frame")
 )
 
 // RawIP is the framing of mhi_net's IP_HW0 and IP_SW0 channels: each

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 )
 
 func TestClientQueriesEveryBasicConnectCIDOverMHI(t *testing.T) {
 	for _, profile := range []string{"quectel-rm5xx", "foxconn-t99w175", "qcom-sdx55m"} {
 		t.Run(profile, func(t *testing.T) {
-			r := newMHIRig(t, profile, sim.MBIMConfig{DeviceID: "123456789012345"})
+			r := newMHIRig(t, profile, simnet.MBIMConfig{DeviceID: "123456789012345"})
 			c := r.dial(mbim.Options{})
 			ctx := testCtx(t)
 			caps, err := c.DeviceCaps(ctx)
@@ -78,7 +78,7 @@ func TestClientQueriesEveryBasicConnectCIDOverMHI(t *testing.T) {
 func TestClientReassemblesForcedFragmentsAndFragmentsLargeRequests(t *testing.T) {
 	// The function splits its answers at 64 bytes; the client splits a
 	// CONNECT with a long APN at 128 bytes.
-	r := newMHIRig(t, "quectel-rm5xx", sim.MBIMConfig{Fragment: 64, APN: strings.Repeat("a", 90)})
+	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{Fragment: 64, APN: strings.Repeat("a", 90)})
 	c := r.dial(mbim.Options{MaxControlTransfer: 128})
 	ctx := testCtx(t)
 	caps, err := c.DeviceCaps(ctx)
@@ -99,7 +99,7 @@ func TestClientReassemblesForcedFragmentsAndFragmentsLargeRequests(t *testing.T)
 }
 
 func TestClientRetriesOpenWithCloseFirst(t *testing.T) {
-	c, f := pipeRig(t, sim.MBIMConfig{IgnoreOpenUntilClose: true}, mbim.Options{OpenTimeout: 50 * time.Millisecond})
+	c, f := pipeRig(t, simnet.MBIMConfig{IgnoreOpenUntilClose: true}, mbim.Options{OpenTimeout: 50 * time.Millisecond})
 	if err := c.Open(testCtx(t)); err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestClientOpenGivesUpAfterTheAttempts(t *testing.T) {
 }
 
 func TestClientCommandBeforeOpenFailsAndFunctionErrorIsReported(t *testing.T) {
-	c, _ := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	c, _ := pipeRig(t, simnet.MBIMConfig{}, mbim.Options{})
 	ctx := testCtx(t)
 	if _, err := c.DeviceCaps(ctx); !errors.Is(err, mbim.ErrNotOpened) {
 		t.Errorf("DeviceCaps before Open: %v, want ErrNotOpened", err)
@@ -201,8 +201,8 @@ func TestClientMapsFunctionErrorToItsTransaction(t *testing.T) {
 }
 
 func TestClientRequestTimesOutOnSlowFunction(t *testing.T) {
-	c, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{Timeout: 50 * time.Millisecond})
-	f.Configure(func(cfg *sim.MBIMConfig) { cfg.Delay = time.Second })
+	c, f := openPipe(t, simnet.MBIMConfig{}, mbim.Options{Timeout: 50 * time.Millisecond})
+	f.Configure(func(cfg *simnet.MBIMConfig) { cfg.Delay = time.Second })
 	start := time.Now()
 	_, err := c.DeviceCaps(testCtx(t))
 	if !errors.Is(err, mbim.ErrTimeout) {
@@ -212,7 +212,7 @@ func TestClientRequestTimesOutOnSlowFunction(t *testing.T) {
 		t.Errorf("timed out after %v, want about 50ms", d)
 	}
 	// The late answer is dropped; the next request gets its own.
-	f.Configure(func(cfg *sim.MBIMConfig) { cfg.Delay = 0 })
+	f.Configure(func(cfg *simnet.MBIMConfig) { cfg.Delay = 0 })
 	time.Sleep(time.Until(start.Add(1100 * time.Millisecond))) // the function is still busy with the first
 	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
 	defer cancel()
@@ -222,7 +222,7 @@ func TestClientRequestTimesOutOnSlowFunction(t *testing.T) {
 }
 
 func TestClientDispatchesUnsolicitedIndications(t *testing.T) {
-	c, f := openPipe(t, sim.MBIMConfig{SignalInterval: 10 * time.Millisecond}, mbim.Options{})
+	c, f := openPipe(t, simnet.MBIMConfig{SignalInterval: 10 * time.Millisecond}, mbim.Options{})
 	got := make(chan mbim.SignalState, 16)
 	defer c.Subscribe(func(m *mbim.Message) {
 		if m.Service == mbim.ServiceBasicConnect && m.CID == mbim.CIDSignalState && m.TID == 0 {
@@ -249,8 +249,8 @@ func TestClientDispatchesUnsolicitedIndications(t *testing.T) {
 }
 
 func TestClientCloseFailsOutstandingRequests(t *testing.T) {
-	c, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{})
-	f.Configure(func(cfg *sim.MBIMConfig) { cfg.Delay = 10 * time.Second })
+	c, f := openPipe(t, simnet.MBIMConfig{}, mbim.Options{})
+	f.Configure(func(cfg *simnet.MBIMConfig) { cfg.Delay = 10 * time.Second })
 	errc := make(chan error, 1)
 	go func() {
 		_, err := c.DeviceCaps(context.Background())
@@ -269,7 +269,7 @@ func TestClientCloseFailsOutstandingRequests(t *testing.T) {
 }
 
 func TestSessionOverMHIReconnectsAfterModemReset(t *testing.T) {
-	r := newMHIRig(t, "quectel-rm5xx", sim.MBIMConfig{RadioOff: true})
+	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{RadioOff: true})
 	c := r.dial(mbim.Options{OpenTimeout: 300 * time.Millisecond, OpenAttempts: 10})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))

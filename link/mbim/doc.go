@@ -4,7 +4,7 @@
 // compatible mbim-proxy endpoint) and the NTB16/NTB32 data framing of
 // the same specification (ntb.go).
 //
-// Data framing: NTB is the link.Framing of the IP_HW0_MBIM channel
+// Data framing: NTB is the framing.Framing of the IP_HW0_MBIM channel
 // (link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}). DecodeNTB
 // reads NTB16 and NTB32 with any number of NDPs, reporting each
 // datagram's IP session; NTBBuilder writes mhi_wwan_mbim's one datagram

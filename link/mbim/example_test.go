@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 )
 
 // A data session against the emulated modem's MBIM function, here over a
 // pipe; on a modem the client comes from mbim.DialMHI.
 func ExampleNewSession() {
-	modem := sim.NewMBIMFunction(sim.MBIMConfig{RadioOff: true})
+	modem := simnet.NewMBIMFunction(simnet.MBIMConfig{RadioOff: true})
 	host, dev := net.Pipe()
 	go modem.Serve(dev)
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 )
 
 // Fuzz targets for every decoder of device or client input
@@ -19,7 +19,7 @@ import (
 // seedMessages are well-formed messages of every type.
 func seedMessages() []*mbim.Message {
 	conn := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6, ContextType: mbim.ContextTypeInternet}
-	ip := sim.DefaultCarrier()
+	ip := simnet.DefaultCarrier()
 	ipc := mbim.IPConfig{IPv4: []netip.Prefix{ip.IPv4}, IPv4Gateway: ip.IPv4Gateway, IPv4DNS: ip.IPv4DNS, IPv4MTU: 1500}
 	return []*mbim.Message{
 		{Type: mbim.TypeOpen, TID: 1, MaxControlTransfer: 4096},
@@ -213,7 +213,7 @@ func FuzzConnectState(f *testing.F) {
 }
 
 func FuzzIPConfiguration(f *testing.F) {
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	ip := mbim.IPConfig{SessionID: 0, IPv4: []netip.Prefix{car.IPv4}, IPv6: []netip.Prefix{car.IPv6},
 		IPv4Gateway: car.IPv4Gateway, IPv6Gateway: car.IPv6Gateway, IPv4DNS: car.IPv4DNS, IPv6DNS: car.IPv6DNS,
 		IPv4MTU: 1500, IPv6MTU: 1280}
@@ -329,7 +329,7 @@ func FuzzMbimProxyServer(f *testing.F) {
 	}
 	f.Add(s)
 	f.Add(seedMessages()[6].Encode())
-	host, fn := openPipe(f, sim.MBIMConfig{}, mbim.Options{Timeout: time.Second})
+	host, fn := openPipe(f, simnet.MBIMConfig{}, mbim.Options{Timeout: time.Second})
 	p := mbim.NewProxy(host, mbim.ProxyOptions{})
 	f.Cleanup(func() { p.Close() })
 	f.Fuzz(func(t *testing.T, data []byte) {

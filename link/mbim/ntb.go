@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 )
 
 // MBIM data framing: NCM Transfer Blocks (docs/FRAMING.md §3.1,
@@ -50,11 +50,11 @@ const (
 // error (the kernel has no such guard). An NDP's last entry is its
 // terminator; datagram entries end at the first {0,0}. On damage DecodeNTB
 // returns the datagrams found before it and an error wrapping
-// link.ErrBadFrame or link.ErrRunt. It never allocates when spans has
+// framing.ErrBadFrame or framing.ErrRunt. It never allocates when spans has
 // room and never panics.
-func DecodeNTB(b []byte, spans []link.Span) ([]link.Span, error) {
+func DecodeNTB(b []byte, spans []framing.Span) ([]framing.Span, error) {
 	if len(b) < 4 {
-		return spans, fmt.Errorf("%w: NTB of %d bytes", link.ErrRunt, len(b))
+		return spans, fmt.Errorf("%w: NTB of %d bytes", framing.ErrRunt, len(b))
 	}
 	switch le.Uint32(b) {
 	case NTH16Sig:
@@ -62,7 +62,7 @@ func DecodeNTB(b []byte, spans []link.Span) ([]link.Span, error) {
 	case NTH32Sig:
 		return decodeNTB(b, spans, true)
 	}
-	return spans, fmt.Errorf("%w: NTH signature %#08x", link.ErrBadFrame, le.Uint32(b))
+	return spans, fmt.Errorf("%w: NTH signature %#08x", framing.ErrBadFrame, le.Uint32(b))
 }
 
 var le = binary.LittleEndian
@@ -78,7 +78,7 @@ var (
 	layout32 = ntbLayout{nth32Len, ndp32Header, ndp32Entry, ndp32Min, NDP32IPS}
 )
 
-func decodeNTB(b []byte, spans []link.Span, is32 bool) ([]link.Span, error) {
+func decodeNTB(b []byte, spans []framing.Span, is32 bool) ([]framing.Span, error) {
 	l := layout16
 	if is32 {
 		l = layout32
@@ -86,10 +86,10 @@ func decodeNTB(b []byte, spans []link.Span, is32 bool) ([]link.Span, error) {
 	// The smallest NTB carrying anything: NTH and an NDP header (the
 	// kernel's "12 + 8" check, §3.2).
 	if len(b) < l.nth+l.ndpHeader {
-		return spans, fmt.Errorf("%w: NTB of %d bytes", link.ErrRunt, len(b))
+		return spans, fmt.Errorf("%w: NTB of %d bytes", framing.ErrRunt, len(b))
 	}
 	if hl := int(le.Uint16(b[4:])); hl != l.nth {
-		return spans, fmt.Errorf("%w: wHeaderLength %d", link.ErrBadFrame, hl)
+		return spans, fmt.Errorf("%w: wHeaderLength %d", framing.ErrBadFrame, hl)
 	}
 	var block, ndp int
 	if is32 {
@@ -99,23 +99,23 @@ func decodeNTB(b []byte, spans []link.Span, is32 bool) ([]link.Span, error) {
 	}
 	if block != 0 {
 		if block > len(b) || block < l.nth+l.ndpHeader {
-			return spans, fmt.Errorf("%w: block length %d in a %d-byte transfer", link.ErrBadFrame, block, len(b))
+			return spans, fmt.Errorf("%w: block length %d in a %d-byte transfer", framing.ErrBadFrame, block, len(b))
 		}
 		b = b[:block]
 	}
 	if ndp == 0 {
-		return spans, fmt.Errorf("%w: no NDP", link.ErrBadFrame)
+		return spans, fmt.Errorf("%w: no NDP", framing.ErrBadFrame)
 	}
 	for walked := 0; ndp != 0; walked++ {
 		if walked > len(b)/l.ndpMin {
-			return spans, fmt.Errorf("%w: NDP chain loops", link.ErrBadFrame)
+			return spans, fmt.Errorf("%w: NDP chain loops", framing.ErrBadFrame)
 		}
 		if ndp < l.nth || ndp%4 != 0 || ndp > len(b)-l.ndpHeader {
-			return spans, fmt.Errorf("%w: NDP index %#x", link.ErrBadFrame, ndp)
+			return spans, fmt.Errorf("%w: NDP index %#x", framing.ErrBadFrame, ndp)
 		}
 		sig, n := le.Uint32(b[ndp:]), int(le.Uint16(b[ndp+4:]))
 		if n < l.ndpMin || n > len(b)-ndp || (n-l.ndpHeader)%l.entry != 0 {
-			return spans, fmt.Errorf("%w: NDP at %#x has wLength %d", link.ErrBadFrame, ndp, n)
+			return spans, fmt.Errorf("%w: NDP at %#x has wLength %d", framing.ErrBadFrame, ndp, n)
 		}
 		if sig&0x00FFFFFF == l.ips {
 			var err error
@@ -133,7 +133,7 @@ func decodeNTB(b []byte, spans []link.Span, is32 bool) ([]link.Span, error) {
 }
 
 // ndpDatagrams appends the datagrams of the NDP of n bytes at ndp.
-func ndpDatagrams(b []byte, ndp, n int, session uint8, l ntbLayout, spans []link.Span) ([]link.Span, error) {
+func ndpDatagrams(b []byte, ndp, n int, session uint8, l ntbLayout, spans []framing.Span) ([]framing.Span, error) {
 	last := ndp + n - l.entry // the terminator slot
 	for e := ndp + l.ndpHeader; e <= last; e += l.entry {
 		var idx, dl int
@@ -146,12 +146,12 @@ func ndpDatagrams(b []byte, ndp, n int, session uint8, l ntbLayout, spans []link
 			return spans, nil
 		}
 		if e == last {
-			return spans, fmt.Errorf("%w: NDP at %#x has no {0,0} terminator", link.ErrBadFrame, ndp)
+			return spans, fmt.Errorf("%w: NDP at %#x has no {0,0} terminator", framing.ErrBadFrame, ndp)
 		}
 		if idx < l.nth || idx > len(b) || dl > len(b)-idx {
-			return spans, fmt.Errorf("%w: datagram [%#x,+%d) outside the %d-byte block", link.ErrBadFrame, idx, dl, len(b))
+			return spans, fmt.Errorf("%w: datagram [%#x,+%d) outside the %d-byte block", framing.ErrBadFrame, idx, dl, len(b))
 		}
-		spans = append(spans, link.Span{Off: idx, Len: dl, ID: session})
+		spans = append(spans, framing.Span{Off: idx, Len: dl, ID: session})
 	}
 	return spans, nil
 }
@@ -166,7 +166,7 @@ func u32int(b []byte) int {
 	return int(v)
 }
 
-// NTB is the link.Framing of the IP_HW0_MBIM channel: NTB16 (or NTB32)
+// NTB is the framing.Framing of the IP_HW0_MBIM channel: NTB16 (or NTB32)
 // transfer blocks whose IPS NDPs carry the IP packets of up to 256
 // sessions (§3). Decode accepts both NTB16 and NTB32 and reports each
 // datagram's session; the encoder builds what the zero value says:
@@ -183,7 +183,7 @@ type NTB struct {
 	NTB32 bool
 }
 
-// Name implements link.Framing.
+// Name implements framing.Framing.
 func (f NTB) Name() string {
 	if f.NTB32 {
 		return "mbim-ntb32"
@@ -191,15 +191,15 @@ func (f NTB) Name() string {
 	return "mbim-ntb16"
 }
 
-// Decode implements link.Framing with DecodeNTB.
-func (f NTB) Decode(frame []byte, spans []link.Span) ([]link.Span, error) {
+// Decode implements framing.Framing with DecodeNTB.
+func (f NTB) Decode(frame []byte, spans []framing.Span) ([]framing.Span, error) {
 	return DecodeNTB(frame, spans)
 }
 
-// NewEncoder implements link.Framing: a *NTBBuilder.
-func (f NTB) NewEncoder() link.Encoder { return NewNTBBuilder(f) }
+// NewEncoder implements framing.Framing: a *NTBBuilder.
+func (f NTB) NewEncoder() framing.Encoder { return NewNTBBuilder(f) }
 
-// Overhead implements link.Framing: the headers around one datagram, plus
+// Overhead implements framing.Framing: the headers around one datagram, plus
 // the alignment before the NDP when NDPs follow the datagrams.
 func (f NTB) Overhead() int {
 	o := NTB16Overhead
@@ -212,14 +212,14 @@ func (f NTB) Overhead() int {
 	return o
 }
 
-var _ link.Framing = NTB{}
+var _ framing.Framing = NTB{}
 
 // maxNTBDatagrams bounds NTB.MaxDatagrams: the builder keeps one entry
 // per datagram in a fixed array.
 const maxNTBDatagrams = 1024
 
 // NTBBuilder builds NTBs one at a time in a caller's buffer. It is the
-// UL encoder of NTB (link.SessionEncoder) and the emulated modem's DL
+// UL encoder of NTB (framing.SessionEncoder) and the emulated modem's DL
 // aggregator. With MaxDatagrams ≤ 1 it writes mhi_wwan_mbim's layout
 // (§3.2): NTH, one NDP at the NTH's end, the datagram at 0x1C (0x30 for
 // NTB32). Otherwise datagrams follow the NTH, each 4-byte aligned, and at
@@ -254,13 +254,13 @@ func NewNTBBuilder(f NTB) *NTBBuilder {
 	return b
 }
 
-// SetSession implements link.SessionEncoder.
+// SetSession implements framing.SessionEncoder.
 func (b *NTBBuilder) SetSession(id uint8) { b.sess = id }
 
 // SetSequence sets the wSequence of the next NTB.
 func (b *NTBBuilder) SetSequence(seq uint16) { b.seq = seq }
 
-// Begin implements link.Encoder.
+// Begin implements framing.Encoder.
 func (b *NTBBuilder) Begin(buf []byte) {
 	if !b.is32 && len(buf) > maxNTB16 {
 		buf = buf[:maxNTB16]
@@ -290,7 +290,7 @@ func (b *NTBBuilder) ndpBytes(s uint8) int {
 	return nsess*(b.l.ndpHeader+b.l.entry) + (len(b.ents)+1)*b.l.entry
 }
 
-// Add implements link.Encoder: room for an n-byte datagram of the current
+// Add implements framing.Encoder: room for an n-byte datagram of the current
 // session, or nil when the NTB is full (datagram count or bytes).
 func (b *NTBBuilder) Add(n int) []byte {
 	if n <= 0 || len(b.ents) == b.max || b.buf == nil {
@@ -316,7 +316,7 @@ func (b *NTBBuilder) Add(n int) []byte {
 	return b.buf[off : off+n : off+n]
 }
 
-// End implements link.Encoder: it writes the NTH and the NDPs and returns
+// End implements framing.Encoder: it writes the NTH and the NDPs and returns
 // the NTB's length (0 when empty).
 func (b *NTBBuilder) End() int {
 	if len(b.ents) == 0 {

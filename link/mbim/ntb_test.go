@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 )
 
@@ -28,7 +28,7 @@ func TestAppendNTBBuildsTheKernelLayout(t *testing.T) {
 		t.Fatalf("AppendNTB:\n got %x\nwant %x", got, kernelNTB16)
 	}
 	// The link encoder of the zero NTB builds the same bytes.
-	enc := mbim.NTB{}.NewEncoder().(link.SessionEncoder)
+	enc := mbim.NTB{}.NewEncoder().(framing.SessionEncoder)
 	buf := make([]byte, 64)
 	enc.(*mbim.NTBBuilder).SetSequence(0x1234)
 	enc.Begin(buf)
@@ -48,7 +48,7 @@ func TestAppendNTBBuildsTheKernelLayout(t *testing.T) {
 
 func TestDecodeNTBKernelLayout(t *testing.T) {
 	spans, err := mbim.DecodeNTB(kernelNTB16, nil)
-	if err != nil || len(spans) != 1 || spans[0] != (link.Span{Off: 0x1C, Len: 4, ID: 3}) {
+	if err != nil || len(spans) != 1 || spans[0] != (framing.Span{Off: 0x1C, Len: 4, ID: 3}) {
 		t.Fatalf("DecodeNTB = %v, %v", spans, err)
 	}
 }
@@ -88,7 +88,7 @@ func TestDecodeNTBWalksSeveralNDPsAndSkipsDSS(t *testing.T) {
 	b := multiNDP16()
 	binary.LittleEndian.PutUint16(b[8:], uint16(len(b)))
 	spans, err := mbim.DecodeNTB(b, nil)
-	want := []link.Span{{Off: 12, Len: 8}, {Off: 20, Len: 8}, {Off: 32, Len: 16, ID: 5}}
+	want := []framing.Span{{Off: 12, Len: 8}, {Off: 20, Len: 8}, {Off: 32, Len: 16, ID: 5}}
 	if err != nil || len(spans) != len(want) {
 		t.Fatalf("DecodeNTB = %v, %v", spans, err)
 	}
@@ -113,7 +113,7 @@ func TestDecodeNTB32(t *testing.T) {
 	le.PutUint32(b[32:], 0x30)
 	le.PutUint32(b[36:], 6)
 	spans, err := mbim.DecodeNTB(b, nil)
-	if err != nil || len(spans) != 1 || spans[0] != (link.Span{Off: 0x30, Len: 6, ID: 7}) {
+	if err != nil || len(spans) != 1 || spans[0] != (framing.Span{Off: 0x30, Len: 6, ID: 7}) {
 		t.Fatalf("DecodeNTB(NTB32) = %v, %v", spans, err)
 	}
 	// The NTB32 builder makes the same layout.
@@ -156,7 +156,7 @@ func TestDecodeNTBRejectsMalformedBlocks(t *testing.T) {
 		"missing terminator":     mod(func(b []byte) { le.PutUint32(b[24:], 0x1C|1<<16) }),
 	}
 	for name, b := range cases {
-		if _, err := mbim.DecodeNTB(b, nil); !errors.Is(err, link.ErrBadFrame) && !errors.Is(err, link.ErrRunt) {
+		if _, err := mbim.DecodeNTB(b, nil); !errors.Is(err, framing.ErrBadFrame) && !errors.Is(err, framing.ErrRunt) {
 			t.Errorf("%s: err %v, want ErrBadFrame or ErrRunt", name, err)
 		}
 	}
@@ -173,7 +173,7 @@ func TestDecodeNTBLoopTwoNDPs(t *testing.T) {
 	le.PutUint16(b[8:], uint16(len(b)))
 	le.PutUint16(b[0x5A:], 0x30) // last NDP points back at the first
 	spans, err := mbim.DecodeNTB(b, nil)
-	if !errors.Is(err, link.ErrBadFrame) {
+	if !errors.Is(err, framing.ErrBadFrame) {
 		t.Fatalf("looping chain: %v", err)
 	}
 	if len(spans) > len(b) {
@@ -295,7 +295,7 @@ func TestNTBDecodeDoesNotAllocate(t *testing.T) {
 		pkts = append(pkts, ntbPacket{uint8(i % 2), make([]byte, 100)})
 	}
 	ntb := buildNTBs(t, mbim.NTB{MaxDatagrams: 32}, 32768, pkts)[0]
-	spans := make([]link.Span, 0, 64)
+	spans := make([]framing.Span, 0, 64)
 	if a := testing.AllocsPerRun(100, func() { spans, _ = mbim.DecodeNTB(ntb, spans[:0]) }); a != 0 {
 		t.Fatalf("DecodeNTB allocates %v per NTB", a)
 	}
@@ -334,7 +334,7 @@ func fuzzParse(f *testing.F) {
 		if len(again) != len(spans) || (err == nil) != (err2 == nil) {
 			t.Fatal("decoding is not deterministic")
 		}
-		if err != nil && !errors.Is(err, link.ErrBadFrame) && !errors.Is(err, link.ErrRunt) {
+		if err != nil && !errors.Is(err, framing.ErrBadFrame) && !errors.Is(err, framing.ErrRunt) {
 			t.Fatalf("error %v wraps neither ErrBadFrame nor ErrRunt", err)
 		}
 	})

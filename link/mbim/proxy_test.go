@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 )
 
 var proxySeq atomic.Int32
@@ -48,7 +48,7 @@ func dialProxy(t testing.TB, p *mbim.Proxy) *mbim.Client {
 }
 
 func TestProxyForwardsClientsCommandsWithTheirOwnTransactionIDs(t *testing.T) {
-	host, f := openPipe(t, sim.MBIMConfig{Delay: 2 * time.Millisecond}, mbim.Options{})
+	host, f := openPipe(t, simnet.MBIMConfig{Delay: 2 * time.Millisecond}, mbim.Options{})
 	p := testProxy(t, host, mbim.ProxyOptions{})
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -80,7 +80,7 @@ func TestProxyForwardsClientsCommandsWithTheirOwnTransactionIDs(t *testing.T) {
 }
 
 func TestProxyAnswersOpenAndCloseLocallySoTheHostSessionSurvives(t *testing.T) {
-	host, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	host, f := pipeRig(t, simnet.MBIMConfig{}, mbim.Options{})
 	s := mbim.NewSession(host, fastSession("internet", nil))
 	defer s.Close(context.Background())
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
@@ -105,7 +105,7 @@ func TestProxyAnswersOpenAndCloseLocallySoTheHostSessionSurvives(t *testing.T) {
 }
 
 func TestProxyFansOutIndicationsToSubscribedClients(t *testing.T) {
-	host, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{})
+	host, f := openPipe(t, simnet.MBIMConfig{}, mbim.Options{})
 	p := testProxy(t, host, mbim.ProxyOptions{})
 	std := dialProxy(t, p) // the standard list includes SIGNAL_STATE
 	narrow := dialProxy(t, p)
@@ -133,7 +133,7 @@ func TestProxyFansOutIndicationsToSubscribedClients(t *testing.T) {
 }
 
 func TestProxyRefusesCommandsBeforeConfiguration(t *testing.T) {
-	host, f := openPipe(t, sim.MBIMConfig{}, mbim.Options{})
+	host, f := openPipe(t, simnet.MBIMConfig{}, mbim.Options{})
 	p := testProxy(t, host, mbim.ProxyOptions{DevicePath: "/dev/wwan0mbim0"})
 	conn, err := net.Dial("unix", "@"+p.Name())
 	if err != nil {
@@ -163,7 +163,7 @@ func TestMbimcliThroughProxy(t *testing.T) {
 		}
 		t.Skip("mbimcli not installed (libmbim-utils); CI installs it and sets MHISTACK_REQUIRE_MBIMCLI=1")
 	}
-	r := newMHIRig(t, "quectel-rm5xx", sim.MBIMConfig{DeviceID: "867929068000001", SubscriberID: "001019876543210"})
+	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{DeviceID: "867929068000001", SubscriberID: "001019876543210"})
 	host := r.dial(mbim.Options{})
 	s := mbim.NewSession(host, fastSession("internet", nil))
 	defer s.Close(context.Background())
@@ -228,7 +228,7 @@ func TestMbimcliThroughProxy(t *testing.T) {
 }
 
 func TestProxyClientDisconnectIsAnnouncedAndTheSessionReconnects(t *testing.T) {
-	host, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	host, f := pipeRig(t, simnet.MBIMConfig{}, mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(host, fastSession("internet", log))
 	defer s.Close(context.Background())

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -25,9 +26,9 @@ func testCtx(t testing.TB) context.Context {
 
 // pipeRig runs the emulated MBIM function over an in-memory pipe, the
 // cheapest way to talk to it: no MHI, the same message stream.
-func pipeRig(t testing.TB, cfg sim.MBIMConfig, opts mbim.Options) (*mbim.Client, *sim.MBIMFunction) {
+func pipeRig(t testing.TB, cfg simnet.MBIMConfig, opts mbim.Options) (*mbim.Client, *simnet.MBIMFunction) {
 	t.Helper()
-	f := sim.NewMBIMFunction(cfg)
+	f := simnet.NewMBIMFunction(cfg)
 	a, b := net.Pipe()
 	served := make(chan error, 1)
 	go func() { served <- f.Serve(b) }()
@@ -42,7 +43,7 @@ func pipeRig(t testing.TB, cfg sim.MBIMConfig, opts mbim.Options) (*mbim.Client,
 }
 
 // openPipe is pipeRig with the function opened.
-func openPipe(t testing.TB, cfg sim.MBIMConfig, opts mbim.Options) (*mbim.Client, *sim.MBIMFunction) {
+func openPipe(t testing.TB, cfg simnet.MBIMConfig, opts mbim.Options) (*mbim.Client, *simnet.MBIMFunction) {
 	t.Helper()
 	c, f := pipeRig(t, cfg, opts)
 	if err := c.Open(testCtx(t)); err != nil {
@@ -58,16 +59,16 @@ type mhiRig struct {
 	t testing.TB
 	m *sim.Modem
 	c *mhi.Controller
-	f *sim.MBIMFunction
+	f *simnet.MBIMFunction
 }
 
-func newMHIRig(t testing.TB, profile string, cfg sim.MBIMConfig) *mhiRig {
+func newMHIRig(t testing.TB, profile string, cfg simnet.MBIMConfig) *mhiRig {
 	t.Helper()
 	p, ok := mhi.Lookup(profile)
 	if !ok {
 		t.Fatalf("no profile %s", profile)
 	}
-	f := sim.NewMBIMFunction(cfg)
+	f := simnet.NewMBIMFunction(cfg)
 	var mu sync.Mutex
 	var violations []string
 	dev, m, err := sim.NewDevice(p, sim.Options{Strict: true, Functions: map[string]sim.Function{"MBIM": f},

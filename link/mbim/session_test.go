@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 )
 
 func TestSessionBringsUpDualStackAndReportsEveryStep(t *testing.T) {
-	c, _ := pipeRig(t, sim.MBIMConfig{RadioOff: true}, mbim.Options{})
+	c, _ := pipeRig(t, simnet.MBIMConfig{RadioOff: true}, mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))
 	defer s.Close(context.Background())
@@ -23,7 +23,7 @@ func TestSessionBringsUpDualStackAndReportsEveryStep(t *testing.T) {
 	if err != nil {
 		t.Fatalf("WaitUp: %v", err)
 	}
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	if !slices.Equal(ip.IPv4, []netip.Prefix{car.IPv4}) || !slices.Equal(ip.IPv6, []netip.Prefix{car.IPv6}) ||
 		ip.IPv4Gateway != car.IPv4Gateway || ip.IPv6Gateway != car.IPv6Gateway ||
 		!slices.Equal(ip.IPv4DNS, car.IPv4DNS) || !slices.Equal(ip.IPv6DNS, car.IPv6DNS) || ip.IPv4MTU != 1500 || ip.IPv6MTU != 1500 {
@@ -42,19 +42,19 @@ func TestSessionBringsUpDualStackAndReportsEveryStep(t *testing.T) {
 func TestSessionFailsWithAClearErrorForEveryKnob(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  sim.MBIMConfig
+		cfg  simnet.MBIMConfig
 		apn  string
 		want error
 		text string
 	}{
-		{"sim absent", sim.MBIMConfig{SIMAbsent: true}, "internet", mbim.ErrSIMNotInserted, "SIM not inserted"},
-		{"pin locked", sim.MBIMConfig{PIN: "1234"}, "internet", mbim.ErrPINRequired, "PIN required"},
-		{"hardware radio off", sim.MBIMConfig{HardwareRadioOff: true}, "internet", mbim.ErrRadioOff, "radio off"},
-		{"not registered", sim.MBIMConfig{NotRegistered: true}, "internet", mbim.ErrNoService, "no service"},
-		{"registration denied", sim.MBIMConfig{RegisterDenied: true}, "internet", mbim.ErrNoService, "PLMN not allowed"},
-		{"bad apn", sim.MBIMConfig{APN: "internet"}, "nosuch.apn", mbim.ErrBadAPN, "bad APN"},
-		{"connect rejected", sim.MBIMConfig{ConnectReject: 33}, "internet", mbim.StatusFailure, "not subscribed"},
-		{"bad credentials", sim.MBIMConfig{User: "u", Password: "p"}, "internet", mbim.ErrBadCredentials, "invalid user name"},
+		{"sim absent", simnet.MBIMConfig{SIMAbsent: true}, "internet", mbim.ErrSIMNotInserted, "SIM not inserted"},
+		{"pin locked", simnet.MBIMConfig{PIN: "1234"}, "internet", mbim.ErrPINRequired, "PIN required"},
+		{"hardware radio off", simnet.MBIMConfig{HardwareRadioOff: true}, "internet", mbim.ErrRadioOff, "radio off"},
+		{"not registered", simnet.MBIMConfig{NotRegistered: true}, "internet", mbim.ErrNoService, "no service"},
+		{"registration denied", simnet.MBIMConfig{RegisterDenied: true}, "internet", mbim.ErrNoService, "PLMN not allowed"},
+		{"bad apn", simnet.MBIMConfig{APN: "internet"}, "nosuch.apn", mbim.ErrBadAPN, "bad APN"},
+		{"connect rejected", simnet.MBIMConfig{ConnectReject: 33}, "internet", mbim.StatusFailure, "not subscribed"},
+		{"bad credentials", simnet.MBIMConfig{User: "u", Password: "p"}, "internet", mbim.ErrBadCredentials, "invalid user name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -81,7 +81,7 @@ func containsFold(s, sub string) bool {
 }
 
 func TestSessionEntersTheConfiguredPIN(t *testing.T) {
-	c, f := pipeRig(t, sim.MBIMConfig{PIN: "2468", RegisterDelay: 30 * time.Millisecond}, mbim.Options{})
+	c, f := pipeRig(t, simnet.MBIMConfig{PIN: "2468", RegisterDelay: 30 * time.Millisecond}, mbim.Options{})
 	cfg := fastSession("internet", nil)
 	cfg.PIN = "2468"
 	s := mbim.NewSession(c, cfg)
@@ -95,7 +95,7 @@ func TestSessionEntersTheConfiguredPIN(t *testing.T) {
 }
 
 func TestSessionNeverRetriesARejectedPIN(t *testing.T) {
-	c, _ := pipeRig(t, sim.MBIMConfig{PIN: "2468"}, mbim.Options{})
+	c, _ := pipeRig(t, simnet.MBIMConfig{PIN: "2468"}, mbim.Options{})
 	cfg := fastSession("internet", nil)
 	cfg.PIN = "0000"
 	s := mbim.NewSession(c, cfg)
@@ -115,7 +115,7 @@ func TestSessionNeverRetriesARejectedPIN(t *testing.T) {
 }
 
 func TestSessionWaitsForSlowRegistrationAndRadioOn(t *testing.T) {
-	c, _ := pipeRig(t, sim.MBIMConfig{RadioOff: true, NoAutoAttach: true, RegisterDelay: 100 * time.Millisecond}, mbim.Options{})
+	c, _ := pipeRig(t, simnet.MBIMConfig{RadioOff: true, NoAutoAttach: true, RegisterDelay: 100 * time.Millisecond}, mbim.Options{})
 	cfg := fastSession("internet", nil)
 	cfg.PollInterval = 5 * time.Second // the indication, not polling, must move it on
 	cfg.RegisterTimeout = 10 * time.Second
@@ -131,7 +131,7 @@ func TestSessionWaitsForSlowRegistrationAndRadioOn(t *testing.T) {
 }
 
 func TestSessionReconnectsAfterTheNetworkDetaches(t *testing.T) {
-	c, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	c, f := pipeRig(t, simnet.MBIMConfig{}, mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))
 	defer s.Close(context.Background())
@@ -165,7 +165,7 @@ func TestSessionReconnectsAfterTheNetworkDetaches(t *testing.T) {
 }
 
 func TestSessionReconnectsAfterLosingTheNetwork(t *testing.T) {
-	c, f := pipeRig(t, sim.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, mbim.Options{})
+	c, f := pipeRig(t, simnet.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))
 	defer s.Close(context.Background())
@@ -181,7 +181,7 @@ func TestSessionReconnectsAfterLosingTheNetwork(t *testing.T) {
 }
 
 func TestSessionReportsAddressChangesAndLateIPv6(t *testing.T) {
-	c, f := pipeRig(t, sim.MBIMConfig{IPv6Delay: 50 * time.Millisecond}, mbim.Options{})
+	c, f := pipeRig(t, simnet.MBIMConfig{IPv6Delay: 50 * time.Millisecond}, mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))
 	defer s.Close(context.Background())
@@ -196,7 +196,7 @@ func TestSessionReportsAddressChangesAndLateIPv6(t *testing.T) {
 		a := log.addresses()
 		return len(a) >= 2 && len(a[len(a)-1].IPv6) == 1
 	})
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	car.IPv4 = netip.MustParsePrefix("10.9.8.7/30")
 	f.SetCarrier(car)
 	waitFor(t, 5*time.Second, "the new IPv4 address", func() bool {
@@ -209,7 +209,7 @@ func TestSessionReportsAddressChangesAndLateIPv6(t *testing.T) {
 }
 
 func TestSessionCloseDeactivatesTheContext(t *testing.T) {
-	c, f := pipeRig(t, sim.MBIMConfig{}, mbim.Options{})
+	c, f := pipeRig(t, simnet.MBIMConfig{}, mbim.Options{})
 	s := mbim.NewSession(c, fastSession("internet", nil))
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
 		t.Fatalf("WaitUp: %v", err)
@@ -226,7 +226,7 @@ func TestSessionCloseDeactivatesTheContext(t *testing.T) {
 }
 
 func TestSessionReportsATransportFailure(t *testing.T) {
-	f := sim.NewMBIMFunction(sim.MBIMConfig{})
+	f := simnet.NewMBIMFunction(simnet.MBIMConfig{})
 	a, b := net.Pipe()
 	served := make(chan error, 1)
 	go func() { served <- f.Serve(b) }()
@@ -249,19 +249,19 @@ func TestSessionReportsATransportFailure(t *testing.T) {
 func TestSessionComesUpWithEveryRecoverableKnob(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  sim.MBIMConfig
+		cfg  simnet.MBIMConfig
 		pin  string
 	}{
-		{"radio off", sim.MBIMConfig{RadioOff: true}, ""},
-		{"pin locked, pin configured", sim.MBIMConfig{PIN: "1111"}, "1111"},
-		{"slow registration", sim.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, ""},
-		{"no auto attach", sim.MBIMConfig{NoAutoAttach: true}, ""},
-		{"slow answers", sim.MBIMConfig{Delay: 5 * time.Millisecond}, ""},
-		{"forced fragmentation", sim.MBIMConfig{Fragment: 64}, ""},
-		{"unsolicited indications", sim.MBIMConfig{SignalInterval: time.Millisecond}, ""},
-		{"stuck open from a previous host", sim.MBIMConfig{IgnoreOpenUntilClose: true}, ""},
-		{"late IPv6", sim.MBIMConfig{IPv6Delay: 20 * time.Millisecond}, ""},
-		{"IPv4-only carrier", sim.MBIMConfig{Carrier: sim.Carrier{IPv4: sim.DefaultCarrier().IPv4, MTU: 1420}}, ""},
+		{"radio off", simnet.MBIMConfig{RadioOff: true}, ""},
+		{"pin locked, pin configured", simnet.MBIMConfig{PIN: "1111"}, "1111"},
+		{"slow registration", simnet.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, ""},
+		{"no auto attach", simnet.MBIMConfig{NoAutoAttach: true}, ""},
+		{"slow answers", simnet.MBIMConfig{Delay: 5 * time.Millisecond}, ""},
+		{"forced fragmentation", simnet.MBIMConfig{Fragment: 64}, ""},
+		{"unsolicited indications", simnet.MBIMConfig{SignalInterval: time.Millisecond}, ""},
+		{"stuck open from a previous host", simnet.MBIMConfig{IgnoreOpenUntilClose: true}, ""},
+		{"late IPv6", simnet.MBIMConfig{IPv6Delay: 20 * time.Millisecond}, ""},
+		{"IPv4-only carrier", simnet.MBIMConfig{Carrier: simnet.Carrier{IPv4: simnet.DefaultCarrier().IPv4, MTU: 1420}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -21,7 +21,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 )
 
 // MAP header, byte 0 (§4.1; the kernel doc numbers bits MSB first).
@@ -54,7 +54,7 @@ type Header struct {
 // ParseHeader decodes the MAP header at the start of b.
 func ParseHeader(b []byte) (Header, error) {
 	if len(b) < HeaderLen {
-		return Header{}, fmt.Errorf("%w: MAP header of %d bytes", link.ErrRunt, len(b))
+		return Header{}, fmt.Errorf("%w: MAP header of %d bytes", framing.ErrRunt, len(b))
 	}
 	return Header{
 		Cmd:     b[0]&flagCD != 0,
@@ -88,10 +88,10 @@ func PutHeader(b []byte, h Header) {
 // refuses any other v5 header type (coalescing is never requested);
 // version 1 refuses NEXT_HDR. A v5 packet whose csum_info has the VALID
 // bit (the modem validated its TCP/UDP checksum) gets Span.CsumValid. On damage it returns the packets found
-// before it and an error wrapping link.ErrBadFrame or link.ErrRunt. The
+// before it and an error wrapping framing.ErrBadFrame or framing.ErrRunt. The
 // loop advances at least 4 bytes per step, so it ends; it never
 // allocates when spans has room.
-func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
+func Decode(b []byte, version int, spans []framing.Span) ([]framing.Span, error) {
 	off := 0
 	for off < len(b) {
 		rest := b[off:]
@@ -99,7 +99,7 @@ func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
 			if allZero(rest) {
 				return spans, nil
 			}
-			return spans, fmt.Errorf("%w: %d trailing bytes at %d", link.ErrRunt, len(rest), off)
+			return spans, fmt.Errorf("%w: %d trailing bytes at %d", framing.ErrRunt, len(rest), off)
 		}
 		h, _ := ParseHeader(rest)
 		hdr := HeaderLen
@@ -110,9 +110,9 @@ func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
 		if h.Cmd {
 			// Commands carry no v5 header (§4.1).
 			if h.Len > len(rest)-hdr {
-				return spans, fmt.Errorf("%w: command of %d bytes at %d, %d left", link.ErrBadFrame, h.Len, off, len(rest)-hdr)
+				return spans, fmt.Errorf("%w: command of %d bytes at %d, %d left", framing.ErrBadFrame, h.Len, off, len(rest)-hdr)
 			}
-			spans = append(spans, link.Span{Off: off, Len: hdr + h.Len, ID: h.MuxID, Ctrl: true})
+			spans = append(spans, framing.Span{Off: off, Len: hdr + h.Len, ID: h.MuxID, Ctrl: true})
 			off += hdr + h.Len
 			continue
 		}
@@ -120,26 +120,26 @@ func Decode(b []byte, version int, spans []link.Span) ([]link.Span, error) {
 		switch {
 		case h.NextHdr && version == 5:
 			if len(rest) < hdr+V5HeaderLen {
-				return spans, fmt.Errorf("%w: MAPv5 header at %d", link.ErrRunt, off)
+				return spans, fmt.Errorf("%w: MAPv5 header at %d", framing.ErrRunt, off)
 			}
 			info := rest[hdr]
 			if info>>1 != v5TypeCsum || info&1 != 0 {
-				return spans, fmt.Errorf("%w: MAPv5 header type %d at %d", link.ErrBadFrame, info>>1, off)
+				return spans, fmt.Errorf("%w: MAPv5 header type %d at %d", framing.ErrBadFrame, info>>1, off)
 			}
 			csumValid = rest[hdr+1]&v5CsumValid != 0
 			hdr += V5HeaderLen
 		case h.NextHdr:
-			return spans, fmt.Errorf("%w: NEXT_HDR on a MAPv%d frame at %d", link.ErrBadFrame, version, off)
+			return spans, fmt.Errorf("%w: NEXT_HDR on a MAPv%d frame at %d", framing.ErrBadFrame, version, off)
 		case version == 5:
-			return spans, fmt.Errorf("%w: MAPv5 data without its checksum header at %d", link.ErrBadFrame, off)
+			return spans, fmt.Errorf("%w: MAPv5 data without its checksum header at %d", framing.ErrBadFrame, off)
 		}
 		if h.Len > len(rest)-hdr {
-			return spans, fmt.Errorf("%w: PKT_LEN %d at %d, %d bytes left", link.ErrBadFrame, h.Len, off, len(rest)-hdr)
+			return spans, fmt.Errorf("%w: PKT_LEN %d at %d, %d bytes left", framing.ErrBadFrame, h.Len, off, len(rest)-hdr)
 		}
 		if h.Pad >= h.Len {
-			return spans, fmt.Errorf("%w: pad %d of PKT_LEN %d at %d", link.ErrBadFrame, h.Pad, h.Len, off)
+			return spans, fmt.Errorf("%w: pad %d of PKT_LEN %d at %d", framing.ErrBadFrame, h.Pad, h.Len, off)
 		}
-		spans = append(spans, link.Span{Off: off + hdr, Len: h.Len - h.Pad, ID: h.MuxID, CsumValid: csumValid})
+		spans = append(spans, framing.Span{Off: off + hdr, Len: h.Len - h.Pad, ID: h.MuxID, CsumValid: csumValid})
 		off += hdr + h.Len
 	}
 	return spans, nil
@@ -154,7 +154,7 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// Framing is the link.Framing of QMAP on IP_HW0: Version 1 (WDA
+// Framing is the framing.Framing of QMAP on IP_HW0: Version 1 (WDA
 // aggregation protocol 5) or 5 (protocol 9, the checksum header), the UL
 // mux ID of the endpoint's own session, and UL aggregation limits. The
 // modem says in its WDA answer what it accepts on UL (Quectel: 11
@@ -177,18 +177,18 @@ func (f Framing) version() int {
 	return 1
 }
 
-// Name implements link.Framing.
+// Name implements framing.Framing.
 func (f Framing) Name() string { return fmt.Sprintf("qmap-v%d", f.version()) }
 
-// Decode implements link.Framing with Decode.
-func (f Framing) Decode(frame []byte, spans []link.Span) ([]link.Span, error) {
+// Decode implements framing.Framing with Decode.
+func (f Framing) Decode(frame []byte, spans []framing.Span) ([]framing.Span, error) {
 	return Decode(frame, f.version(), spans)
 }
 
-// NewEncoder implements link.Framing: an *Aggregator.
-func (f Framing) NewEncoder() link.Encoder { return NewAggregator(f) }
+// NewEncoder implements framing.Framing: an *Aggregator.
+func (f Framing) NewEncoder() framing.Encoder { return NewAggregator(f) }
 
-// Overhead implements link.Framing: MAP header, MAPv5 header, pad.
+// Overhead implements framing.Framing: MAP header, MAPv5 header, pad.
 func (f Framing) Overhead() int {
 	o := HeaderLen + 3
 	if f.version() == 5 {
@@ -197,7 +197,7 @@ func (f Framing) Overhead() int {
 	return o
 }
 
-// Answer implements link.Controller: a command REQUEST is answered with
+// Answer implements framing.Controller: a command REQUEST is answered with
 // its ACK (rmnet echoes the command with cmd_type ACK, §4.2); other
 // frames get no answer.
 func (f Framing) Answer(ctrl, dst []byte) int {
@@ -209,14 +209,14 @@ func (f Framing) Answer(ctrl, dst []byte) int {
 }
 
 var (
-	_ link.Framing    = Framing{}
-	_ link.Controller = Framing{}
+	_ framing.Framing    = Framing{}
+	_ framing.Controller = Framing{}
 )
 
 // Aggregator builds UL QMAP aggregates in a caller's buffer: MAP header
 // (+ MAPv5 checksum header, "no offload requested") + packet (+ pad) for
 // each packet, up to the limits. It is the UL encoder of Framing
-// (link.SessionEncoder: the session is the mux ID) and the emulated
+// (framing.SessionEncoder: the session is the mux ID) and the emulated
 // modem's DL aggregator.
 type Aggregator struct {
 	f     Framing
@@ -231,11 +231,11 @@ type Aggregator struct {
 // NewAggregator returns an aggregator for f.
 func NewAggregator(f Framing) *Aggregator { return &Aggregator{f: f} }
 
-// SetSession implements link.SessionEncoder: the mux ID of the packets
+// SetSession implements framing.SessionEncoder: the mux ID of the packets
 // added from now on.
 func (a *Aggregator) SetSession(id uint8) { a.mux = id }
 
-// Begin implements link.Encoder.
+// Begin implements framing.Encoder.
 func (a *Aggregator) Begin(buf []byte) {
 	a.buf, a.off, a.n = buf, 0, 0
 	a.limit = len(buf)
@@ -247,7 +247,7 @@ func (a *Aggregator) Begin(buf []byte) {
 // Len returns the number of packets in the aggregate.
 func (a *Aggregator) Len() int { return a.n }
 
-// Add implements link.Encoder. The first packet of a frame is limited
+// Add implements framing.Encoder. The first packet of a frame is limited
 // by the buffer only, so that MaxBytes below the MTU cannot wedge a
 // writer.
 func (a *Aggregator) Add(n int) []byte {
@@ -285,7 +285,7 @@ func (a *Aggregator) Add(n int) []byte {
 	return h[hdr : hdr+n : hdr+n]
 }
 
-// End implements link.Encoder: the aggregate's length.
+// End implements framing.Encoder: the aggregate's length.
 func (a *Aggregator) End() int {
 	n := a.off
 	a.buf, a.off, a.n = nil, 0, 0
@@ -325,10 +325,10 @@ func ParseCommand(b []byte) (Command, error) {
 		return Command{}, err
 	}
 	if !h.Cmd {
-		return Command{}, fmt.Errorf("%w: not a command frame", link.ErrBadFrame)
+		return Command{}, fmt.Errorf("%w: not a command frame", framing.ErrBadFrame)
 	}
 	if h.Len < cmdHeaderLen || h.Len > len(b)-HeaderLen {
-		return Command{}, fmt.Errorf("%w: command PKT_LEN %d in %d bytes", link.ErrBadFrame, h.Len, len(b))
+		return Command{}, fmt.Errorf("%w: command PKT_LEN %d in %d bytes", framing.ErrBadFrame, h.Len, len(b))
 	}
 	c := b[HeaderLen : HeaderLen+h.Len]
 	return Command{
@@ -364,7 +364,7 @@ func AppendACK(dst, req []byte) ([]byte, error) {
 		return dst, err
 	}
 	if c.Type != TypeRequest {
-		return dst, fmt.Errorf("%w: command %d of type %d is not a request", link.ErrBadFrame, c.Name, c.Type)
+		return dst, fmt.Errorf("%w: command %d of type %d is not a request", framing.ErrBadFrame, c.Name, c.Type)
 	}
 	if c.Name == CmdFlowDisable || c.Name == CmdFlowEnable {
 		c.Type = TypeACK

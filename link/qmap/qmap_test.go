@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/qmap"
 )
 
@@ -33,7 +33,7 @@ var dlV5 = []byte{
 
 func TestDecodeV1(t *testing.T) {
 	spans, err := qmap.Decode(dlV1, 1, nil)
-	want := []link.Span{{Off: 4, Len: 5, ID: 0x81}, {Off: 20, Len: 4, ID: 1}, {Off: 24, Len: 20, ID: 0x81, Ctrl: true}}
+	want := []framing.Span{{Off: 4, Len: 5, ID: 0x81}, {Off: 20, Len: 4, ID: 1}, {Off: 24, Len: 20, ID: 0x81, Ctrl: true}}
 	if err != nil || len(spans) != len(want) {
 		t.Fatalf("Decode = %v, %v", spans, err)
 	}
@@ -47,15 +47,15 @@ func TestDecodeV1(t *testing.T) {
 func TestDecodeV5(t *testing.T) {
 	spans, err := qmap.Decode(dlV5, 5, nil)
 	// The first packet's checksum header says the modem validated it.
-	want := []link.Span{{Off: 8, Len: 5, ID: 0x81, CsumValid: true}, {Off: 24, Len: 4, ID: 1}}
+	want := []framing.Span{{Off: 8, Len: 5, ID: 0x81, CsumValid: true}, {Off: 24, Len: 4, ID: 1}}
 	if err != nil || len(spans) != 2 || spans[0] != want[0] || spans[1] != want[1] {
 		t.Fatalf("Decode = %v, %v", spans, err)
 	}
 	// The same frames are wrong for the other version.
-	if _, err := qmap.Decode(dlV5, 1, nil); !errors.Is(err, link.ErrBadFrame) {
+	if _, err := qmap.Decode(dlV5, 1, nil); !errors.Is(err, framing.ErrBadFrame) {
 		t.Fatalf("MAPv5 frames as v1: %v", err)
 	}
-	if _, err := qmap.Decode(dlV1, 5, nil); !errors.Is(err, link.ErrBadFrame) {
+	if _, err := qmap.Decode(dlV1, 5, nil); !errors.Is(err, framing.ErrBadFrame) {
 		t.Fatalf("MAPv1 frames as v5: %v", err)
 	}
 }
@@ -74,7 +74,7 @@ func TestDecodeRejectsDamage(t *testing.T) {
 		"command beyond the frame": {[]byte{0x80, 1, 0x00, 0x10, 1, 0, 0, 0}, 1},
 	}
 	for name, c := range cases {
-		if _, err := qmap.Decode(c.b, c.v, nil); !errors.Is(err, link.ErrBadFrame) && !errors.Is(err, link.ErrRunt) {
+		if _, err := qmap.Decode(c.b, c.v, nil); !errors.Is(err, framing.ErrBadFrame) && !errors.Is(err, framing.ErrRunt) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -225,7 +225,7 @@ func TestRoundTripProperty(t *testing.T) {
 }
 
 func TestDecodeDoesNotAllocate(t *testing.T) {
-	spans := make([]link.Span, 0, 8)
+	spans := make([]framing.Span, 0, 8)
 	if a := testing.AllocsPerRun(100, func() { spans, _ = qmap.Decode(dlV1, 1, spans[:0]) }); a != 0 {
 		t.Fatalf("Decode allocates %v", a)
 	}
@@ -250,7 +250,7 @@ func FuzzQMAPDeaggregate(f *testing.F) {
 			}
 			end = s.Off + s.Len
 		}
-		if err != nil && !errors.Is(err, link.ErrBadFrame) && !errors.Is(err, link.ErrRunt) {
+		if err != nil && !errors.Is(err, framing.ErrBadFrame) && !errors.Is(err, framing.ErrRunt) {
 			t.Fatalf("error %v", err)
 		}
 	})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"go.uber.org/goleak"
 )
 
@@ -27,10 +27,10 @@ func testCtx(t *testing.T) context.Context {
 
 // rig runs the emulated modem's QMI function over a pipe and a client on
 // the other end. A host protocol violation fails the test.
-func rig(t *testing.T, cfg sim.QMIConfig) (*qmi.Client, *sim.QMIFunction) {
+func rig(t *testing.T, cfg simnet.QMIConfig) (*qmi.Client, *simnet.QMIFunction) {
 	t.Helper()
 	cfg.OnViolation = func(err error) { t.Errorf("modem saw a host violation: %v", err) }
-	fn := sim.NewQMIFunction(cfg)
+	fn := simnet.NewQMIFunction(cfg)
 	host, dev := net.Pipe()
 	done := make(chan struct{})
 	go func() { defer close(done); fn.Serve(dev) }()
@@ -69,7 +69,7 @@ func fast(cfg qmi.SessionConfig, l *progressLog) qmi.SessionConfig {
 // families and the QMAPv5 data format the modem agreed to, with its UL
 // limits.
 func TestSessionBringsUpDualStackOverQMAPv5(t *testing.T) {
-	c, fn := rig(t, sim.QMIConfig{})
+	c, fn := rig(t, simnet.QMIConfig{})
 	log := &progressLog{}
 	s := qmi.NewSession(c, fast(qmi.SessionConfig{APN: "internet"}, log))
 	defer s.Close(context.Background())
@@ -77,7 +77,7 @@ func TestSessionBringsUpDualStackOverQMAPv5(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	car := sim.DefaultCarrier()
+	car := simnet.DefaultCarrier()
 	if !slices.Equal(ip.IPv4, []netip.Prefix{car.IPv4}) || !slices.Equal(ip.IPv6, []netip.Prefix{car.IPv6}) ||
 		ip.IPv4Gateway != car.IPv4Gateway || ip.IPv6Gateway != car.IPv6Gateway ||
 		!slices.Equal(ip.IPv4DNS, car.IPv4DNS) || !slices.Equal(ip.IPv6DNS, car.IPv6DNS) || ip.IPv4MTU != 1500 || ip.IPv6MTU != 1500 {
@@ -110,7 +110,7 @@ func TestSessionBringsUpDualStackOverQMAPv5(t *testing.T) {
 // TestSessionTakesQMAPv1FromAV1OnlyModem: a modem that answers QMAP to a
 // QMAPv5 request sets the data path to MAPv1.
 func TestSessionTakesQMAPv1FromAV1OnlyModem(t *testing.T) {
-	c, _ := rig(t, sim.QMIConfig{MaxAggregation: qmi.AggregationQMAP})
+	c, _ := rig(t, simnet.QMIConfig{MaxAggregation: qmi.AggregationQMAP})
 	s := qmi.NewSession(c, fast(qmi.SessionConfig{}, nil))
 	defer s.Close(context.Background())
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
@@ -126,21 +126,21 @@ func TestSessionTakesQMAPv1FromAV1OnlyModem(t *testing.T) {
 func TestSessionErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		net  sim.MBIMConfig
+		net  simnet.MBIMConfig
 		cfg  qmi.SessionConfig
 		want error
 		text string
 	}{
-		{"bad APN", sim.MBIMConfig{APN: "internet"}, qmi.SessionConfig{APN: "nosuch", Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 27"},
-		{"bad credentials", sim.MBIMConfig{User: "u", Password: "p"}, qmi.SessionConfig{Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 29"},
-		{"sim absent", sim.MBIMConfig{SIMAbsent: true}, qmi.SessionConfig{}, qmi.ErrSIM, "no SIM card"},
-		{"pin locked, none configured", sim.MBIMConfig{PIN: "1234"}, qmi.SessionConfig{}, qmi.ErrSIM, "no PIN configured"},
-		{"wrong pin", sim.MBIMConfig{PIN: "1234"}, qmi.SessionConfig{PIN: "0000"}, qmi.ErrIncorrectPIN, "2 attempts left"},
-		{"not registered", sim.MBIMConfig{NotRegistered: true}, qmi.SessionConfig{RegisterTimeout: 50 * time.Millisecond}, qmi.ErrNoService, "searching"},
-		{"denied", sim.MBIMConfig{RegisterDenied: true}, qmi.SessionConfig{}, qmi.ErrNoService, "denied"},
+		{"bad APN", simnet.MBIMConfig{APN: "internet"}, qmi.SessionConfig{APN: "nosuch", Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 27"},
+		{"bad credentials", simnet.MBIMConfig{User: "u", Password: "p"}, qmi.SessionConfig{Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 29"},
+		{"sim absent", simnet.MBIMConfig{SIMAbsent: true}, qmi.SessionConfig{}, qmi.ErrSIM, "no SIM card"},
+		{"pin locked, none configured", simnet.MBIMConfig{PIN: "1234"}, qmi.SessionConfig{}, qmi.ErrSIM, "no PIN configured"},
+		{"wrong pin", simnet.MBIMConfig{PIN: "1234"}, qmi.SessionConfig{PIN: "0000"}, qmi.ErrIncorrectPIN, "2 attempts left"},
+		{"not registered", simnet.MBIMConfig{NotRegistered: true}, qmi.SessionConfig{RegisterTimeout: 50 * time.Millisecond}, qmi.ErrNoService, "searching"},
+		{"denied", simnet.MBIMConfig{RegisterDenied: true}, qmi.SessionConfig{}, qmi.ErrNoService, "denied"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := rig(t, sim.QMIConfig{MBIM: tc.net})
+			c, _ := rig(t, simnet.QMIConfig{MBIM: tc.net})
 			cfg := fast(tc.cfg, nil)
 			if tc.cfg.RegisterTimeout != 0 {
 				cfg.RegisterTimeout = tc.cfg.RegisterTimeout
@@ -158,7 +158,7 @@ func TestSessionErrors(t *testing.T) {
 // TestSessionEntersPINAndSharesTheSIMWithMBIM: the PIN entered over QMI
 // unlocks the SIM of the modem's MBIM function too (one SIM).
 func TestSessionEntersPINAndSharesTheSIMWithMBIM(t *testing.T) {
-	network := sim.NewMBIMFunction(sim.MBIMConfig{PIN: "1234"})
+	network := simnet.NewMBIMFunction(simnet.MBIMConfig{PIN: "1234"})
 	// Both functions of the modem run (a function's start is a modem
 	// restart, so the MBIM one starts first, as both do at power-up).
 	host, dev := net.Pipe()
@@ -172,7 +172,7 @@ func TestSessionEntersPINAndSharesTheSIMWithMBIM(t *testing.T) {
 	if rs, err := mc.SubscriberReadyStatus(testCtx(t)); err != nil || rs.ReadyState != mbim.ReadyDeviceLocked {
 		t.Fatalf("MBIM ready state before the PIN %v, %v", rs.ReadyState, err)
 	}
-	c, _ := rig(t, sim.QMIConfig{Network: network})
+	c, _ := rig(t, simnet.QMIConfig{Network: network})
 	s := qmi.NewSession(c, fast(qmi.SessionConfig{PIN: "1234"}, nil))
 	defer s.Close(context.Background())
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
@@ -188,7 +188,7 @@ func TestSessionEntersPINAndSharesTheSIMWithMBIM(t *testing.T) {
 // (Packet Service Status indication) takes the session down, reports a
 // zero configuration, and the session connects again.
 func TestSessionReconnectsAfterNetworkDetach(t *testing.T) {
-	c, fn := rig(t, sim.QMIConfig{})
+	c, fn := rig(t, simnet.QMIConfig{})
 	var mu sync.Mutex
 	var addrs []qmi.IPConfig
 	cfg := fast(qmi.SessionConfig{}, nil)
@@ -245,7 +245,7 @@ func TestSessionReconnectsAfterNetworkDetach(t *testing.T) {
 // the host does not hold fails with INVALID_CLIENT_ID; a timeout says
 // which request.
 func TestClientMatchesTransactionsAndReportsErrors(t *testing.T) {
-	c, _ := rig(t, sim.QMIConfig{})
+	c, _ := rig(t, simnet.QMIConfig{})
 	ctx := testCtx(t)
 	vi, err := c.VersionInfo(ctx)
 	if err != nil || len(vi) < 6 {
@@ -304,7 +304,7 @@ func TestClientMatchesTransactionsAndReportsErrors(t *testing.T) {
 func TestModemReportsHostViolations(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
-	fn := sim.NewQMIFunction(sim.QMIConfig{OnViolation: func(err error) { mu.Lock(); got = append(got, err.Error()); mu.Unlock() }})
+	fn := simnet.NewQMIFunction(simnet.QMIConfig{OnViolation: func(err error) { mu.Lock(); got = append(got, err.Error()); mu.Unlock() }})
 	host, dev := net.Pipe()
 	done := make(chan struct{})
 	go func() { defer close(done); fn.Serve(dev) }()

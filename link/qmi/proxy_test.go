@@ -18,6 +18,7 @@ import (
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -30,7 +31,7 @@ var proxySeq atomic.Int32
 // collected, not failed, so a test can check for one.
 type proxyRig struct {
 	host *qmi.Client
-	fn   *sim.QMIFunction
+	fn   *simnet.QMIFunction
 	p    *qmi.Proxy
 
 	mu         sync.Mutex
@@ -40,7 +41,7 @@ type proxyRig struct {
 func newProxyRig(t testing.TB, opts qmi.ProxyOptions) *proxyRig {
 	t.Helper()
 	r := &proxyRig{}
-	r.fn = sim.NewQMIFunction(sim.QMIConfig{OnViolation: func(err error) {
+	r.fn = simnet.NewQMIFunction(simnet.QMIConfig{OnViolation: func(err error) {
 		r.mu.Lock()
 		r.violations = append(r.violations, err.Error())
 		r.mu.Unlock()
@@ -444,7 +445,7 @@ func TestQmicliThroughProxy(t *testing.T) {
 	if !ok {
 		t.Fatal("no telit-fn980-hwv1 profile")
 	}
-	fn := sim.NewQMIFunction(sim.QMIConfig{})
+	fn := simnet.NewQMIFunction(simnet.QMIConfig{})
 	var vmu sync.Mutex
 	var violations []string
 	dev, _, err := sim.NewDevice(prof, sim.Options{Strict: true, Functions: map[string]sim.Function{"QMI": fn},

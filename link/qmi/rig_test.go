@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/qmi"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -19,7 +20,7 @@ import (
 type fn980Rig struct {
 	c  *mhi.Controller
 	m  *sim.Modem
-	fn *sim.QMIFunction
+	fn *simnet.QMIFunction
 
 	mu   sync.Mutex
 	viol []string
@@ -31,7 +32,7 @@ func newFN980Rig(t *testing.T) *fn980Rig {
 	if !ok {
 		t.Fatal("no telit-fn980-hwv1 profile")
 	}
-	r := &fn980Rig{fn: sim.NewQMIFunction(sim.QMIConfig{})}
+	r := &fn980Rig{fn: simnet.NewQMIFunction(simnet.QMIConfig{})}
 	dev, m, err := sim.NewDevice(p, sim.Options{Strict: true, Functions: map[string]sim.Function{"QMI": r.fn},
 		OnViolation: func(err error) { r.mu.Lock(); r.viol = append(r.viol, err.Error()); r.mu.Unlock() }})
 	if err != nil {

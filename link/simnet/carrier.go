@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/mhistack/mhistack/internal/segment"
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -51,14 +52,14 @@ type CarrierOptions struct {
 	// network itself) and the MTU. Zero: DefaultCarrier, the same the
 	// emulated MBIM function reports by default.
 	Carrier Carrier
-	// Framing of the channel pair: FramingRawIP (IP_HW0, one packet per
-	// transfer), FramingMBIM (IP_HW0_MBIM, NTB16), FramingQMAP or
-	// FramingQMAPv5 (IP_HW0 with rmnet's MAPv1 / MAPv5 on top; the
-	// session is the mux ID). On a framed pair UL frames are parsed
+	// Framing of the channel pair: raw IP (nil or framing.RawIP{}:
+	// IP_HW0, one packet per transfer), mbim.NTB{} (IP_HW0_MBIM, NTB16)
+	// or qmap.Framing{Version: 1 or 5} (IP_HW0 with rmnet's MAPv1 /
+	// MAPv5 on top; the session is the mux ID). On a framed pair UL frames are parsed
 	// strictly with link/mbim's or link/qmap's codec (a malformed one is
 	// a host violation) and DL packets are aggregated like a modem does:
 	// see FlushDelay.
-	Framing Framing
+	Framing framing.Framing
 	// MaxDatagrams and MaxBytes bound DL aggregation on a framed pair
 	// (0: DefaultAggDatagrams / DefaultAggBytes, 32 / 32 KiB).
 	MaxDatagrams, MaxBytes int
@@ -118,10 +119,10 @@ type CarrierNetwork struct {
 	groSink  groSink                  // rxLoop's only
 	quit     chan struct{}            // closed by Close
 	dnsConns []*gonet.UDPConn
-	echo     []byte        // echo reply being built; only Receive (the device goroutine) uses it
-	spans    []link.Span   // UL packets of the transfer; only Receive uses it
-	echoFr   *Framer       // frames echo replies on a framed pair; only Receive uses it
-	session  atomic.Uint32 // MBIM session of the host's last UL packet: DL goes to it
+	echo     []byte         // echo reply being built; only Receive (the device goroutine) uses it
+	spans    []framing.Span // UL packets of the transfer; only Receive uses it
+	echoFr   *Framer        // frames echo replies on a framed pair; only Receive uses it
+	session  atomic.Uint32  // MBIM session of the host's last UL packet: DL goes to it
 
 	stats  carrierCounters
 	chunks relayChunks // the forwarded flows' relay chunks
@@ -164,10 +165,11 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	if opts.Carrier.MTU == 0 {
 		opts.Carrier.MTU = 1500
 	}
-	switch opts.Framing {
-	case FramingRawIP, FramingMBIM, FramingQMAP, FramingQMAPv5:
-	default:
-		return nil, errors.New("sim: carrier network: unknown framing")
+	if !knownFraming(opts.Framing) {
+		return nil, errors.New("simnet: carrier network: unknown framing " + opts.Framing.Name())
+	}
+	if opts.Framing == nil {
+		opts.Framing = framing.RawIP{}
 	}
 	if opts.FlushDelay == 0 {
 		opts.FlushDelay = DefaultFlushDelay
@@ -188,7 +190,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn.groSink.cn = cn
 	cn.gro.Init(true)
 	cn.gro.Dispatcher = &cn.groSink
-	if opts.Framing != FramingRawIP {
+	if !isRawIP(opts.Framing) {
 		cn.echoFr = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
 		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
 	}
@@ -216,7 +218,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
 	if err := s.CreateNIC(1, cn.ep); err != nil {
 		s.Destroy()
-		return nil, errors.New("sim: carrier network: " + err.String())
+		return nil, errors.New("simnet: carrier network: " + err.String())
 	}
 	// Promiscuous + spoofing: the network owns every address but the
 	// host's, so it accepts flows to any destination and answers from it.
@@ -230,7 +232,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		pa := tcpip.ProtocolAddress{Protocol: protoOf(a), AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix()}
 		if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
 			s.Destroy()
-			return nil, errors.New("sim: carrier network: address " + a.String() + ": " + err.String())
+			return nil, errors.New("simnet: carrier network: address " + a.String() + ": " + err.String())
 		}
 	}
 	s.SetRouteTable([]tcpip.Route{
@@ -243,7 +245,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
 	cn.wg.Add(1)
 	go cn.rxLoop()
-	if opts.Framing != FramingRawIP {
+	if !isRawIP(opts.Framing) {
 		cn.wg.Add(1)
 		go cn.ep.runSender()
 	}
@@ -252,7 +254,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		uc, err := gonet.DialUDP(s, &fa, nil, protoOf(a))
 		if err != nil {
 			cn.Close()
-			return nil, errors.New("sim: carrier network: DNS on " + a.String() + ": " + err.Error())
+			return nil, errors.New("simnet: carrier network: DNS on " + a.String() + ": " + err.Error())
 		}
 		cn.dnsConns = append(cn.dnsConns, uc)
 		cn.wg.Add(1)
@@ -278,7 +280,7 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 }
 
 // Start implements Function.
-func (cn *CarrierNetwork) Start(p *Port) { cn.ep.port.Store(p) }
+func (cn *CarrierNetwork) Start(p *sim.Port) { cn.ep.port.Store(p) }
 
 // Stop implements Function.
 func (cn *CarrierNetwork) Stop() { cn.ep.port.Store(nil) }
@@ -290,11 +292,11 @@ func (cn *CarrierNetwork) Receive(td []byte) {
 	if d == nil || len(td) == 0 {
 		return
 	}
-	if cn.opts.Framing == FramingRawIP {
+	if isRawIP(cn.opts.Framing) {
 		cn.receivePacket(0, td)
 		return
 	}
-	spans, err := ParseUL(cn.opts.Framing, td, cn.spans[:0])
+	spans, err := parseUL(cn.opts.Framing, td, cn.spans[:0])
 	cn.spans = spans
 	p := cn.ep.port.Load()
 	if err != nil && p != nil {
@@ -332,7 +334,7 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	if reply, v := echoReply(cn.echo[:0], td); v == echoReplied {
 		cn.echo = reply
 		p := cn.ep.port.Load()
-		var err error = ErrStopped
+		var err error = sim.ErrStopped
 		if p != nil {
 			if cn.echoFr != nil {
 				err = cn.echoFr.Add(p, session, reply)
@@ -469,7 +471,7 @@ func (cn *CarrierNetwork) Dial(ctx context.Context, network string, addr netip.A
 	case "udp":
 		return gonet.DialUDP(cn.s, &la, &fa, protoOf(addr.Addr()))
 	}
-	return nil, errors.New("sim: carrier network: cannot dial " + network)
+	return nil, errors.New("simnet: carrier network: cannot dial " + network)
 }
 
 // Close stops the network: forwarded flows are closed, the stack is
@@ -485,7 +487,7 @@ func (cn *CarrierNetwork) Close() error {
 	cn.flows = nil
 	cn.mu.Unlock()
 	close(cn.quit)
-	if cn.opts.Framing != FramingRawIP {
+	if !isRawIP(cn.opts.Framing) {
 		cn.ep.agg.close()
 	}
 	// Abort every endpoint first: a gracefully closed flow would sit in
@@ -764,7 +766,7 @@ func (cn *CarrierNetwork) answerDNS(q []byte) []byte {
 type carrierLink struct {
 	cn   *CarrierNetwork
 	mtu  uint32
-	port atomic.Pointer[Port]
+	port atomic.Pointer[sim.Port]
 	disp atomic.Pointer[stack.NetworkDispatcher]
 	pool sync.Pool // *dlWriter: Port.Send copies, so one per writer at a time
 	agg  dlAgg     // DL aggregation on a framed pair
@@ -828,7 +830,7 @@ func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Erro
 	if p == nil {
 		return 0, &tcpip.ErrClosedForSend{}
 	}
-	if l.cn.opts.Framing != FramingRawIP {
+	if !isRawIP(l.cn.opts.Framing) {
 		return l.writeFramed(pkts)
 	}
 	w := l.writer()
@@ -895,12 +897,12 @@ type dlAgg struct {
 	free    []*Framer
 	closed  bool
 	kick    chan struct{} // one token: cur got its first packet, or a frame is full
-	framing Framing
+	framing framing.Framing
 	maxD    int
 	maxB    int
 }
 
-func (a *dlAgg) init(f Framing, maxDatagrams, maxBytes int) {
+func (a *dlAgg) init(f framing.Framing, maxDatagrams, maxBytes int) {
 	a.cond.L = &a.mu
 	a.framing, a.maxD, a.maxB = f, maxDatagrams, maxBytes
 	if a.maxD <= 0 {
@@ -1094,7 +1096,7 @@ func (l *carrierLink) sendFrame(fr *Framer) {
 	n := fr.enc.End()
 	fr.open, fr.n = false, 0
 	p := l.port.Load()
-	var err error = ErrStopped
+	var err error = sim.ErrStopped
 	if p != nil {
 		err = l.send(p, fr.buf[:n])
 	}
@@ -1113,11 +1115,11 @@ const sendPatience = time.Second
 // modem's SendTimeout for queue room, a network queues longer before it
 // drops, so the writer (a gVisor goroutine or the DL sender, never the
 // device goroutine) tries again until sendPatience has passed.
-func (l *carrierLink) send(p *Port, b []byte) error {
+func (l *carrierLink) send(p *sim.Port, b []byte) error {
 	deadline := time.Now().Add(sendPatience)
 	for {
 		err := p.Send(b)
-		if !errors.Is(err, ErrNoBuffer) || time.Now().After(deadline) {
+		if !errors.Is(err, sim.ErrNoBuffer) || time.Now().After(deadline) {
 			return err
 		}
 		select {

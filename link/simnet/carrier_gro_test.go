@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"bytes"
@@ -202,7 +202,7 @@ func (h *carrierHost) upload(t *testing.T, size int) {
 // queue up while the carrier's stack is busy) is logged.
 func TestCarrierUploadArrivesIntactThroughGRO(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	pairs := append([]carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", FramingRawIP, nil, 0}}, framedPairs...)
+	pairs := append([]carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}}, framedPairs...)
 	for _, k := range pairs {
 		t.Run(k.name, func(t *testing.T) {
 			h := newCarrierHost(t, k, CarrierOptions{})

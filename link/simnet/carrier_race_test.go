@@ -1,6 +1,6 @@
 //go:build race
 
-package sim
+package simnet
 
 // underRace: sync.Pool drops a quarter of its Puts under the race
 // detector, so a pooled chunk is allocated again now and then.

@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func (c *relayChunks) put(bp *[]byte) {
 
 // errRelayEnd is a copy that ended because the endpoint failed (reset,
 // aborted), not at the peer's FIN.
-var errRelayEnd = errors.New("sim: carrier relay: endpoint failed")
+var errRelayEnd = errors.New("simnet: carrier relay: endpoint failed")
 
 // copyToHost copies what the host's stack sends on the carrier's
 // endpoint ep to hc, reading ep directly with one waiter entry for the

@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 func TestCarrierIdleFlowsHoldNoRelayChunk(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Run("raw-ip", func(t *testing.T) {
-		h := newCarrierHost(t, carrierPair{"raw-ip", "qcom-sdx55m", "IP_HW0", FramingRawIP, nil, 0}, CarrierOptions{})
+		h := newCarrierHost(t, carrierPair{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}, CarrierOptions{})
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

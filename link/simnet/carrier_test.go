@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"bytes"
@@ -21,25 +21,26 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // carrierPair is a framed data pair the carrier network serves: a
-// profile, its channel, the carrier's framing and the host's.
+// profile, its channel, its framing and the host's session.
 type carrierPair struct {
 	name, profile, channel string
-	framing                Framing
-	link                   link.Framing
+	framing                framing.Framing // the carrier's and the host's
 	session                uint8
 }
 
 var framedPairs = []carrierPair{
-	{"mbim-ntb16", "quectel-em1xx", "IP_HW0_MBIM", FramingMBIM, mbim.NTB{}, 0},
+	{"mbim-ntb16", "quectel-em1xx", "IP_HW0_MBIM", mbim.NTB{}, 0},
 	// rmnet's first mux ID is 1 (ModemManager, libqmi).
-	{"qmap-v1", "qcom-sdx55m", "IP_HW0", FramingQMAP, qmap.Framing{Version: 1}, 1},
-	{"qmap-v5", "sierra-em919x", "IP_HW0", FramingQMAPv5, qmap.Framing{Version: 5}, 1},
+	{"qmap-v1", "qcom-sdx55m", "IP_HW0", qmap.Framing{Version: 1}, 1},
+	{"qmap-v5", "sierra-em919x", "IP_HW0", qmap.Framing{Version: 5}, 1},
 }
 
 // carrierHost is mhistack's host side (mhi controller, link endpoint, a
@@ -70,7 +71,7 @@ func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 boo
 		t.Fatal(err)
 	}
 	violations := make(chan error, 16)
-	dev, _, err := NewDevice(p, Options{
+	dev, _, err := sim.NewDevice(p, sim.Options{
 		Strict: true,
 		OnViolation: func(err error) {
 			select {
@@ -78,7 +79,7 @@ func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 boo
 			default:
 			}
 		},
-		Functions: map[string]Function{k.channel: cn},
+		Functions: map[string]sim.Function{k.channel: cn},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +93,7 @@ func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 boo
 	if err := c.PowerUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ep, err := link.New(ctx, c, link.Options{Channel: k.channel, Framing: k.link, Session: k.session})
+	ep, err := link.New(ctx, c, link.Options{Channel: k.channel, Framing: k.framing, Session: k.session})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 // carrier's 60 s TIME-WAIT, and the test failed at its first dial.
 func TestCarrierAcceptsASYNOnAPortItHoldsInTimeWait(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	rawIP := carrierPair{"raw-ip", "qcom-sdx55m", "IP_HW0", FramingRawIP, nil, 0}
+	rawIP := carrierPair{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}
 	for _, c := range []struct {
 		k  carrierPair
 		v6 bool

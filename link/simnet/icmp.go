@@ -1,37 +1,28 @@
-package sim
+package simnet
 
 import (
 	"encoding/binary"
 	"sync/atomic"
 
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
-)
-
-// Framing is how IP packets travel on a data channel pair.
-type Framing uint8
-
-const (
-	// FramingRawIP: one IP packet per transfer, as mhi_net sends on
-	// IP_HW0 and IP_SW0 (docs/PROTOCOL.md §7.1).
-	FramingRawIP Framing = iota
-	// FramingMBIM: MBIM NTB16, as mhi_wwan_mbim sends on IP_HW0_MBIM
-	// (docs/PROTOCOL.md §7.2, docs/FRAMING.md §3).
-	FramingMBIM
-	// FramingQMAP: QMAP (MAPv1) on IP_HW0 with rmnet on top
-	// (docs/FRAMING.md §4).
-	FramingQMAP
-	// FramingQMAPv5: QMAP with the MAPv5 checksum header (docs/FRAMING.md §4.1).
-	FramingQMAPv5
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // FramingFor returns the framing Linux uses on the named data channel
 // pair: NTB16 on IP_HW0_MBIM, raw IP elsewhere.
-func FramingFor(channel string) Framing {
+func FramingFor(channel string) framing.Framing {
 	if channel == "IP_HW0_MBIM" {
-		return FramingMBIM
+		return mbim.NTB{}
 	}
-	return FramingRawIP
+	return framing.RawIP{}
+}
+
+// isRawIP reports whether f is raw IP (nil counts as raw IP, as in
+// link.Options): one packet per transfer, no header to parse or build.
+func isRawIP(f framing.Framing) bool {
+	_, raw := f.(framing.RawIP)
+	return f == nil || raw
 }
 
 // ICMPResponder is the smallest carrier network: it answers ICMP echo
@@ -44,15 +35,16 @@ func FramingFor(channel string) Framing {
 // Its counters may be read at any time; Receive runs on the modem's device
 // goroutine.
 type ICMPResponder struct {
-	// Framing of the channel pair it serves.
-	Framing Framing
+	// Framing of the channel pair it serves: raw IP (nil or
+	// framing.RawIP{}) or MBIM NTB16 (mbim.NTB{}).
+	Framing framing.Framing
 
-	port atomic.Pointer[Port]
+	port atomic.Pointer[sim.Port]
 	seq  uint16 // NTB16 wSequence of the replies
 	pkt  []byte // reply being built, reused
 	ntb  []byte // framed reply, reused
 	// spans of the UL NTB being answered, reused.
-	spans []link.Span
+	spans []framing.Span
 
 	// Replies counts echo replies sent; Ignored counts well-formed
 	// packets that are not echo requests (or not to a unicast address);
@@ -62,14 +54,14 @@ type ICMPResponder struct {
 }
 
 // Start implements Function.
-func (r *ICMPResponder) Start(p *Port) { r.port.Store(p) }
+func (r *ICMPResponder) Start(p *sim.Port) { r.port.Store(p) }
 
 // Stop implements Function.
 func (r *ICMPResponder) Stop() { r.port.Store(nil) }
 
 // Receive implements Function: one UL transfer, a raw IP packet or an NTB.
 func (r *ICMPResponder) Receive(td []byte) {
-	if r.Framing == FramingRawIP {
+	if isRawIP(r.Framing) {
 		r.answer(0, td)
 		return
 	}
@@ -96,7 +88,7 @@ func (r *ICMPResponder) answer(session uint8, pkt []byte) {
 	}
 	r.pkt = reply
 	out := reply
-	if r.Framing == FramingMBIM {
+	if !isRawIP(r.Framing) {
 		r.ntb = mbim.AppendNTB(r.ntb[:0], r.seq, session, reply)
 		r.seq++
 		out = r.ntb

@@ -1,12 +1,15 @@
-package sim
+package simnet
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // inetSum is the test's own Internet checksum (RFC 1071), written as the
@@ -287,21 +290,86 @@ func FuzzNTB16(f *testing.F) {
 	})
 }
 
-// pingThrough sends request on the IP_HW0 pair of a modem whose IP_HW0
-// function is r, and returns what comes back on DL.
+// pingThrough sends request through mhistack's MHI host to a modem whose
+// LOOPBACK pair runs r (qcom-qdu100: the pair has an event ring of its
+// own, which the test polls), and returns what comes back on DL.
 func pingThrough(t *testing.T, r *ICMPResponder, request []byte) []byte {
 	t.Helper()
-	h := newHost(t, testProfile(), Options{Functions: map[string]Function{"IP_HW0": r}})
-	h.upToMissionMode()
-	ul, dl := h.startChannel(100), h.startChannel(101)
-	rx := h.alloc(4096, 8)
-	h.queue(dl, rx.IOVA, rx.Len(), mhi.TREIEOT|mhi.TREBEI)
-	tx := h.alloc(len(request), 8)
+	p, ok := mhi.Lookup("qcom-qdu100")
+	if !ok {
+		t.Fatal("no profile qcom-qdu100")
+	}
+	dev, _, err := sim.NewDevice(p, sim.Options{Strict: true, OnViolation: func(err error) { t.Error(err) },
+		Functions: map[string]sim.Function{"LOOPBACK": r}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.PowerUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ul, dl, err := c.ChannelPair("LOOPBACK", mhi.ChannelOptions{}, mhi.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	er := dl.EventRing()
+	if ul.EventRing() != er {
+		t.Fatal("LOOPBACK UL and DL are not on one event ring")
+	}
+	kick := make(chan struct{}, 1)
+	er.SetNotify(func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	})
+	for _, ch := range []*mhi.Channel{ul, dl} {
+		if err := ch.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dma := dev.DMA()
+	rx, err := dma.Alloc(4096, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dma.Alloc(len(request), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	copy(tx.Mem, request)
-	h.queue(ul, tx.IOVA, len(request), mhi.TREIEOT|mhi.TREBEI)
-	h.expectTx(2, 100, mhi.CodeEOT)
-	ev := h.expectTx(3, 101, mhi.CodeEOT)
-	return append([]byte{}, rx.Mem[:ev.Len()]...)
+	if err := dl.Queue(rx, rx.Len(), mhi.EOT); err != nil {
+		t.Fatal(err)
+	}
+	dl.Ring()
+	if err := ul.Queue(tx, len(request), mhi.EOT); err != nil {
+		t.Fatal(err)
+	}
+	ul.Ring()
+	var got []byte
+	for got == nil {
+		er.Poll(64, func(cp mhi.Completion) {
+			if cp.Channel == dl {
+				got = bytes.Clone(cp.Buf.Mem[:cp.Len])
+			}
+		})
+		if got != nil {
+			break
+		}
+		select {
+		case <-kick:
+		case <-ctx.Done():
+			t.Fatal("no DL transfer came back")
+		}
+	}
+	return got
 }
 
 func TestICMPResponderAnswersAPingOnRawIPChannel(t *testing.T) {

@@ -1,14 +1,14 @@
-package sim
+package simnet
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
-	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // Defaults of DL aggregation: what ModemManager asks a QMAP modem for and
@@ -21,14 +21,6 @@ const (
 // ruleULFraming names the rule a host breaks with a malformed UL frame.
 const ruleULFraming = "docs/FRAMING.md §3.1/§4.1: UL frames on a framed data channel parse (NTB or QMAP)"
 
-// Violation reports a host protocol violation found by a function (bad
-// UL framing, say): it is counted in Stats().Violations, kept in
-// Violations and, in strict mode, passed to Options.OnViolation, so the
-// test that caused it fails.
-func (p *Port) Violation(rule, format string, args ...any) {
-	p.m.violate(rule, "%s: %s", p.pr.name, fmt.Sprintf(format, args...))
-}
-
 // Framer frames DL IP packets like a modem: raw IP sends each packet as
 // it is; MBIM puts up to MaxDatagrams / MaxBytes in one NTB16 (one NDP
 // per session); QMAP aggregates MAP frames (MAPv5 with a checksum header
@@ -36,43 +28,43 @@ func (p *Port) Violation(rule, format string, args ...any) {
 // Port.Send into OVERFLOW pieces, as a modem whose MTU exceeds the host's
 // MRU does (docs/PROTOCOL.md §5.8). It is not safe for concurrent use.
 type Framer struct {
-	framing Framing
-	enc     link.SessionEncoder
-	buf     []byte
-	open    bool
-	n       int
-	oneOff  bool // a frame for one packet larger than the limits
+	enc    framing.SessionEncoder
+	buf    []byte
+	open   bool
+	n      int
+	oneOff bool // a frame for one packet larger than the limits
 }
 
 // NewFramer returns a framer for f aggregating up to maxDatagrams packets
 // and maxBytes bytes per frame (0: the defaults, 32 / 32 KiB).
-func NewFramer(f Framing, maxDatagrams, maxBytes int) *Framer {
+//
+// f is raw IP (nil or framing.RawIP{}), mbim.NTB or qmap.Framing; the
+// limits replace the value's own. Any other framing sends raw IP.
+func NewFramer(f framing.Framing, maxDatagrams, maxBytes int) *Framer {
 	if maxDatagrams <= 0 {
 		maxDatagrams = DefaultAggDatagrams
 	}
 	if maxBytes <= 0 {
 		maxBytes = DefaultAggBytes
 	}
-	fr := &Framer{framing: f, buf: make([]byte, min(maxBytes, 0xFFFF))}
-	switch f {
-	case FramingMBIM:
-		fr.enc = mbim.NewNTBBuilder(mbim.NTB{MaxDatagrams: maxDatagrams})
-	case FramingQMAP, FramingQMAPv5:
-		v := 1
-		if f == FramingQMAPv5 {
-			v = 5
-		}
-		fr.enc = qmap.NewAggregator(qmap.Framing{Version: v, MaxDatagrams: maxDatagrams, MaxBytes: maxBytes})
+	fr := &Framer{buf: make([]byte, min(maxBytes, 0xFFFF))}
+	switch f := f.(type) {
+	case mbim.NTB:
+		f.MaxDatagrams = maxDatagrams
+		fr.enc = mbim.NewNTBBuilder(f)
+	case qmap.Framing:
+		f.MaxDatagrams, f.MaxBytes = maxDatagrams, maxBytes
+		fr.enc = qmap.NewAggregator(f)
 	}
 	return fr
 }
 
 // errTooBig: a packet that does not fit an empty frame.
-var errTooBig = errors.New("sim: packet larger than a DL frame")
+var errTooBig = errors.New("simnet: packet larger than a DL frame")
 
 // Add adds one packet of session (MBIM session ID, QMAP mux ID) to the
 // frame being built, sending the frame first if the packet does not fit.
-func (f *Framer) Add(p *Port, session uint8, pkt []byte) error {
+func (f *Framer) Add(p *sim.Port, session uint8, pkt []byte) error {
 	if f.enc == nil {
 		return p.Send(pkt)
 	}
@@ -100,7 +92,7 @@ func (f *Framer) Add(p *Port, session uint8, pkt []byte) error {
 // sendAlone sends a packet larger than an empty frame in a frame of its
 // own size (up to the framing's 64 KiB limit), as a modem whose MTU
 // exceeds its aggregation size does.
-func (f *Framer) sendAlone(p *Port, session uint8, pkt []byte) error {
+func (f *Framer) sendAlone(p *sim.Port, session uint8, pkt []byte) error {
 	buf := make([]byte, min(len(pkt)+64, 0xFFFF))
 	f.enc.Begin(buf)
 	f.enc.SetSession(session)
@@ -117,7 +109,7 @@ func (f *Framer) sendAlone(p *Port, session uint8, pkt []byte) error {
 }
 
 // Flush sends the frame being built, if it holds anything.
-func (f *Framer) Flush(p *Port) error {
+func (f *Framer) Flush(p *sim.Port) error {
 	if !f.open {
 		return nil
 	}
@@ -129,21 +121,24 @@ func (f *Framer) Flush(p *Port) error {
 	return p.Send(f.buf[:n])
 }
 
-// ParseUL finds the IP packets (and QMAP commands, Span.Ctrl) of one UL
-// transfer in framing f, strictly: any framing error is returned.
-func ParseUL(f Framing, td []byte, spans []link.Span) ([]link.Span, error) {
-	switch f {
-	case FramingMBIM:
-		return mbim.DecodeNTB(td, spans)
-	case FramingQMAP:
-		return qmap.Decode(td, 1, spans)
-	case FramingQMAPv5:
-		return qmap.Decode(td, 5, spans)
+// knownFraming reports whether the network functions frame DL in f: raw
+// IP (nil or framing.RawIP{}), mbim.NTB or qmap.Framing.
+func knownFraming(f framing.Framing) bool {
+	switch f.(type) {
+	case nil, framing.RawIP, mbim.NTB, qmap.Framing:
+		return true
 	}
-	if len(td) == 0 {
-		return spans, link.ErrRunt
+	return false
+}
+
+// parseUL finds the IP packets (and QMAP commands, Span.Ctrl) of one UL
+// transfer in framing f (nil: raw IP), strictly: any framing error is
+// returned.
+func parseUL(f framing.Framing, td []byte, spans []framing.Span) ([]framing.Span, error) {
+	if f == nil {
+		f = framing.RawIP{}
 	}
-	return append(spans, link.Span{Len: len(td)}), nil
+	return f.Decode(td, spans)
 }
 
 // PacketNet is a carrier network for framing tests: it parses UL
@@ -153,9 +148,10 @@ func ParseUL(f Framing, td []byte, spans []link.Span) ([]link.Span, error) {
 // commands from the host are counted (ACKs) and it can send flow-control
 // commands (SendCommand).
 type PacketNet struct {
-	// Framing of the pair; MaxDatagrams and MaxBytes bound DL
-	// aggregation (defaults 32 / 32 KiB).
-	Framing                Framing
+	// Framing of the pair (raw IP: nil or framing.RawIP{}; mbim.NTB{};
+	// qmap.Framing{Version: 1 or 5}); MaxDatagrams and MaxBytes bound DL
+	// aggregation (defaults 32 / 32 KiB) and replace the value's own.
+	Framing                framing.Framing
 	MaxDatagrams, MaxBytes int
 	// Echo sends every UL packet back on DL, on its session, aggregated
 	// per UL transfer.
@@ -164,10 +160,10 @@ type PacketNet struct {
 	// pkt is only valid during the call.
 	OnPacket func(session uint8, pkt []byte)
 
-	port  atomic.Pointer[Port]
+	port  atomic.Pointer[sim.Port]
 	mu    sync.Mutex // guards fr (Send from tests, Echo from Receive)
 	fr    *Framer
-	spans []link.Span
+	spans []framing.Span
 
 	// ULFrames, ULPackets: UL transfers and the IP packets in them;
 	// Malformed: UL transfers that did not parse; ACKs: QMAP command
@@ -183,7 +179,7 @@ func (n *PacketNet) framer() *Framer {
 }
 
 // Start implements Function.
-func (n *PacketNet) Start(p *Port) { n.port.Store(p) }
+func (n *PacketNet) Start(p *sim.Port) { n.port.Store(p) }
 
 // Stop implements Function.
 func (n *PacketNet) Stop() { n.port.Store(nil) }
@@ -196,7 +192,7 @@ func (n *PacketNet) Running() bool { return n.port.Load() != nil }
 func (n *PacketNet) Receive(td []byte) {
 	p := n.port.Load()
 	n.ULFrames.Add(1)
-	spans, err := ParseUL(n.Framing, td, n.spans[:0])
+	spans, err := parseUL(n.Framing, td, n.spans[:0])
 	n.spans = spans
 	if err != nil {
 		n.Malformed.Add(1)
@@ -234,7 +230,7 @@ func (n *PacketNet) Receive(td []byte) {
 func (n *PacketNet) Send(session uint8, pkts ...[]byte) error {
 	p := n.port.Load()
 	if p == nil {
-		return ErrStopped
+		return sim.ErrStopped
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -251,12 +247,12 @@ func (n *PacketNet) Send(session uint8, pkts ...[]byte) error {
 // SendCommand sends one QMAP command frame on DL (QMAP framings only),
 // e.g. qmap.FlowControl: the host must answer it with an ACK.
 func (n *PacketNet) SendCommand(c qmap.Command) error {
-	if n.Framing != FramingQMAP && n.Framing != FramingQMAPv5 {
-		return errors.New("sim: commands need QMAP framing")
+	if _, ok := n.Framing.(qmap.Framing); !ok {
+		return errors.New("simnet: commands need QMAP framing")
 	}
 	p := n.port.Load()
 	if p == nil {
-		return ErrStopped
+		return sim.ErrStopped
 	}
 	return p.Send(qmap.AppendCommand(nil, c))
 }

@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // MBIMFunction is the modem's MBIM control function on the "MBIM"
@@ -209,7 +210,7 @@ func (f *MBIMFunction) Stats() MBIMStats {
 }
 
 // Start implements Function: the modem (re)started the channels.
-func (f *MBIMFunction) Start(p *Port) {
+func (f *MBIMFunction) Start(p *sim.Port) {
 	f.startWith(p.Send)
 }
 

@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"net/netip"

@@ -1,4 +1,4 @@
-package sim
+package simnet
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // QMIFunction is the modem's QMI function on the "QMI" channel pair
@@ -173,7 +174,7 @@ func (f *QMIFunction) Calls() int {
 // Start implements Function.
 // A start in the same modem run as the last (the host reopened the port)
 // keeps the client IDs, calls and data format.
-func (f *QMIFunction) Start(p *Port) {
+func (f *QMIFunction) Start(p *sim.Port) {
 	f.startWith(p.Send, func(rule, detail string) { p.Violation(rule, "%s", detail) }, p.Boot(), true)
 }
 
@@ -220,7 +221,7 @@ func (f *QMIFunction) Serve(rw io.ReadWriteCloser) error {
 	return serveStream(rw, qmi.MaxFrame, func(send func([]byte) error) {
 		f.startWith(send, func(rule, detail string) {
 			if f.cfg.OnViolation != nil {
-				f.cfg.OnViolation(&Violation{Rule: rule, Detail: detail})
+				f.cfg.OnViolation(&sim.Violation{Rule: rule, Detail: detail})
 			}
 		}, 0, false)
 	}, func(b []byte) { f.q.deliver(b, true) }, f.Stop)

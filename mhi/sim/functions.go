@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,14 @@ func (p *Port) Send(b []byte) error {
 			return ErrStopped
 		}
 	}
+}
+
+// Violation reports a host protocol violation found by a function (bad
+// UL framing, say): it is counted in Stats().Violations, kept in
+// Violations and, in strict mode, passed to Options.OnViolation, so the
+// test that caused it fails.
+func (p *Port) Violation(rule, format string, args ...any) {
+	p.m.violate(rule, "%s: %s", p.pr.name, fmt.Sprintf(format, args...))
 }
 
 // Loopback is the LOOPBACK function: every UL transfer descriptor received

@@ -2,8 +2,14 @@
 // stack's behaviour, docs/PROTOCOL.md §8, plus a boot ROM) as a PCI device
 // model for the in-process bus mhi/pci/vpci, impersonating any modem
 // profile. Channel pairs are backed by Functions (Loopback by default on
-// "LOOPBACK"); strict mode turns every host protocol violation into a test
-// failure naming the rule.
+// "LOOPBACK", Generator for DL load); strict mode turns every host protocol
+// violation into a test failure naming the rule.
+//
+// Function and Port are the hook the modem's network side plugs into:
+// the carrier network, the MBIM and QMI control functions and the small
+// test networks live in link/simnet, one floor up, because they speak the
+// link layer's wire formats and nothing under mhi/ imports link/
+// (docs/ARCHITECTURE.md).
 //
 //	dev, modem, err := sim.NewDevice(profile, sim.Options{
 //		Strict: true, OnViolation: func(err error) { t.Error(err) },

@@ -1,0 +1,34 @@
+// Package simnet is the network side of the emulated modem: what runs
+// behind mhi/sim's data and control channels once the MHI device model has
+// carried a transfer across. mhi/sim is the modem's MHI hardware and
+// firmware (registers, rings, events, power states, boot); simnet is the
+// modem's cellular side, plugged into it as sim.Function values, one per
+// channel pair (sim.Options.Functions):
+//
+//   - CarrierNetwork: a gVisor stack that terminates the host's TCP and UDP
+//     flows on the data pair and forwards them to the host's own sockets,
+//     answers DNS and pings, and aggregates DL like a modem
+//     (carrier*.go);
+//   - MBIMFunction and QMIFunction: the control functions on the "MBIM"
+//     and "QMI" pairs, over one network state (SIM, radio, registration,
+//     packet service; mbim*.go, qmi.go, network_state.go);
+//   - ICMPResponder and PacketNet: the small networks of the kernel
+//     cross-check and of framing tests (icmp.go, ipnet.go).
+//
+// The data pair's framing is a link/framing value, the same the host's
+// link endpoint uses: raw IP (nil or framing.RawIP{}), mbim.NTB{} or
+// qmap.Framing{Version: 1 or 5}. UL frames are parsed with those codecs,
+// strictly (a malformed one is a host protocol violation, reported with
+// sim.Port.Violation), and DL frames are built with them (Framer).
+//
+// The package sits on the link floor (docs/ARCHITECTURE.md): it speaks the
+// wire formats of link/framing, link/mbim, link/qmap and link/qmi, so it
+// cannot live under mhi/, which imports nothing of link/. No non-test
+// package under link/ imports it; stack imports it for Device "sim".
+//
+//	cn, _ := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: mbim.NTB{}})
+//	defer cn.Close()
+//	dev, _, _ := sim.NewDevice(profile, sim.Options{
+//		Functions: map[string]sim.Function{"IP_HW0_MBIM": cn, "MBIM": simnet.NewMBIMFunction(simnet.MBIMConfig{})},
+//	})
+package simnet
