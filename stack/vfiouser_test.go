@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
@@ -32,14 +33,14 @@ import (
 func serveSim(t *testing.T) (string, *vfiouser.Server) {
 	t.Helper()
 	p, _ := mhi.Lookup("qcom-sdx55m")
-	cn, err := sim.NewCarrierNetwork(sim.CarrierOptions{})
+	cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := sim.New(p, sim.Options{
 		Strict:      true,
 		OnViolation: func(err error) { t.Error("protocol violation:", err) },
-		Functions:   map[string]sim.Function{"IP_HW0": cn, "MBIM": sim.NewMBIMFunction(sim.MBIMConfig{})},
+		Functions:   map[string]sim.Function{"IP_HW0": cn, "MBIM": simnet.NewMBIMFunction(simnet.MBIMConfig{})},
 	})
 	if err != nil {
 		cn.Close()
@@ -73,7 +74,7 @@ func shaEcho(t *testing.T, s *stack.Stack, n int) {
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(sim.TestAddr4, port).String())
+	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
