@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -17,20 +17,13 @@ func TestDMABytesBoundsBootAndControlPorts(t *testing.T) {
 	p := profile(t, "qcom-sdx55m")
 	img := bootImage(3<<20 + 12345)
 	u := mhi.DMAUse{Firmware: len(img), SegLen: 64 << 10}
-	dev, m, err := sim.NewDevice(p, sim.Options{Boot: sim.BootPBL}, vpci.WithIOVAWindow(uint64(mhi.DMABytes(p, u))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	m.SetFullBootChain(true)
-	c, err := mhi.New(dev, mhi.Options{Profile: p,
-		Firmware: func(string) ([]byte, error) { return img, nil },
-		Boot:     mhi.BootOptions{FullBootChain: true, SBLSize: 1 << 20, SegLen: u.SegLen},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	r := mhitest.New(t, mhitest.Options{Profile: p, Sim: sim.Options{Boot: sim.BootPBL}, IOVAWindow: uint64(mhi.DMABytes(p, u)),
+		Controller: mhi.Options{
+			Firmware: func(string) ([]byte, error) { return img, nil },
+			Boot:     mhi.BootOptions{FullBootChain: true, SBLSize: 1 << 20, SegLen: u.SegLen},
+		}, NoPowerUp: true})
+	c := r.Controller
+	r.Modem.SetFullBootChain(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.PowerUp(ctx); err != nil {

@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // rig is one host controller driving one emulated modem on the virtual
-// bus, in strict mode: a host protocol violation or a DMA fault fails the
-// test that caused it.
+// bus (mhitest's rig), in strict mode: a host protocol violation or a DMA
+// fault fails the test that caused it. It adds what this package's tests
+// share: the controller's events and channel loops.
 type rig struct {
 	t   testing.TB
 	p   *mhi.Profile
@@ -57,25 +59,10 @@ func newRigProfile(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options)
 
 // newRigWrap is newRigProfile whose controller drives wrap(dev) instead of
 // the bus device itself (a test that changes what the backend can do).
+// The rig is mhitest's, left in reset (the test calls powerUp).
 func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wrap func(*vpci.Device) pci.Device) *rig {
 	t.Helper()
-	name := p.Name
 	r := &rig{t: t, p: p, evCh: make(chan mhi.Event, 64)}
-	fl := &failLog{}
-	fail := fl.add
-	so.Strict = true
-	if so.OnViolation == nil {
-		so.OnViolation = func(err error) { fail("protocol violation: " + err.Error()) }
-	}
-	dev, m, err := sim.NewDevice(r.p, so, vpci.WithFaultHandler(func(f vpci.Fault) { fail("DMA fault: " + f.Error()) }))
-	if err != nil {
-		t.Fatalf("emulated %s: %v", name, err)
-	}
-	r.dev, r.m = dev, m
-	co.Profile = r.p
-	if co.Timeout == 0 {
-		co.Timeout = 3 * time.Second
-	}
 	co.OnEvent = func(e mhi.Event) {
 		r.mu.Lock()
 		r.events = append(r.events, e)
@@ -85,48 +72,13 @@ func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wr
 		default:
 		}
 	}
-	var hostDev pci.Device = dev
+	o := mhitest.Options{Profile: p, Sim: so, Controller: co, NoPowerUp: true}
 	if wrap != nil {
-		hostDev = wrap(dev)
+		o.Wrap = func(d *vpci.Device) (pci.Device, error) { return wrap(d), nil }
 	}
-	c, err := mhi.New(hostDev, co)
-	if err != nil {
-		dev.Close()
-		t.Fatalf("mhi.New(%s): %v", name, err)
-	}
-	r.c = c
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("controller Close: %v", err)
-		}
-		if err := dev.Close(); err != nil {
-			t.Errorf("device Close: %v", err)
-		}
-		fl.report(t)
-	})
+	tr := mhitest.New(t, o)
+	r.dev, r.m, r.c = tr.Device, tr.Modem, tr.Controller
 	return r
-}
-
-// failLog collects failures reported from the model's goroutines
-// (violations, DMA faults), where t.Error may no longer be called, for
-// the test's cleanup to report.
-type failLog struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (f *failLog) add(s string) {
-	f.mu.Lock()
-	f.list = append(f.list, s)
-	f.mu.Unlock()
-}
-
-func (f *failLog) report(t testing.TB) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, s := range f.list {
-		t.Error(s)
-	}
 }
 
 func (r *rig) powerUp() {

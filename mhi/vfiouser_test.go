@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,5 +130,28 @@ func TestVFIOUserServerDeathFailsTheControllerCleanly(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the dead server was noticed after %v", d)
+	}
+}
+
+// failLog collects failures reported from the model's goroutines
+// (violations, DMA faults), where t.Error may no longer be called, for
+// the test's cleanup to report (mhitest.Rig does this for the rigs on the
+// virtual bus).
+type failLog struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (f *failLog) add(s string) {
+	f.mu.Lock()
+	f.list = append(f.list, s)
+	f.mu.Unlock()
+}
+
+func (f *failLog) report(t testing.TB) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.list {
+		t.Error(s)
 	}
 }
