@@ -3,7 +3,6 @@ package mhi_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -19,14 +18,7 @@ import (
 // before it resets the modem, delivers it byte-exact (OnCrashDump,
 // LastCrashDump, EventCrashDump), then recovers and data flows again.
 func TestCrashDumpCollectedOverBHIeThenRecovered(t *testing.T) {
-	p := *profile(t, "foxconn-sdx55")
-	p.RDDMSize = 96 << 10
-	dumps := make(chan mhi.CrashDump, 4)
-	r := newRigProfile(t, &p, sim.Options{}, mhi.Options{
-		Boot:        mhi.BootOptions{SegLen: 16 << 10},
-		OnCrashDump: func(d mhi.CrashDump) { dumps <- d },
-	})
-	r.powerUp()
+	p, r, dumps := crashDumpRig(t, 96<<10)
 	l := newLoop(r, "LOOPBACK", 2048, 16, 16)
 	rng := rand.New(rand.NewPCG(5, 6))
 	l.exchange(t, rng, 10, 5000)
@@ -202,38 +194,14 @@ func TestCrashDumpWaitsForItsOwnTransferStatus(t *testing.T) {
 // crash of a recovery episode was dumped; the retry reset the modem and
 // its second dump was lost.
 func TestCrashDumpCollectedAgainWhenTheModemCrashesDuringRecovery(t *testing.T) {
-	p := *profile(t, "foxconn-sdx55")
-	p.RDDMSize = 64 << 10
-	dumps := make(chan mhi.CrashDump, 4)
-	r := newRigProfile(t, &p, sim.Options{}, mhi.Options{
-		Boot:        mhi.BootOptions{SegLen: 16 << 10},
-		OnCrashDump: func(d mhi.CrashDump) { dumps <- d },
-	})
-	r.powerUp()
+	_, r, dumps := crashDumpRig(t, 64<<10)
 	l := newLoop(r, "LOOPBACK", 2048, 16, 16)
 	rng := rand.New(rand.NewPCG(41, 42))
 	l.exchange(t, rng, 5, 3000)
 
 	first, second := bootImage(20000), bootImage(30000)
 	second[0] ^= 0xFF // not a prefix of the first
-	var once sync.Once
-	hookErr := make(chan error, 1)
-	mhi.SetRecoveryEndHookForTest(r.c, func() {
-		once.Do(func() {
-			err := r.m.TriggerCrash(second)
-			deadline := time.Now().Add(5 * time.Second)
-			for err == nil {
-				if st, _, _ := r.c.State(); st == mhi.StateSysErr {
-					break
-				}
-				if time.Now().After(deadline) {
-					err = errors.New("the second crash was not recorded within 5s")
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
-			hookErr <- err
-		})
-	})
+	hookErr := r.failAgainAsRecoveryEnds(func() error { return r.m.TriggerCrash(second) })
 	if err := r.m.TriggerCrash(first); err != nil {
 		t.Fatal(err)
 	}
@@ -258,4 +226,18 @@ func TestCrashDumpCollectedAgainWhenTheModemCrashesDuringRecovery(t *testing.T) 
 	if n := r.m.RDDMUploads(); n != 2 {
 		t.Errorf("modem uploaded %d dumps, want 2", n)
 	}
+}
+
+// crashDumpRig powers up a foxconn-sdx55 whose RDDM size is size, dumped
+// in 16 KiB segments; OnCrashDump sends each dump to the channel.
+func crashDumpRig(t *testing.T, size int) (*mhi.Profile, *rig, <-chan mhi.CrashDump) {
+	p := *profile(t, "foxconn-sdx55")
+	p.RDDMSize = size
+	dumps := make(chan mhi.CrashDump, 4)
+	r := newRigProfile(t, &p, sim.Options{}, mhi.Options{
+		Boot:        mhi.BootOptions{SegLen: 16 << 10},
+		OnCrashDump: func(d mhi.CrashDump) { dumps <- d },
+	})
+	r.powerUp()
+	return &p, r, dumps
 }

@@ -46,24 +46,7 @@ func TestSysErrAsRecoveryEndsIsRecovered(t *testing.T) {
 	l := newLoop(r, "LOOPBACK", 4096, 8, 8)
 	l.exchange(t, rand.New(rand.NewPCG(35, 36)), 5, 4096)
 
-	var once sync.Once
-	hookErr := make(chan error, 1)
-	mhi.SetRecoveryEndHookForTest(r.c, func() {
-		once.Do(func() {
-			err := r.m.TriggerSysErr()
-			deadline := time.Now().Add(5 * time.Second)
-			for err == nil {
-				if st, _, _ := r.c.State(); st == mhi.StateSysErr {
-					break
-				}
-				if time.Now().After(deadline) {
-					err = errors.New("the second SYS_ERR was not recorded within 5s")
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
-			hookErr <- err
-		})
-	})
+	hookErr := r.failAgainAsRecoveryEnds(r.m.TriggerSysErr)
 	if err := r.m.TriggerSysErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,4 +75,31 @@ func (r *rig) waitRecoveredTwice() {
 	if st, _ := r.m.State(); st != mhi.StateM0 {
 		r.t.Fatalf("modem in %s after recovery", st)
 	}
+}
+
+// failAgainAsRecoveryEnds makes the modem fail again (fail: TriggerSysErr,
+// or a TriggerCrash) once, when recovery has restarted every channel and
+// is about to end: a hook holds the recovery goroutine until the
+// controller has recorded the new SYS_ERR. The returned channel receives
+// the hook's error (nil when the SYS_ERR was recorded).
+func (r *rig) failAgainAsRecoveryEnds(fail func() error) <-chan error {
+	var once sync.Once
+	hookErr := make(chan error, 1)
+	mhi.SetRecoveryEndHookForTest(r.c, func() {
+		once.Do(func() {
+			err := fail()
+			deadline := time.Now().Add(5 * time.Second)
+			for err == nil {
+				if st, _, _ := r.c.State(); st == mhi.StateSysErr {
+					break
+				}
+				if time.Now().After(deadline) {
+					err = errors.New("the second SYS_ERR was not recorded within 5s")
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			hookErr <- err
+		})
+	})
+	return hookErr
 }

@@ -27,41 +27,16 @@ func TestSBLChannelsEndAtMissionMode(t *testing.T) {
 	defer cancel()
 	ctx, cancelOps := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelOps()
-	l := newLoop(r, "SAHARA", 4096, 8, 8)
-	l.exchange(t, rand.New(rand.NewPCG(41, 42)), 10, 4096)
-	waitFor(t, 5*time.Second, "UL completions and all 8 DL buffers queued again", func() bool {
-		return l.ul.Outstanding() == 0 && l.dl.Outstanding() == 8
-	})
-
+	l := saharaLoop(t, r, 41)
 	cmds := r.c.Stats().Commands
 	if err := r.m.LeaveSBL(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("PowerUp after the SBL: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("PowerUp did not return after the SBL")
-	}
+	waitPowerUp(ctx, t, errc)
 	if n := r.c.Stats().Commands - cmds; n != 0 {
 		t.Errorf("%d commands sent at the mission-mode transition, want none (no RESET_CHAN for SAHARA)", n)
 	}
-
-	l.mu.Lock()
-	rx := append([]*pci.Buffer(nil), l.rxFree...)
-	l.mu.Unlock()
-	seen := map[*pci.Buffer]int{}
-	for _, b := range rx {
-		seen[b]++
-	}
-	if len(rx) != 8 || len(seen) != 8 {
-		t.Errorf("%d DL buffers back (%d distinct) at mission mode, want each of the 8 once", len(rx), len(seen))
-	}
-	if n := l.dl.Outstanding(); n != 0 {
-		t.Errorf("SAHARA DL still has %d buffers outstanding", n)
-	}
+	checkDLBuffersBackOnce(t, l)
 	b := <-l.txFree
 	if err := l.ul.Queue(b, 1, mhi.EOT); !errors.Is(err, mhi.ErrNotRunning) || !errors.Is(err, mhi.ErrState) {
 		t.Errorf("Queue on SAHARA in AMSS = %v, want ErrNotRunning wrapping ErrState", err)
@@ -94,12 +69,7 @@ func TestSBLChannelResetRacingTheSBLExit(t *testing.T) {
 	defer cancel()
 	ctx, cancelOps := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelOps()
-	l := newLoop(r, "SAHARA", 4096, 8, 8)
-	l.exchange(t, rand.New(rand.NewPCG(45, 46)), 5, 4096)
-	waitFor(t, 5*time.Second, "UL completions and all 8 DL buffers queued again", func() bool {
-		return l.ul.Outstanding() == 0 && l.dl.Outstanding() == 8
-	})
-
+	l := saharaLoop(t, r, 45)
 	cmds := r.c.Stats().Commands
 	r.m.HoldCommands(true)
 	defer r.m.HoldCommands(false)
@@ -118,6 +88,27 @@ func TestSBLChannelResetRacingTheSBLExit(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Reset of SAHARA did not return")
 	}
+	waitPowerUp(ctx, t, errc)
+	checkDLBuffersBackOnce(t, l)
+	lb := newLoop(r, "LOOPBACK", 4096, 8, 8)
+	lb.exchange(t, rand.New(rand.NewPCG(47, 48)), 10, 4096)
+}
+
+// saharaLoop moves data over SAHARA in the SBL and waits until its eight
+// DL buffers are queued again and the UL is idle.
+func saharaLoop(t *testing.T, r *rig, seed uint64) *loop {
+	t.Helper()
+	l := newLoop(r, "SAHARA", 4096, 8, 8)
+	l.exchange(t, rand.New(rand.NewPCG(seed, seed+1)), 5, 4096)
+	waitFor(t, 5*time.Second, "UL completions and all 8 DL buffers queued again", func() bool {
+		return l.ul.Outstanding() == 0 && l.dl.Outstanding() == 8
+	})
+	return l
+}
+
+// waitPowerUp waits for the PowerUp started by startInSBL to succeed.
+func waitPowerUp(ctx context.Context, t *testing.T, errc <-chan error) {
+	t.Helper()
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -126,6 +117,12 @@ func TestSBLChannelResetRacingTheSBLExit(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("PowerUp did not return after the SBL")
 	}
+}
+
+// checkDLBuffersBackOnce checks that each of l's 8 DL buffers came back
+// through Release exactly once and none is outstanding.
+func checkDLBuffersBackOnce(t *testing.T, l *loop) {
+	t.Helper()
 	l.mu.Lock()
 	rx := append([]*pci.Buffer(nil), l.rxFree...)
 	l.mu.Unlock()
@@ -139,6 +136,4 @@ func TestSBLChannelResetRacingTheSBLExit(t *testing.T) {
 	if n := l.dl.Outstanding(); n != 0 {
 		t.Errorf("SAHARA DL still has %d buffers outstanding", n)
 	}
-	lb := newLoop(r, "LOOPBACK", 4096, 8, 8)
-	lb.exchange(t, rand.New(rand.NewPCG(47, 48)), 10, 4096)
 }
