@@ -33,7 +33,9 @@ import (
 // answers an MMIO write in about a microsecond and rarely opens the window.
 // A longer poll only narrows it; the modem's doorbell-mode watchdog
 // (sim.Options.DBModeWatchdog, -dbmode-watchdog) closes it, at the cost of
-// up to its period of stall each time the race hits.
+// about 125 ms of stall each time the race hits. 50 ms stays the default:
+// with 2 ms and the watchdog, one full cross-check run still lost 4 of
+// 1000 burst pings, cause not found (docs/KERNEL-CROSSCHECK.md).
 const serveBurstIdle = 50 * time.Millisecond
 
 func init() {
@@ -113,7 +115,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
 	burstIdle := fs.Duration("burst-idle", serveBurstIdle, "idle time before a polling burst channel sends DB_MODE (longer than the in-process modem's 2 ms: a host behind QEMU can take milliseconds between its doorbell write and the next instruction, see serveBurstIdle)")
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
-	dbModeWatchdog := fs.Duration("dbmode-watchdog", 0, "how often a burst channel in doorbell mode (after its DB_MODE) re-reads the context write pointer and polls again if the host moved it without ringing (0: modem default, 100ms; negative: never)")
+	dbModeWatchdog := fs.Duration("dbmode-watchdog", 0, "how often a burst channel in doorbell mode (after its DB_MODE) re-reads the context write pointer and polls again if the host moved it without ringing (0: modem default, 100ms; negative: never); see serveBurstIdle")
 	sblTime := fs.Duration("sbl-time", 0, "how long the SBL runs before AMSS with -boot pbl (0: modem default)")
 	loseFW := fs.Bool("lose-firmware-on-syserr", false, "come back in PBL after a SYS_ERR recovery reset")
 	fullChain := fs.Bool("full-boot-chain", false, "with -boot pbl: the SBL waits for the whole image over BHIe (mhictl fw load -bhie) instead of moving on to mission mode by itself")
