@@ -329,7 +329,7 @@ func TestRefillerKeepsRingAtLevelAndRecoversFromPoolExhaustion(t *testing.T) {
 	waitUntil(t, 2*time.Second, "ring at level", func() bool { return dl.FreeCount() < level })
 
 	// Exhaust the pool: hold back every buffer, then drain the ring.
-	link.HoldRXBuffersForTest(r.ep)
+	release := r.ep.StarveRX()
 	g.Add(dl.Elements() + 50)
 	waitUntil(t, 10*time.Second, "ring drained", func() bool { return dl.FreeCount() == dl.Elements()-1 })
 	waitUntil(t, 5*time.Second, "allocation failure counted", func() bool { return r.ep.Stats().RXAllocFail > 0 })
@@ -340,7 +340,7 @@ func TestRefillerKeepsRingAtLevelAndRecoversFromPoolExhaustion(t *testing.T) {
 	}
 	// Give them back: the refiller refills on its own (back-off retry),
 	// and the queued traffic arrives.
-	held := link.ReleaseRXBuffersForTest(r.ep)
+	held := release()
 	r.snk.waitFor(t, 5000+dl.Elements()+50, 10*time.Second)
 	waitUntil(t, 2*time.Second, "ring refilled", func() bool { return dl.FreeCount() < level })
 	t.Logf("held %d buffers; stats %s", held, fmtStats(r.ep.Stats()))

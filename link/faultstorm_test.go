@@ -14,7 +14,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 
-	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -157,9 +156,9 @@ func TestFaultStormDuringTCPTransfer(t *testing.T) {
 			r.m.SetSlow(0)
 		}},
 		{"RX buffer starvation (200 ms)", func() {
-			link.HoldRXBuffersForTest(r.ep)
+			release := r.ep.StarveRX()
 			time.Sleep(200 * time.Millisecond)
-			link.ReleaseRXBuffersForTest(r.ep)
+			release()
 		}},
 		{"SYS_ERR #3", func() { sysErr(t, r) }},
 	}

@@ -20,7 +20,7 @@ type pool struct {
 	mu   sync.Mutex
 	free []*pci.Buffer
 	// holding diverts returned buffers into held: a test starving the
-	// pool (HoldRXBuffersForTest).
+	// pool (Endpoint.StarveRX).
 	holding bool
 	held    []*pci.Buffer
 }

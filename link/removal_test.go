@@ -129,15 +129,7 @@ func TestSurpriseRemovalMidTransferFailsEveryBlockedCall(t *testing.T) {
 	// the reason "device removed", which is the point and not a host
 	// error (the rig would report them at close). Any other fault is
 	// still reported, below.
-	r.failMu.Lock()
-	kept := r.failures[:0]
-	for _, f := range r.failures {
-		if !strings.Contains(f, "device removed") {
-			kept = append(kept, f)
-		}
-	}
-	r.failures = kept
-	r.failMu.Unlock()
+	r.lr.ForgiveFailures(func(f string) bool { return strings.Contains(f, "device removed") })
 
 	// Teardown completes, bounded, in the order a user would do it.
 	done := make(chan struct{})

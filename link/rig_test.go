@@ -2,7 +2,6 @@ package link_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -19,26 +18,27 @@ import (
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/linktest"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-// rig is a host controller in mission mode on an emulated qcom-sdx55m with
-// fn behind the data channel pair, and a link endpoint on that pair. The
-// modem runs in strict mode: a host protocol violation or a DMA fault
-// fails the test.
+// rig is linktest's rig (a host controller in mission mode on a strict
+// emulated qcom-sdx55m with fn behind the data channel pair, and a link
+// endpoint on that pair) with a sink attached: a host protocol violation
+// or a DMA fault fails the test.
 type rig struct {
 	t   testing.TB
+	lr  *linktest.Rig
 	dev *vpci.Device
 	m   *sim.Modem
 	c   *mhi.Controller
 	ep  *link.Endpoint
 	snk *sink
 
-	failMu   sync.Mutex
-	failures []string
-	closed   bool
+	closed bool
 }
 
 type rigOptions struct {
@@ -52,67 +52,20 @@ type rigOptions struct {
 
 func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
-	r := &rig{t: t, snk: newSink()}
-	name := o.profile
-	if name == "" {
-		name = "qcom-sdx55m"
-	}
-	p, ok := mhi.Lookup(name)
-	if !ok {
-		t.Fatalf("no profile %s", name)
-	}
-	ch := o.link.Channel
-	if ch == "" {
-		ch = link.DefaultChannel
-	}
-	so := o.sim
-	so.Strict = true
-	if so.OnViolation == nil {
-		so.OnViolation = func(err error) { r.fail("protocol violation: " + err.Error()) }
-	}
-	if o.fn != nil {
-		so.Functions = map[string]sim.Function{ch: o.fn}
-	}
-	dev, m, err := sim.NewDevice(p, so, vpci.WithFaultHandler(func(f vpci.Fault) { r.fail("DMA fault: " + f.Error()) }))
+	lr, err := linktest.Start(linktest.Options{
+		Options:  mhitest.Options{ProfileName: o.profile, Sim: o.sim, Controller: mhi.Options{Timeout: o.timeout}},
+		Link:     o.link,
+		Function: o.fn,
+	})
 	if err != nil {
-		t.Fatalf("emulated %s: %v", name, err)
+		t.Fatal(err)
 	}
-	r.dev, r.m = dev, m
-	timeout := o.timeout
-	if timeout == 0 {
-		timeout = 3 * time.Second
-	}
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: timeout})
-	if err != nil {
-		dev.Close()
-		t.Fatalf("mhi.New: %v", err)
-	}
-	r.c = c
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		c.Close()
-		dev.Close()
-		t.Fatalf("PowerUp: %v", err)
-	}
-	ep, err := link.New(ctx, c, o.link)
-	if err != nil {
-		c.Close()
-		dev.Close()
-		t.Fatalf("link.New: %v", err)
-	}
-	r.ep = ep
+	r := &rig{t: t, lr: lr, dev: lr.Device, m: lr.Modem, c: lr.Controller, ep: lr.Endpoint, snk: newSink()}
 	if !o.noAttach {
-		ep.Attach(r.snk)
+		r.ep.Attach(r.snk)
 	}
 	t.Cleanup(r.close)
 	return r
-}
-
-func (r *rig) fail(s string) {
-	r.failMu.Lock()
-	r.failures = append(r.failures, s)
-	r.failMu.Unlock()
 }
 
 // close tears everything down in order and reports what went wrong.
@@ -121,19 +74,11 @@ func (r *rig) close() {
 		return
 	}
 	r.closed = true
+	// A test may have replaced the rig's endpoint (a new one after the
+	// old one closed itself): close the current one too.
 	r.ep.Close()
 	r.ep.Wait()
-	if err := r.c.Close(); err != nil {
-		r.t.Errorf("controller Close: %v", err)
-	}
-	if err := r.dev.Close(); err != nil {
-		r.t.Errorf("device Close: %v", err)
-	}
-	r.failMu.Lock()
-	defer r.failMu.Unlock()
-	for _, f := range r.failures {
-		r.t.Error(f)
-	}
+	mhitest.ReportClose(r.t, r.lr.Close)
 }
 
 // sink is a NetworkDispatcher that keeps a copy of every packet.

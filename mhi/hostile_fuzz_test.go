@@ -16,9 +16,11 @@ import (
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/linktest"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -190,41 +192,39 @@ func runHostile(t *testing.T, setup int, prog []byte) {
 	var faultMu sync.Mutex
 	var faults []vpci.Fault
 	tap := &hostileTap{}
-	dev, m, err := sim.NewDevice(p, sim.Options{
-		Strict: true,
-		// A host reacting to lies may look wrong to the device (it stops
-		// consuming a ring whose rp is garbage); the device's complaints
-		// are not the host's bugs here.
-		OnViolation: func(error) {},
-		Functions:   map[string]sim.Function{st.channel: tap},
-		// Keep a stalled ring or a full DL queue from costing the
-		// iteration a second.
-		EventWait:   20 * time.Millisecond,
-		SendTimeout: 5 * time.Millisecond,
-	}, vpci.WithFaultHandler(func(f vpci.Fault) {
-		faultMu.Lock()
-		faults = append(faults, f)
-		faultMu.Unlock()
-	}))
+	// The rig's teardown is not used: a hostile device may leave the
+	// power-down unanswered, and the buffers must be counted between the
+	// controller's Close and the device's.
+	r, err := linktest.Start(linktest.Options{
+		Options: mhitest.Options{
+			Profile: p,
+			Sim: sim.Options{
+				// A host reacting to lies may look wrong to the device (it
+				// stops consuming a ring whose rp is garbage); the device's
+				// complaints are not the host's bugs here.
+				OnViolation: func(error) {},
+				// Keep a stalled ring or a full DL queue from costing the
+				// iteration a second.
+				EventWait:   20 * time.Millisecond,
+				SendTimeout: 5 * time.Millisecond,
+			},
+			Bus: []vpci.Option{vpci.WithFaultHandler(func(f vpci.Fault) {
+				faultMu.Lock()
+				faults = append(faults, f)
+				faultMu.Unlock()
+			})},
+			Controller: mhi.Options{Timeout: 500 * time.Millisecond},
+		},
+		Link:     link.Options{Channel: st.channel, Framing: st.framing, TXTimeout: 5 * time.Millisecond},
+		Function: tap,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dev, m, c, ep := r.Device, r.Modem, r.Controller, r.Endpoint
 	defer dev.Close()
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		c.Close()
-		t.Fatalf("PowerUp: %v", err)
-	}
-	ep, err := link.New(ctx, c, link.Options{Channel: st.channel, Framing: st.framing, TXTimeout: 5 * time.Millisecond})
-	if err != nil {
-		c.Close()
-		t.Fatalf("link.New: %v", err)
-	}
 	ep.Attach(discard{})
 	for tap.port.Load() == nil && ctx.Err() == nil {
 		time.Sleep(100 * time.Microsecond)

@@ -100,5 +100,5 @@ type fakeTB struct {
 	errs []string
 }
 
-func (f *fakeTB) Helper()         {}
+func (f *fakeTB) Helper()        {}
 func (f *fakeTB) Error(a ...any) { f.errs = append(f.errs, fmt.Sprint(a...)) }
