@@ -517,6 +517,18 @@ func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 	e.disp.Store(&d)
 }
 
+// Session returns the endpoint's own MBIM session ID or QMAP mux ID
+// (Options.Session).
+func (e *Endpoint) Session() uint8 { return e.session }
+
+// Detach stops delivery to the attached dispatcher without stopping the
+// poller and refiller (Attach(nil) stops them for good): packets of the
+// endpoint's own session are then dropped and counted
+// (RXDrops.NotAttached) while the other sessions' (NewSession) keep
+// flowing, and a later Attach delivers again. stack.Modem uses it when
+// the stack of the endpoint's own session closes but others stay.
+func (e *Endpoint) Detach() { e.disp.Store(nil) }
+
 // stopWorkers tells the poller and refiller to return.
 func (e *Endpoint) stopWorkers() {
 	e.quitOnce.Do(func() {

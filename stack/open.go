@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
@@ -124,137 +123,33 @@ func DMASize(p *mhi.Profile, lo link.Options) (int, error) {
 }
 
 // Open brings the whole pipeline up and returns a stack on it: the
-// device, the MHI controller powered up to mission mode, the MBIM data
-// session (SIM → radio → registration → attach → CONNECT →
-// IP_CONFIGURATION), the link endpoint on the data channel, and a stack
-// configured with the session's addresses, DNS servers and MTU. ctx
-// bounds the bring-up only.
+// device, the MHI controller powered up to mission mode, the data
+// session (MBIM: SIM → radio → registration → attach → CONNECT →
+// IP_CONFIGURATION; or QMI), the link endpoint on the data channel, and
+// a stack configured with the session's addresses, DNS servers and MTU.
+// ctx bounds the bring-up only. It is OpenModem and one OpenSession;
+// closing the stack closes the modem too.
 //
 // The stack then follows the session: a lost connection takes the link
 // down (EventLinkDown), a re-connection brings it up again with the
 // addresses the network gives this time, and address changes are
 // applied as they are reported. Close tears everything down.
-func Open(ctx context.Context, opts Options) (_ *Stack, err error) {
-	if opts.Logger == nil {
-		opts.Logger = opts.Config.Logger
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Channel == "" {
-		opts.Channel = opts.Link.Channel
-	}
-	if opts.Device == "" {
-		opts.Device = "sim"
-	}
-	var closers []func() error
-	defer func() {
-		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-	}()
-
-	dev, p, cls, err := openDevice(&opts)
+func Open(ctx context.Context, opts Options) (*Stack, error) {
+	m, err := OpenModem(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Channel == "" {
-		opts.Channel = dataChannel(p)
-	}
-	closers = append(closers, cls...)
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger, OnCrashDump: opts.OnCrashDump})
+	s, err := m.OpenSession(ctx, SessionOptions{
+		APN: opts.APN, User: opts.User, Password: opts.Password, Auth: opts.Auth, IPType: opts.IPType,
+		ID: int(opts.Link.Session), Config: opts.Config,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
-	}
-	closers = append(closers, c.Close)
-	if err := c.PowerUp(ctx); err != nil {
-		return nil, fmt.Errorf("stack: open %s: power up: %w", opts.Device, err)
-	}
-	f := &follower{}
-	lo := linkOptions(&opts)
-	var cl *mbim.Client
-	var qc *qmi.Client
-	var ip mbim.IPConfig
-	if opts.Control == "qmi" {
-		qc, err = qmi.DialMHI(ctx, c, qmi.Options{Logger: opts.Logger})
-		if err != nil {
-			return nil, fmt.Errorf("stack: open %s: QMI: %w", opts.Device, err)
-		}
-		closers = append(closers, qc.Close)
-		mux := lo.Session
-		if mux == 0 {
-			mux = 1
-		}
-		sess := qmi.NewSession(qc, qmi.SessionConfig{
-			APN: opts.APN, User: opts.User, Password: opts.Password, Auth: qmiAuth(opts.Auth),
-			Families: qmiFamilies(opts.IPType), PIN: opts.PIN, MuxID: mux, Logger: opts.Logger,
-			OnProgress: func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
-			OnAddress:  func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
-		})
-		closers = append(closers, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return sess.Close(ctx)
-		})
-		qip, err := sess.WaitUp(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
-		}
-		ip = fromQMI(qip)
-		// The data path is what WDA agreed: QMAP of that version with
-		// the modem's UL limits on the bound mux ID, or raw IP.
-		if df := sess.DataFormat(); lo.Framing == nil && df.DLAggregation != qmi.AggregationDisabled {
-			lo.Framing = qmap.Framing{Version: df.DLAggregation.QMAPVersion(),
-				MaxDatagrams: int(df.ULMaxDatagrams), MaxBytes: int(df.ULMaxSize)}
-			lo.Session = sess.MuxID()
-		}
-	} else {
-		cl, err = mbim.DialMHI(ctx, c, mbim.Options{Logger: opts.Logger})
-		if err != nil {
-			return nil, fmt.Errorf("stack: open %s: MBIM: %w", opts.Device, err)
-		}
-		closers = append(closers, cl.Close)
-		sess := mbim.NewSession(cl, mbim.SessionConfig{
-			APN: opts.APN, User: opts.User, Password: opts.Password, Auth: opts.Auth, IPType: opts.IPType, PIN: opts.PIN,
-			OnProgress: f.progress, OnAddress: f.address, Logger: opts.Logger,
-		})
-		closers = append(closers, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return sess.Close(ctx)
-		})
-		ip, err = sess.WaitUp(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
-		}
-	}
-
-	if lo.Logger == nil {
-		lo.Logger = opts.Logger
-	}
-	if m := mtuOf(ip); m != 0 && lo.MTU == 0 {
-		lo.MTU = m
-	}
-	ep, err := link.New(ctx, c, lo)
-	if err != nil {
-		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
-	}
-	cfg := opts.Config
-	cfg.Addresses = append(append([]netip.Prefix(nil), ip.IPv4...), ip.IPv6...)
-	cfg.DNSServers = append(append([]netip.Addr(nil), ip.IPv4DNS...), ip.IPv6DNS...)
-	if cfg.Logger == nil {
-		cfg.Logger = opts.Logger
-	}
-	s, err := New(ep, cfg)
-	if err != nil {
-		ep.Close()
+		m.Close()
 		return nil, err
 	}
-	s.closers = closers
-	s.ctrl, s.mbim, s.qmi = c, cl, qc
-	f.attach(s)
+	// The modem goes with its only stack, last (closers run last
+	// first).
+	s.closers = append([]func() error{m.closeModem}, s.closers...)
 	return s, nil
 }
 
@@ -393,6 +288,12 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		}
 		opts.Control = ctl
 		mc := opts.Sim.MBIM
+		if mc.APN == "" && mc.APNs == nil {
+			// The network serves "internet" (the default, also for
+			// an empty APN), "ims" and "corp.mhistack", each with
+			// its own address pool, and refuses other names.
+			mc.APN, mc.APNs = "internet", simnet.DefaultAPNs()[1:]
+		}
 		fn := opts.Sim.Function
 		if fn == nil {
 			fn = simnet.NewMBIMFunction(mc)
@@ -400,6 +301,9 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		co := opts.Sim.Carrier
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
 			co.Carrier = mc.Carrier
+		}
+		if co.APNs == nil {
+			co.APNs = mc.APNs
 		}
 		if opts.Channel == "" {
 			opts.Channel = dataChannel(p)

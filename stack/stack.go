@@ -54,6 +54,11 @@ type Stack struct {
 	ctrl *mhi.Controller
 	mbim *mbim.Client
 	qmi  *qmi.Client
+	// modem and sessionID: the Modem whose session the stack runs on
+	// (nil after New) and the session's ID.
+	modem     *Modem
+	sessionID int
+	finished  chan struct{} // closed when Close has released everything
 
 	// holder is the link endpoint when it can hold UL frames while the
 	// bearer is down (link.Endpoint); nil otherwise.
@@ -88,7 +93,8 @@ type Stack struct {
 // on: Close removes it, which closes it.
 func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	cfg.setDefaults()
-	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials), done: make(chan struct{})}
+	s := &Stack{cfg: cfg, log: cfg.Logger, dials: make(chan struct{}, cfg.Limits.MaxInFlightDials), done: make(chan struct{}),
+		finished: make(chan struct{})}
 	s.events.init()
 	s.gs = gstack.New(gstack.Options{
 		NetworkProtocols: []gstack.NetworkProtocolFactory{
@@ -213,6 +219,7 @@ func (s *Stack) Close() error {
 		}
 	}
 	s.events.close()
+	close(s.finished)
 	return errors.Join(errs...)
 }
 

@@ -12,7 +12,9 @@ type counters struct {
 }
 
 // Stats are the stack's counters, its TCP/IP counters and, when the link
-// is a *link.Endpoint, the link's.
+// is a *link.Endpoint or a session on one (Modem.OpenSession), the
+// link's. The stack's and TCP/IP counters are the session's own; Link
+// counts the whole data pair, every session of the modem included.
 type Stats struct {
 	// ActiveTCPConns is the number of open TCP connections (dialed and
 	// accepted, not yet closed); InFlightDials the handshakes under way.
@@ -74,7 +76,7 @@ func (s *Stack) Stats() Stats {
 	st.TCPResetsSent, st.TCPResetsReceived = t.ResetsSent.Value(), t.ResetsReceived.Value()
 	st.TCPFailedConnectionAttempts = t.FailedConnectionAttempts.Value()
 	st.UDPReceiveBufferErrors = gs.UDP.ReceiveBufferErrors.Value()
-	if ep, ok := s.tap.Child().(*link.Endpoint); ok {
+	if ep := linkEndpointOf(s.tap.Child()); ep != nil {
 		ls := ep.Stats()
 		st.Link = &ls
 	}

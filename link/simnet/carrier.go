@@ -69,6 +69,10 @@ type CarrierOptions struct {
 	// soon as the sender goroutine is free, so frames fill only while
 	// it is busy sending the previous one).
 	FlushDelay time.Duration
+	// APNs are the further access point names of the network
+	// (MBIMConfig.APNs): their gateways and DNS servers are the
+	// network's too, and their MTU bounds its link's.
+	APNs []APN
 	// Hosts adds names to the DNS (TestName is always there). Names the
 	// carrier does not know are resolved with the host's resolver, like
 	// a carrier's DNS resolving the Internet.
@@ -122,10 +126,97 @@ type CarrierNetwork struct {
 	echo     []byte         // echo reply being built; only Receive (the device goroutine) uses it
 	spans    []framing.Span // UL packets of the transfer; only Receive uses it
 	echoFr   *Framer        // frames echo replies on a framed pair; only Receive uses it
-	session  atomic.Uint32  // MBIM session of the host's last UL packet: DL goes to it
+	session  atomic.Uint32  // session of the host's last UL packet: DL to an unknown address goes to it
+	// routes maps the host's source addresses to the session (MBIM
+	// session ID, QMAP mux ID) their UL packets came on: a DL packet
+	// goes to its destination's session, as a network routes each PDN's
+	// addresses to its bearer. Copy on write under routeMu; read by
+	// Receive and the DL writers without locks.
+	routes  atomic.Pointer[[]dlRoute]
+	routeMu sync.Mutex
 
 	stats  carrierCounters
 	chunks relayChunks // the forwarded flows' relay chunks
+}
+
+// dlRoute is a host address (4 or 16 bytes) and its session.
+type dlRoute struct {
+	addr    string
+	session uint8
+}
+
+// maxDLRoutes bounds the learned addresses (a host spoofing sources
+// cannot grow the table without bound); beyond it the oldest go.
+const maxDLRoutes = 64
+
+// learnRoute records that UL packet td came from its source address on
+// session (framed pairs only). The common case, a known address on the
+// same session, costs a short scan and no write.
+func (cn *CarrierNetwork) learnRoute(session uint8, td []byte) {
+	src := srcAddr(td)
+	if src == nil {
+		return
+	}
+	if rt := cn.routes.Load(); rt != nil {
+		for _, r := range *rt {
+			if r.addr == string(src) {
+				if r.session == session {
+					return
+				}
+				break
+			}
+		}
+	}
+	cn.routeMu.Lock()
+	defer cn.routeMu.Unlock()
+	var next []dlRoute
+	if rt := cn.routes.Load(); rt != nil {
+		for _, r := range *rt {
+			if r.addr != string(src) {
+				next = append(next, r)
+			}
+		}
+	}
+	if len(next) >= maxDLRoutes {
+		next = next[1:]
+	}
+	next = append(next, dlRoute{addr: string(src), session: session})
+	cn.routes.Store(&next)
+}
+
+// sessionFor returns the session a DL packet to the IP header hdr goes
+// on: its destination's, else the session of the last UL packet.
+func (cn *CarrierNetwork) sessionFor(hdr []byte) uint8 {
+	if dst := dstAddr(hdr); dst != nil {
+		if rt := cn.routes.Load(); rt != nil {
+			for _, r := range *rt {
+				if r.addr == string(dst) {
+					return r.session
+				}
+			}
+		}
+	}
+	return uint8(cn.session.Load())
+}
+
+func srcAddr(p []byte) []byte {
+	switch {
+	case len(p) >= header.IPv4MinimumSize && header.IPVersion(p) == header.IPv4Version:
+		return p[12:16]
+	case len(p) >= header.IPv6MinimumSize && header.IPVersion(p) == header.IPv6Version:
+		return p[8:24]
+	}
+	return nil
+}
+
+func dstAddr(p []byte) []byte {
+	switch {
+	case len(p) >= header.IPv4MinimumSize && header.IPVersion(p) == header.IPv4Version:
+		return p[16:20]
+	case len(p) >= header.IPv6MinimumSize && header.IPVersion(p) == header.IPv6Version:
+		return p[24:40]
+	}
+	return nil
 }
 
 // CarrierStats are the network's counters.
@@ -186,7 +277,11 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	}
 	cn := &CarrierNetwork{opts: opts, log: opts.Logger, flows: map[io.Closer]struct{}{},
 		rx: make(chan *stack.PacketBuffer, 512), quit: make(chan struct{})}
-	cn.ep = &carrierLink{cn: cn, mtu: opts.Carrier.MTU}
+	mtu := opts.Carrier.MTU
+	for _, a := range opts.APNs {
+		mtu = max(mtu, a.Carrier.MTU)
+	}
+	cn.ep = &carrierLink{cn: cn, mtu: mtu}
 	cn.groSink.cn = cn
 	cn.gro.Init(true)
 	cn.gro.Dispatcher = &cn.groSink
@@ -224,11 +319,19 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	// host's, so it accepts flows to any destination and answers from it.
 	s.SetPromiscuousMode(1, true)
 	s.SetSpoofing(1, true)
-	c := opts.Carrier
-	for _, a := range append([]netip.Addr{c.IPv4Gateway, c.IPv6Gateway}, append(c.IPv4DNS, c.IPv6DNS...)...) {
-		if !a.IsValid() {
+	// The network's own addresses: every APN's gateways and DNS
+	// servers.
+	var own, dns []netip.Addr
+	for _, c := range append([]Carrier{opts.Carrier}, apnCarriers(opts.APNs)...) {
+		own = append(own, c.IPv4Gateway, c.IPv6Gateway)
+		dns = append(append(dns, c.IPv4DNS...), c.IPv6DNS...)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, a := range append(own, dns...) {
+		if !a.IsValid() || seen[a] {
 			continue
 		}
+		seen[a] = true
 		pa := tcpip.ProtocolAddress{Protocol: protoOf(a), AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix()}
 		if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
 			s.Destroy()
@@ -249,7 +352,12 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		cn.wg.Add(1)
 		go cn.ep.runSender()
 	}
-	for _, a := range append(append([]netip.Addr(nil), c.IPv4DNS...), c.IPv6DNS...) {
+	dnsSeen := map[netip.Addr]bool{}
+	for _, a := range dns {
+		if dnsSeen[a] {
+			continue
+		}
+		dnsSeen[a] = true
 		fa := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(a.AsSlice()), Port: 53}
 		uc, err := gonet.DialUDP(s, &fa, nil, protoOf(a))
 		if err != nil {
@@ -261,6 +369,14 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		go cn.serveDNS(uc)
 	}
 	return cn, nil
+}
+
+func apnCarriers(apns []APN) []Carrier {
+	out := make([]Carrier, len(apns))
+	for i := range apns {
+		out[i] = apns[i].Carrier
+	}
+	return out
 }
 
 func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
@@ -328,6 +444,9 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	}
 	cn.stats.ul.Add(1)
 	cn.session.Store(uint32(session))
+	if !isRawIP(cn.opts.Framing) {
+		cn.learnRoute(session, td)
+	}
 	// Echo requests are answered here, from whatever address was pinged:
 	// gVisor's promiscuous mode accepts flows to any address but answers
 	// echo requests only for its own.
@@ -936,17 +1055,24 @@ func (a *dlAgg) wake() {
 // flushed it by timer meanwhile) by passing it: push returns true without
 // pushing in that case. a.mu is held.
 func (a *dlAgg) push(fr *Framer) bool {
+	gen := fr.gen
 	for len(a.full) >= dlPending && !a.closed {
 		a.cond.Wait()
 	}
 	if a.closed {
 		return false
 	}
+	if fr.gen != gen {
+		// Flushed by the sender's timer while we waited, and perhaps
+		// recycled as a.cur since: that is someone else's frame now.
+		return true
+	}
 	if fr == a.cur {
 		a.cur = a.newFrame()
 	} else if !fr.oneOff {
 		return true // flushed by the sender's timer while we waited
 	}
+	fr.gen++
 	a.full = append(a.full, fr)
 	a.wake()
 	return true
@@ -963,7 +1089,6 @@ func (a *dlAgg) close() {
 // writeFramed adds the batch to the DL aggregation; see dlAgg.
 func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	a := &l.agg
-	session := uint8(l.cn.session.Load())
 	w := l.writer()
 	defer l.put(w)
 	seg := &w.seg
@@ -976,6 +1101,7 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 			}
 			return i, nil
 		}
+		session := l.cn.sessionFor(pkt.NetworkHeader().Slice())
 		if !seg.Reset(pkt) {
 			l.cn.stats.dropped.Add(1)
 			continue
@@ -1063,6 +1189,7 @@ func (l *carrierLink) runSender() {
 				wait = d
 			} else {
 				fr = a.cur
+				fr.gen++
 				a.cur = a.newFrame()
 			}
 		}

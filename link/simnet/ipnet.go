@@ -33,6 +33,10 @@ type Framer struct {
 	open   bool
 	n      int
 	oneOff bool // a frame for one packet larger than the limits
+	// gen counts the times the DL aggregation handed the frame to its
+	// sender (dlAgg.push): a writer that waited in push tells its frame
+	// from the same Framer recycled meanwhile.
+	gen uint64
 }
 
 // NewFramer returns a framer for f aggregating up to maxDatagrams packets

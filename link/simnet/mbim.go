@@ -1,10 +1,13 @@
 package simnet
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,8 +113,18 @@ type MBIMConfig struct {
 	// indication this often.
 	SignalInterval time.Duration
 
-	// Carrier is what a data session gets (zero: DefaultCarrier).
+	// Carrier is what a data session on the default APN (APN above,
+	// any name not in APNs when APN is empty, or an empty access string)
+	// gets (zero: DefaultCarrier).
 	Carrier Carrier
+	// APNs are further access point names the network serves, each with
+	// its own address pool (DefaultAPNs has "ims" and a private one). A
+	// call for one of them gets its Carrier; the network refuses a name
+	// that is neither one of these nor the default APN with 3GPP cause
+	// 27 (once APN is set). Session k of a function (MBIM session ID k,
+	// QMAP mux ID k+1) gets the k-th address of its APN's pool
+	// (Carrier.ForSession), so two sessions never share an address.
+	APNs []APN
 	// Logger receives the function's diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -126,6 +139,97 @@ type Carrier struct {
 	IPv6Gateway netip.Addr
 	IPv6DNS     []netip.Addr
 	MTU         uint32
+}
+
+// APN is an access point name the emulated network serves, with its
+// address pool.
+type APN struct {
+	Name    string
+	Carrier Carrier
+}
+
+// DefaultAPNs are the access point names the emulated modem stack.Open
+// builds serves: "internet" (DefaultCarrier, 10.0.0.0/24 and
+// 2001:db8:64::/56), "ims" (10.64.0.0/24 and 2001:db8:1a5::/56, its own
+// DNS servers, MTU 1400) and the private "corp.mhistack"
+// (172.16.0.0/24, IPv4 only).
+func DefaultAPNs() []APN {
+	return []APN{
+		{Name: "internet", Carrier: DefaultCarrier()},
+		{Name: "ims", Carrier: Carrier{
+			IPv4:        netip.MustParsePrefix("10.64.0.2/30"),
+			IPv4Gateway: netip.MustParseAddr("10.64.0.1"),
+			IPv4DNS:     []netip.Addr{netip.MustParseAddr("10.64.255.53")},
+			IPv6:        netip.MustParsePrefix("2001:db8:1a5::2/64"),
+			IPv6Gateway: netip.MustParseAddr("2001:db8:1a5::1"),
+			IPv6DNS:     []netip.Addr{netip.MustParseAddr("2001:db8:1a5:ff::53")},
+			MTU:         1400,
+		}},
+		{Name: "corp.mhistack", Carrier: Carrier{
+			IPv4:        netip.MustParsePrefix("172.16.0.2/30"),
+			IPv4Gateway: netip.MustParseAddr("172.16.0.1"),
+			IPv4DNS:     []netip.Addr{netip.MustParseAddr("172.16.255.53")},
+			MTU:         1500,
+		}},
+	}
+}
+
+// ForSession returns the configuration of the k-th session of a pool
+// whose first session gets c: the IPv4 address and gateway moved by k
+// subnets of c.IPv4's size (10.0.0.2/30 → 10.0.0.6/30 for k = 1), the
+// IPv6 prefix by k /64s (2001:db8:64::2/64 → 2001:db8:64:1::2/64); the
+// DNS servers and MTU are the pool's.
+func (c Carrier) ForSession(k int) Carrier {
+	if k <= 0 {
+		return c
+	}
+	out := c
+	if c.IPv4.IsValid() {
+		step := uint32(1) << (32 - c.IPv4.Bits())
+		if c.IPv4.Bits() == 0 {
+			step = 0
+		}
+		out.IPv4 = netip.PrefixFrom(addV4(c.IPv4.Addr(), uint32(k)*step), c.IPv4.Bits())
+		if c.IPv4Gateway.Is4() {
+			out.IPv4Gateway = addV4(c.IPv4Gateway, uint32(k)*step)
+		}
+	}
+	if c.IPv6.IsValid() {
+		out.IPv6 = netip.PrefixFrom(addV6Net(c.IPv6.Addr(), uint64(k)), c.IPv6.Bits())
+		if c.IPv6Gateway.Is6() {
+			out.IPv6Gateway = addV6Net(c.IPv6Gateway, uint64(k))
+		}
+	}
+	out.IPv4DNS, out.IPv6DNS = slices.Clone(c.IPv4DNS), slices.Clone(c.IPv6DNS)
+	return out
+}
+
+func addV4(a netip.Addr, n uint32) netip.Addr {
+	b := a.As4()
+	v := binary.BigEndian.Uint32(b[:]) + n
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+// addV6Net adds n to the upper 64 bits (the /64 network) of a.
+func addV6Net(a netip.Addr, n uint64) netip.Addr {
+	b := a.As16()
+	binary.BigEndian.PutUint64(b[:8], binary.BigEndian.Uint64(b[:8])+n)
+	return netip.AddrFrom16(b)
+}
+
+// carrierFor returns the configuration of the first session of a call
+// for apn, or false when the network does not serve apn.
+func (c *MBIMConfig) carrierFor(apn string) (Carrier, bool) {
+	for i := range c.APNs {
+		if strings.EqualFold(c.APNs[i].Name, apn) {
+			return c.APNs[i].Carrier, true
+		}
+	}
+	if c.APN == "" || apn == "" || strings.EqualFold(c.APN, apn) {
+		return c.Carrier, true
+	}
+	return Carrier{}, false
 }
 
 // DefaultCarrier is the carrier configuration used when none is given:

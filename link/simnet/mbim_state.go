@@ -29,6 +29,7 @@ type mbimState struct {
 
 // simContext is one data session.
 type simContext struct {
+	apn     string // the access string it was connected with
 	ipType  mbim.IPType
 	v6Ready bool // the IPv6 part has been reported (IPv6Delay)
 }
@@ -86,7 +87,9 @@ func (s *mbimState) subscriberReady(cfg *MBIMConfig) *mbim.SubscriberReadyStatus
 
 // ipConfig is what the carrier assigned to a context of type t.
 func (s *mbimState) ipConfig(cfg *MBIMConfig, id uint32, c *simContext) *mbim.IPConfig {
-	car := &cfg.Carrier
+	pool, _ := cfg.carrierFor(c.apn)
+	sc := pool.ForSession(int(id))
+	car := &sc
 	ic := &mbim.IPConfig{SessionID: id}
 	if c.ipType.HasIPv4() && car.IPv4.IsValid() {
 		ic.IPv4 = []netip.Prefix{car.IPv4}
@@ -374,13 +377,14 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 	case t > mbim.IPTypeIPv4AndIPv6:
 		return mbim.StatusInvalidParameters, state(req.SessionID, 0)
 	}
-	if !cfg.Carrier.IPv6.IsValid() && t == mbim.IPTypeIPv4v6 {
+	pool, _ := cfg.carrierFor(req.APN)
+	if !pool.IPv6.IsValid() && t == mbim.IPTypeIPv4v6 {
 		t = mbim.IPTypeIPv4
 	}
-	if !cfg.Carrier.IPv4.IsValid() && t == mbim.IPTypeIPv4v6 {
+	if !pool.IPv4.IsValid() && t == mbim.IPTypeIPv4v6 {
 		t = mbim.IPTypeIPv6
 	}
-	c := &simContext{ipType: t, v6Ready: cfg.IPv6Delay <= 0 || !t.HasIPv6()}
+	c := &simContext{apn: req.APN, ipType: t, v6Ready: cfg.IPv6Delay <= 0 || !t.HasIPv6()}
 	s.contexts[req.SessionID] = c
 	if !c.v6Ready {
 		id := req.SessionID

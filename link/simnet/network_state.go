@@ -1,7 +1,6 @@
 package simnet
 
 import (
-	"strings"
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
@@ -137,7 +136,9 @@ func (s *mbimState) enterPINLocked(f *MBIMFunction, pin string) bool {
 // CONNECT or a QMI WDS Start Network): the radio must be on, the modem
 // registered and attached; ConnectReject refuses every call; a wrong APN
 // is refused with 3GPP cause 27 (missing or unknown APN), wrong
-// credentials with 29 (user authentication failed), as carriers do.
+// credentials with 29 (user authentication failed), as carriers do. An
+// APN is wrong when the network does not serve it (MBIMConfig.APN and
+// APNs).
 func (s *mbimState) admitCallLocked(cfg *MBIMConfig, apn, user, password string) (mbim.Status, mbim.NwError) {
 	switch {
 	case !s.radioOn():
@@ -148,12 +149,17 @@ func (s *mbimState) admitCallLocked(cfg *MBIMConfig, apn, user, password string)
 		return mbim.StatusPacketServiceDetached, 0
 	case cfg.ConnectReject != 0:
 		return mbim.StatusFailure, cfg.ConnectReject
-	case cfg.APN != "" && !strings.EqualFold(cfg.APN, apn):
+	case !servesAPN(cfg, apn):
 		return mbim.StatusFailure, 27
 	case cfg.User != "" && (user != cfg.User || password != cfg.Password):
 		return mbim.StatusFailure, 29
 	}
 	return mbim.StatusNone, 0
+}
+
+func servesAPN(cfg *MBIMConfig, apn string) bool {
+	_, ok := cfg.carrierFor(apn)
+	return ok
 }
 
 // watchLocked registers fn to run, under the lock, after every change of

@@ -69,6 +69,7 @@ type QMIFunction struct {
 
 // qmiClient is an allocated client ID; for WDS, its call.
 type qmiClient struct {
+	apn    string // of the call
 	family qmi.IPFamily
 	mux    uint8
 	bound  bool
@@ -599,7 +600,13 @@ func callEnd(nw mbim.NwError) qmi.CallEnd {
 
 func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	n := f.net
-	car := &n.cfg.Carrier
+	// The call's address pool: its APN's, the mux ID's share of it
+	// (mux k+1 is the pool's k-th session, MBIMConfig.APNs).
+	carrier := func(apn string) *Carrier {
+		pool, _ := n.cfg.carrierFor(apn)
+		sc := pool.ForSession(int(c.mux) - 1)
+		return &sc
+	}
 	switch m.ID {
 	case qmi.WDSBindMuxDataPort:
 		b, err := qmi.ParseBindMuxDataPort(m)
@@ -642,6 +649,7 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 		if st, nw := n.st.admitCallLocked(&n.cfg, req.APN, req.User, req.Password); st != mbim.StatusNone {
 			return qmi.ErrCallFailed, callEnd(nw).TLVs(), nil
 		}
+		car := carrier(req.APN)
 		if (fam == qmi.IPv4 && !car.IPv4.IsValid()) || (fam == qmi.IPv6 && !car.IPv6.IsValid()) {
 			// The network has no address of this family (3GPP
 			// cause 50/51: PDN type IPv4/IPv6 only allowed).
@@ -659,7 +667,7 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 		if f.handle == 0 {
 			f.handle = 1
 		}
-		c.family, c.handle = fam, f.handle
+		c.family, c.handle, c.apn = fam, f.handle, req.APN
 		f.indicateStatusLocked(m.Client, c, qmi.StatusConnected, qmi.CallEnd{})
 		return 0, []qmi.TLV{{Type: 0x01, Value: le32(c.handle)}}, nil
 	case qmi.WDSStopNetwork:
@@ -688,6 +696,7 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 		if c.handle == 0 {
 			return qmi.ErrOutOfCall, nil, nil
 		}
+		car := carrier(c.apn)
 		s := qmi.Settings{MTU: car.MTU, Family: c.family}
 		if c.family == qmi.IPv4 {
 			s.IPv4, s.IPv4Gateway, s.IPv4DNS = car.IPv4, car.IPv4Gateway, car.IPv4DNS
