@@ -12,6 +12,7 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -64,45 +65,9 @@ type mhiRig struct {
 
 func newMHIRig(t testing.TB, profile string, cfg simnet.MBIMConfig) *mhiRig {
 	t.Helper()
-	p, ok := mhi.Lookup(profile)
-	if !ok {
-		t.Fatalf("no profile %s", profile)
-	}
 	f := simnet.NewMBIMFunction(cfg)
-	var mu sync.Mutex
-	var violations []string
-	dev, m, err := sim.NewDevice(p, sim.Options{Strict: true, Functions: map[string]sim.Function{"MBIM": f},
-		OnViolation: func(err error) {
-			mu.Lock()
-			violations = append(violations, err.Error())
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatalf("sim: %v", err)
-	}
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
-	if err != nil {
-		dev.Close()
-		t.Fatalf("mhi.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("controller Close: %v", err)
-		}
-		if err := dev.Close(); err != nil {
-			t.Errorf("device Close: %v", err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, v := range violations {
-			t.Errorf("protocol violation: %s", v)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		t.Fatalf("PowerUp: %v", err)
-	}
+	r := mhitest.New(t, mhitest.Options{ProfileName: profile, Functions: map[string]sim.Function{"MBIM": f}})
+	m, c := r.Modem, r.Controller
 	return &mhiRig{t: t, m: m, c: c, f: f}
 }
 

@@ -19,7 +19,7 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/link/simnet"
-	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -441,35 +441,8 @@ func TestQmicliThroughProxy(t *testing.T) {
 		}
 		t.Skip("qmicli not installed (libqmi-utils); CI installs it and sets MHISTACK_REQUIRE_QMICLI=1")
 	}
-	prof, ok := mhi.Lookup("telit-fn980-hwv1")
-	if !ok {
-		t.Fatal("no telit-fn980-hwv1 profile")
-	}
 	fn := simnet.NewQMIFunction(simnet.QMIConfig{})
-	var vmu sync.Mutex
-	var violations []string
-	dev, _, err := sim.NewDevice(prof, sim.Options{Strict: true, Functions: map[string]sim.Function{"QMI": fn},
-		OnViolation: func(err error) { vmu.Lock(); violations = append(violations, err.Error()); vmu.Unlock() }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc, err := mhi.New(dev, mhi.Options{Profile: prof, Timeout: 3 * time.Second})
-	if err != nil {
-		dev.Close()
-		t.Fatal(err)
-	}
-	defer func() {
-		mc.Close()
-		dev.Close()
-		vmu.Lock()
-		defer vmu.Unlock()
-		for _, v := range violations {
-			t.Errorf("protocol violation: %s", v)
-		}
-	}()
-	if err := mc.PowerUp(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	mc := mhitest.New(t, mhitest.Options{ProfileName: "telit-fn980-hwv1", Functions: map[string]sim.Function{"QMI": fn}}).Controller
 	host, err := qmi.DialMHI(testCtx(t), mc, qmi.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -28,28 +29,11 @@ type fn980Rig struct {
 
 func newFN980Rig(t *testing.T) *fn980Rig {
 	t.Helper()
-	p, ok := mhi.Lookup("telit-fn980-hwv1")
-	if !ok {
-		t.Fatal("no telit-fn980-hwv1 profile")
-	}
 	r := &fn980Rig{fn: simnet.NewQMIFunction(simnet.QMIConfig{})}
-	dev, m, err := sim.NewDevice(p, sim.Options{Strict: true, Functions: map[string]sim.Function{"QMI": r.fn},
-		OnViolation: func(err error) { r.mu.Lock(); r.viol = append(r.viol, err.Error()); r.mu.Unlock() }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
-	if err != nil {
-		dev.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		dev.Close()
-	})
-	if err := c.PowerUp(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	// The tests check the violations themselves (one is expected).
+	mr := mhitest.New(t, mhitest.Options{ProfileName: "telit-fn980-hwv1", Functions: map[string]sim.Function{"QMI": r.fn},
+		Sim: sim.Options{OnViolation: func(err error) { r.mu.Lock(); r.viol = append(r.viol, err.Error()); r.mu.Unlock() }}})
+	c, m := mr.Controller, mr.Modem
 	r.c, r.m = c, m
 	return r
 }
