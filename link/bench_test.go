@@ -2,13 +2,17 @@ package link_test
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
@@ -136,6 +140,56 @@ func BenchmarkRXCost(b *testing.B) {
 			})
 		}
 	}
+	// The baseline: the same packets handed to gVisor's own
+	// channel.Endpoint, one copied buffer per packet, with no device,
+	// framing or checksum behind it.
+	for _, s := range sizes {
+		b.Run(fmt.Sprintf("inject-%dx%dB", s.perFrame, s.size), func(b *testing.B) {
+			benchInject(b, s.size, s.perFrame)
+		})
+	}
+}
+
+// benchInject delivers frames' worth of UDP packets of size bytes through
+// channel.Endpoint.InjectInbound, each in a PacketBuffer over a fresh
+// copy (buffer.MakeWithData), to a counting dispatcher. It reports the
+// metrics of BenchmarkRXCost that apply: poller-cpu-ns/pkt is this
+// goroutine's thread CPU per packet (it runs locked to its thread).
+func benchInject(b *testing.B, size, perFrame int) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pkts := make([][]byte, 8*perFrame)
+	for i := range pkts {
+		pkts[i] = udp4(b, i, size)
+	}
+	ep := channel.New(1, 1500, "")
+	defer ep.Close()
+	cnt := &counter{}
+	ep.Attach(cnt)
+	inject := func(p []byte) {
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(p)})
+		ep.InjectInbound(header.IPv4ProtocolNumber, pkt)
+		pkt.DecRef()
+	}
+	for i := range 20000 {
+		inject(pkts[i%len(pkts)])
+	}
+	tid := unix.Gettid()
+	cpu0 := threadCPU(tid)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		inject(pkts[i%len(pkts)])
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	if cnt.n.Load() != int64(20000+b.N) {
+		b.Fatalf("delivered %d of %d packets", cnt.n.Load(), 20000+b.N)
+	}
+	b.ReportMetric(float64(threadCPU(tid)-cpu0)/float64(b.N), "poller-cpu-ns/pkt")
+	b.ReportMetric(float64(b.N)/el.Seconds(), "pkts/s")
 }
 
 // threadCPU reads the CPU clock of thread tid (Linux's
@@ -161,47 +215,7 @@ func benchRX(b *testing.B, size, perFrame int, o link.Options) {
 // packet when pollerCPU is set. With devCsum, MAPv5 frames say that the
 // modem validated every checksum (csum_valid), as with DL checksum offload.
 func benchRXClock(b *testing.B, size, perFrame int, o link.Options, devCsum bool, pollerCPU func() time.Duration) {
-	g := &sim.Generator{}
-	for f := range 8 {
-		var pkts [][]byte
-		for i := range perFrame {
-			pkts = append(pkts, udp4(b, f*perFrame+i, size))
-		}
-		switch fr := o.Framing.(type) {
-		case nil:
-			g.Frames = append(g.Frames, pkts[0])
-		case mbim.NTB:
-			g.Frames = append(g.Frames, encodeFrame(mbim.NewNTBBuilder(mbim.NTB{MaxDatagrams: perFrame}), pkts))
-		case qmap.Framing:
-			fr.MaxDatagrams = perFrame
-			frame := encodeFrame(qmap.NewAggregator(fr), pkts)
-			if devCsum {
-				markCsumValid(b, frame, seq(perFrame)...)
-			}
-			g.Frames = append(g.Frames, frame)
-		default:
-			g.Frames = append(g.Frames, aggregate(pkts...))
-		}
-	}
-	profile := ""
-	if o.Channel == "IP_HW0_MBIM" {
-		profile = "quectel-rm5xx"
-	}
-	r := newRig(b, rigOptions{profile: profile, fn: g, link: o, noAttach: true})
-	cnt := &counter{}
-	r.ep.Attach(cnt)
-	run := func(pkts int) {
-		frames := (pkts + perFrame - 1) / perFrame
-		want := cnt.n.Load() + int64(frames*perFrame)
-		g.Add(frames)
-		deadline := time.Now().Add(2 * time.Minute)
-		for cnt.n.Load() < want {
-			if time.Now().After(deadline) {
-				b.Fatalf("received %d of %d packets", cnt.n.Load(), want)
-			}
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
+	r, run := rxTraffic(b, size, perFrame, o, devCsum)
 	run(20000) // warm the pools (gVisor buffers, modem queues)
 	s0 := r.ep.Stats()
 	var cpu0 time.Duration
@@ -226,6 +240,56 @@ func benchRXClock(b *testing.B, size, perFrame int, o link.Options, devCsum bool
 	if s.MaxPassPackets > uint64(max(o.Budget, 0)) && o.Budget > 0 {
 		b.Fatalf("pass of %d packets, budget %d", s.MaxPassPackets, o.Budget)
 	}
+}
+
+// rxTraffic opens an endpoint on the emulated modem whose generator sends
+// frames of perFrame UDP packets of size bytes (framed by o.Framing, with
+// csum_valid on MAPv5 when devCsum) to a counting dispatcher. run(n) has
+// the modem send at least n packets and waits until they are delivered.
+func rxTraffic(t testing.TB, size, perFrame int, o link.Options, devCsum bool) (*rig, func(pkts int)) {
+	t.Helper()
+	g := &sim.Generator{}
+	for f := range 8 {
+		var pkts [][]byte
+		for i := range perFrame {
+			pkts = append(pkts, udp4(t, f*perFrame+i, size))
+		}
+		switch fr := o.Framing.(type) {
+		case nil:
+			g.Frames = append(g.Frames, pkts[0])
+		case mbim.NTB:
+			g.Frames = append(g.Frames, encodeFrame(mbim.NewNTBBuilder(mbim.NTB{MaxDatagrams: perFrame}), pkts))
+		case qmap.Framing:
+			fr.MaxDatagrams = perFrame
+			frame := encodeFrame(qmap.NewAggregator(fr), pkts)
+			if devCsum {
+				markCsumValid(t, frame, seq(perFrame)...)
+			}
+			g.Frames = append(g.Frames, frame)
+		default:
+			g.Frames = append(g.Frames, aggregate(pkts...))
+		}
+	}
+	profile := ""
+	if o.Channel == "IP_HW0_MBIM" {
+		profile = "quectel-rm5xx"
+	}
+	r := newRig(t, rigOptions{profile: profile, fn: g, link: o, noAttach: true})
+	cnt := &counter{}
+	r.ep.Attach(cnt)
+	run := func(pkts int) {
+		frames := (pkts + perFrame - 1) / perFrame
+		want := cnt.n.Load() + int64(frames*perFrame)
+		g.Add(frames)
+		deadline := time.Now().Add(2 * time.Minute)
+		for cnt.n.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("received %d of %d packets", cnt.n.Load(), want)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	return r, run
 }
 
 // BenchmarkLoopbackTXRX writes 1400-byte packets in batches of 32 and
