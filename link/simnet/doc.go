@@ -7,19 +7,26 @@
 //
 //   - CarrierNetwork: a gVisor stack that terminates the host's TCP and UDP
 //     flows on the data pair and forwards them to the host's own sockets,
-//     answers DNS and pings, and aggregates DL like a modem
-//     (carrier*.go);
+//     answers DNS and pings, and aggregates DL like a modem. Its files:
+//     carrier.go (options, start, stats, Dial, Close), carrier_ul.go (UL
+//     transfers into gVisor through GRO, checksums), carrier_link.go (the
+//     carrier stack's NIC, which writes DL), carrier_dlagg.go (DL
+//     aggregation on a framed pair and its sender goroutine),
+//     carrier_routes.go (which session a DL packet goes on),
+//     carrier_forward.go and carrier_relay.go (flows to the host's
+//     sockets), carrier_timewait.go, carrier_dns.go;
 //   - MBIMFunction and QMIFunction: the control functions on the "MBIM"
 //     and "QMI" pairs, over one network state (SIM, radio, registration,
 //     packet service; mbim*.go, qmi.go, network_state.go);
 //   - ICMPResponder and PacketNet: the small networks of the kernel
-//     cross-check and of framing tests (icmp.go, ipnet.go).
+//     cross-check and of framing tests (icmp.go, packetnet.go).
 //
 // The data pair's framing is a link/framing value, the same the host's
 // link endpoint uses: raw IP (nil or framing.RawIP{}), mbim.NTB{} or
 // qmap.Framing{Version: 1 or 5}. UL frames are parsed with those codecs,
 // strictly (a malformed one is a host protocol violation, reported with
-// sim.Port.Violation), and DL frames are built with them (Framer).
+// sim.Port.Violation), and DL frames are built with them (Framer,
+// framer.go; the carrier's DL aggregation, carrier_dlagg.go).
 //
 // The package sits on the link floor (docs/ARCHITECTURE.md): it speaks the
 // wire formats of link/framing, link/mbim, link/qmap and link/qmi, so it

@@ -9,22 +9,6 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-// FramingFor returns the framing Linux uses on the named data channel
-// pair: NTB16 on IP_HW0_MBIM, raw IP elsewhere.
-func FramingFor(channel string) framing.Framing {
-	if channel == "IP_HW0_MBIM" {
-		return mbim.NTB{}
-	}
-	return framing.RawIP{}
-}
-
-// isRawIP reports whether f is raw IP (nil counts as raw IP, as in
-// link.Options): one packet per transfer, no header to parse or build.
-func isRawIP(f framing.Framing) bool {
-	_, raw := f.(framing.RawIP)
-	return f == nil || raw
-}
-
 // ICMPResponder is the smallest carrier network: it answers ICMP echo
 // requests (IPv4 and ICMPv6) sent by the host on a data channel pair, from
 // whatever address was pinged, and drops everything else. It is what the
@@ -53,13 +37,13 @@ type ICMPResponder struct {
 	Replies, Ignored, Malformed, Dropped atomic.Uint64
 }
 
-// Start implements Function.
+// Start implements sim.Function.
 func (r *ICMPResponder) Start(p *sim.Port) { r.port.Store(p) }
 
-// Stop implements Function.
+// Stop implements sim.Function.
 func (r *ICMPResponder) Stop() { r.port.Store(nil) }
 
-// Receive implements Function: one UL transfer, a raw IP packet or an NTB.
+// Receive implements sim.Function: one UL transfer, a raw IP packet or an NTB.
 func (r *ICMPResponder) Receive(td []byte) {
 	if isRawIP(r.Framing) {
 		r.answer(0, td)

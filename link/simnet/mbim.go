@@ -313,7 +313,7 @@ func (f *MBIMFunction) Stats() MBIMStats {
 		Dropped: s.dropped.Load(), HostErrors: s.hostErrors.Load()}
 }
 
-// Start implements Function: the modem (re)started the channels.
+// Start implements sim.Function: the modem (re)started the channels.
 func (f *MBIMFunction) Start(p *sim.Port) {
 	f.startWith(p.Send)
 }
@@ -330,11 +330,11 @@ func (f *MBIMFunction) startWith(send func([]byte) error) {
 	f.q.start(f.run)
 }
 
-// Receive implements Function: it queues one UL transfer, or drops it
+// Receive implements sim.Function: it queues one UL transfer, or drops it
 // (counted) when the queue is full: the device goroutine must not wait.
 func (f *MBIMFunction) Receive(td []byte) { f.q.deliver(td, false) }
 
-// Stop implements Function: the run's goroutine and timers end before it
+// Stop implements sim.Function: the run's goroutine and timers end before it
 // returns.
 func (f *MBIMFunction) Stop() {
 	f.mu.Lock()

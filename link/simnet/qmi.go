@@ -172,7 +172,7 @@ func (f *QMIFunction) Calls() int {
 	return n
 }
 
-// Start implements Function.
+// Start implements sim.Function.
 // A start in the same modem run as the last (the host reopened the port)
 // keeps the client IDs, calls and data format.
 func (f *QMIFunction) Start(p *sim.Port) {
@@ -199,11 +199,11 @@ func (f *QMIFunction) startWith(send func([]byte) error, violate func(rule, deta
 	f.q.start(f.run)
 }
 
-// Receive implements Function: it queues one UL transfer (dropped,
+// Receive implements sim.Function: it queues one UL transfer (dropped,
 // counted, when the queue is full).
 func (f *QMIFunction) Receive(td []byte) { f.q.deliver(td, false) }
 
-// Stop implements Function.
+// Stop implements sim.Function.
 func (f *QMIFunction) Stop() {
 	f.net.mu.Lock()
 	f.out = nil

@@ -267,6 +267,11 @@ func (d *Device) BAR(i int) (pci.BAR, error) {
 	return d.bars[i], nil
 }
 
+// Model returns the device model behind d (a *sim.Modem for the emulated
+// modem), for tests that reach the device through a host object that only
+// hands out its pci.Device: an mhi.Controller from stack.Open, say.
+func (d *Device) Model() Model { return d.model }
+
 // DMA returns the allocator of device-visible memory.
 func (d *Device) DMA() pci.DMA { return d.dma }
 
