@@ -13,10 +13,9 @@ import (
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vfio"
-	"github.com/mhistack/mhistack/mhi/pci/vpci"
-	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -92,16 +91,7 @@ func TestDMAArenaOfSixteenMiBIsTooSmallForSierraEM919x(t *testing.T) {
 // powerUpIn powers up an emulated p in an IOVA window of size bytes.
 func powerUpIn(ctx context.Context, t *testing.T, p *mhi.Profile, size int) *mhi.Controller {
 	t.Helper()
-	dev, _, err := sim.NewDevice(p, sim.Options{}, vpci.WithIOVAWindow(uint64(size)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	c, err := mhi.New(dev, mhi.Options{Profile: p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := mhitest.New(t, mhitest.Options{Profile: p, IOVAWindow: uint64(size), NoPowerUp: true}).Controller
 	if err := c.PowerUp(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,15 @@
 package stack_test
 
 import (
-	"context"
 	"net/netip"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/linktest"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/simnet"
-	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -48,9 +45,6 @@ func forKinds(t *testing.T, f func(t *testing.T, k rigKind)) {
 type rig struct {
 	s  *stack.Stack
 	cn *simnet.CarrierNetwork
-
-	mu       sync.Mutex
-	failures []string
 }
 
 // newRig is a rig on qcom-sdx55m IP_HW0, raw IP.
@@ -59,35 +53,19 @@ func newRig(t testing.TB, cfg stack.Config) *rig { return newRigOn(t, cfg, rawIP
 func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	t.Helper()
 	r := &rig{}
-	p, _ := mhi.Lookup(k.profile)
 	cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: k.framing})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.cn = cn
-	dev, _, err := sim.NewDevice(p, sim.Options{
-		Strict:      true,
-		OnViolation: func(err error) { r.fail("protocol violation: " + err.Error()) },
-		Functions:   map[string]sim.Function{k.channel: cn},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		t.Fatal(err)
-	}
 	lo := rigLink
 	lo.Channel, lo.Framing = k.channel, k.link
-	ep, err := link.New(ctx, c, lo)
+	lr, err := linktest.Start(linktest.Options{Options: mhitest.Options{ProfileName: k.profile}, Link: lo, Function: cn})
 	if err != nil {
+		cn.Close()
 		t.Fatal(err)
 	}
+	ep := lr.Endpoint
 	car := simnet.DefaultCarrier()
 	if cfg.Addresses == nil {
 		cfg.Addresses = []netip.Prefix{car.IPv4, car.IPv6}
@@ -95,24 +73,16 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	if cfg.DNSServers == nil {
 		cfg.DNSServers = append(append([]netip.Addr(nil), car.IPv4DNS...), car.IPv6DNS...)
 	}
-	s, err := stack.NewWithClosers(ep, cfg, cn.Close, dev.Close, c.Close)
+	// The stack closes the endpoint, then the rig (controller, device),
+	// then the carrier; the cleanup reports the rig's failures.
+	s, err := stack.NewWithClosers(ep, cfg, cn.Close, lr.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.s = s
 	t.Cleanup(func() {
 		s.Close()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, f := range r.failures {
-			t.Error(f)
-		}
+		mhitest.ReportClose(t, lr.Close)
 	})
 	return r
-}
-
-func (r *rig) fail(s string) {
-	r.mu.Lock()
-	r.failures = append(r.failures, s)
-	r.mu.Unlock()
 }

@@ -597,10 +597,10 @@ func modemPairEnv() (*altEnv, error) {
 	}
 	rb, err := newRig(wb, sim.Options{}, link.Options{})
 	if err != nil {
-		ra.close(false)
+		ra.close()
 		return nil, err
 	}
 	return stackPairEnv(ra.ep, rb.ep, func() {}, func() error {
-		return errors.Join(ra.close(true), rb.close(true))
+		return errors.Join(ra.close(), rb.close())
 	})
 }

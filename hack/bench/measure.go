@@ -114,7 +114,7 @@ func (lr linkRun) measure(d, w time.Duration) (sample, error) {
 	b := take()
 	stopTX.Store(true)
 	wg.Wait()
-	if err := r.close(false); err != nil {
+	if err := r.close(); err != nil {
 		return nil, err
 	}
 	if th.mismatch != "" {

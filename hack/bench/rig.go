@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
@@ -13,9 +11,9 @@ import (
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/linktest"
 	"github.com/mhistack/mhistack/link/qmap"
-	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -24,71 +22,29 @@ import (
 const profile = "qcom-sdx55m"
 
 // rig is one emulated modem in mission mode with a link endpoint on its
-// IP_HW0 pair. Each run of each table builds its own, so that runs are
-// independent samples.
+// IP_HW0 pair (link/linktest's rig, strict: a bench run that made the
+// modem see a host protocol violation, or a DMA fault, is reported as
+// failed, not as a number). Each run of each table builds its own, so
+// that runs are independent samples.
 type rig struct {
-	dev *vpci.Device
-	m   *sim.Modem
-	c   *mhi.Controller
-	ep  *link.Endpoint
-	// violations counts host protocol violations the strict modem saw; a
-	// bench run with any is reported as failed, not as a number.
-	violations atomic.Int64
+	lr *linktest.Rig
+	ep *link.Endpoint
+	m  *sim.Modem
 }
 
 func newRig(fn sim.Function, so sim.Options, lo link.Options) (*rig, error) {
-	p, ok := mhi.Lookup(profile)
-	if !ok {
-		return nil, fmt.Errorf("no profile %s", profile)
-	}
-	r := &rig{}
-	so.Strict = true
-	so.OnViolation = func(error) { r.violations.Add(1) }
-	so.Functions = map[string]sim.Function{link.DefaultChannel: fn}
-	dev, m, err := sim.NewDevice(p, so)
+	lr, err := linktest.Start(linktest.Options{Options: mhitest.Options{ProfileName: profile, Sim: so}, Link: lo, Function: fn})
 	if err != nil {
 		return nil, err
 	}
-	r.dev, r.m = dev, m
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
-	if err != nil {
-		dev.Close()
-		return nil, err
-	}
-	r.c = c
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		c.Close()
-		dev.Close()
-		return nil, fmt.Errorf("PowerUp: %w", err)
-	}
-	ep, err := link.New(ctx, c, lo)
-	if err != nil {
-		c.Close()
-		dev.Close()
-		return nil, fmt.Errorf("link.New: %w", err)
-	}
-	r.ep = ep
-	return r, nil
+	return &rig{lr: lr, ep: lr.Endpoint, m: lr.Modem}, nil
 }
 
-// close tears the rig down; epClosed says a gVisor stack already closed
-// the endpoint (Stack.Destroy does).
-func (r *rig) close(epClosed bool) error {
-	if !epClosed {
-		r.ep.Close()
-		r.ep.Wait()
-	}
-	err := r.c.Close()
-	if e := r.dev.Close(); err == nil {
-		err = e
-	}
-	if n := r.violations.Load(); n > 0 && err == nil {
-		err = fmt.Errorf("%d host protocol violations", n)
-	}
-	return err
-}
+// close tears the rig down (a gVisor stack may have closed the endpoint
+// already: Stack.Destroy does, and closing it again is harmless). The
+// error joins the Close errors and the violations and faults the rig
+// recorded.
+func (r *rig) close() error { return r.lr.Close() }
 
 // counter is a NetworkDispatcher that only counts: the RX tables measure
 // the link and the MHI host, not a transport stack.

@@ -42,7 +42,7 @@ func newTCPPath(so sim.Options, lo link.Options) (*tcpPath, error) {
 	}
 	s, a, b, err := gvloop.New(r.ep)
 	if err != nil {
-		r.close(true)
+		r.close()
 		return nil, err
 	}
 	p := &tcpPath{r: r, s: s}
@@ -101,7 +101,7 @@ func (p *tcpPath) close() error {
 		// endpoint first deadlocks too, as its Close removes the NIC).
 		quiesce(p.r.ep)
 		p.s.Destroy()
-		err = p.r.close(true)
+		err = p.r.close()
 	})
 	return err
 }
