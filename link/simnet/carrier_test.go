@@ -22,10 +22,10 @@ import (
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/linktest"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
-	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 )
 
 // carrierPair is a framed data pair the carrier network serves: a
@@ -61,42 +61,14 @@ func newCarrierHost(t *testing.T, k carrierPair, opts CarrierOptions) *carrierHo
 // that it is usable at once).
 func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 bool) *carrierHost {
 	t.Helper()
-	p, ok := mhi.Lookup(k.profile)
-	if !ok {
-		t.Fatalf("no profile %s", k.profile)
-	}
 	opts.Framing = k.framing
 	cn, err := NewCarrierNetwork(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	violations := make(chan error, 16)
-	dev, _, err := sim.NewDevice(p, sim.Options{
-		Strict: true,
-		OnViolation: func(err error) {
-			select {
-			case violations <- err:
-			default:
-			}
-		},
-		Functions: map[string]sim.Function{k.channel: cn},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ep, err := link.New(ctx, c, link.Options{Channel: k.channel, Framing: k.framing, Session: k.session})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := linktest.New(t, linktest.Options{Options: mhitest.Options{ProfileName: k.profile},
+		Link: link.Options{Channel: k.channel, Framing: k.framing, Session: k.session}, Function: cn})
+	ep := r.Endpoint
 	protos := []stack.NetworkProtocolFactory{ipv4.NewProtocol}
 	if v6 {
 		protos = append(protos, ipv6.NewProtocolWithOptions(ipv6.Options{DADConfigs: stack.DADConfigurations{DupAddrDetectTransmits: 0}}))
@@ -121,17 +93,13 @@ func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 boo
 		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: 1})
 	}
 	s.SetRouteTable(routes)
+	// Before the rig's cleanup (the controller, the device, the
+	// violations): the stack, the endpoint, the carrier.
 	t.Cleanup(func() {
 		s.Close()
 		s.Wait()
 		ep.Close()
 		cn.Close()
-		c.Close()
-		dev.Close()
-		close(violations)
-		for err := range violations {
-			t.Errorf("host protocol violation: %v", err)
-		}
 	})
 	return &carrierHost{cn: cn, s: s}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -295,26 +296,10 @@ func FuzzNTB16(f *testing.F) {
 // own, which the test polls), and returns what comes back on DL.
 func pingThrough(t *testing.T, r *ICMPResponder, request []byte) []byte {
 	t.Helper()
-	p, ok := mhi.Lookup("qcom-qdu100")
-	if !ok {
-		t.Fatal("no profile qcom-qdu100")
-	}
-	dev, _, err := sim.NewDevice(p, sim.Options{Strict: true, OnViolation: func(err error) { t.Error(err) },
-		Functions: map[string]sim.Function{"LOOPBACK": r}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Timeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	rig := mhitest.New(t, mhitest.Options{ProfileName: "qcom-qdu100", Functions: map[string]sim.Function{"LOOPBACK": r}})
+	dev, c := rig.Device, rig.Controller
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.PowerUp(ctx); err != nil {
-		t.Fatal(err)
-	}
 	ul, dl, err := c.ChannelPair("LOOPBACK", mhi.ChannelOptions{}, mhi.ChannelOptions{})
 	if err != nil {
 		t.Fatal(err)
