@@ -633,6 +633,34 @@ func pblBoot(h *rawHost, img []byte) *pci.Buffer {
 
 func TestPBLDownloadThenSBLThenAMSS(t *testing.T) {
 	h := newHost(t, testProfile(), Options{Boot: BootPBL})
+	pblToSBL(t, h)
+	// SBLTime later the modem reaches AMSS by itself, EXECENV first.
+	h.expectEE(mhi.EEAMSS)
+	if h.ee() != mhi.EEAMSS {
+		t.Error("BHI_EXECENV not AMSS at EE_EVENT(AMSS)")
+	}
+}
+
+// SBL channels run in the SBL (the modem stays there until LeaveSBL, so
+// that a slow host's START_CHAN cannot land after the SBL has ended),
+// then end with it at AMSS.
+func TestSBLChannelStartsInTheSBL(t *testing.T) {
+	h := newHost(t, testProfile(), Options{Boot: BootPBL, StayInSBL: true})
+	pblToSBL(t, h)
+	h.startChannel(2)
+	if err := h.m.LeaveSBL(); err != nil {
+		t.Fatal(err)
+	}
+	h.expectEE(mhi.EEAMSS)
+	if h.ee() != mhi.EEAMSS {
+		t.Error("BHI_EXECENV not AMSS at EE_EVENT(AMSS)")
+	}
+}
+
+// pblToSBL downloads an image over BHI to a modem in PBL and brings the
+// SBL it starts to M0 (EE_EVENT(SBL) consumed).
+func pblToSBL(t *testing.T, h *rawHost) {
+	t.Helper()
 	h.bhi = uint64(h.r32(mhi.RegBHIOFF))
 	if h.ee() != mhi.EEPBL || h.r32(mhi.RegMHISTATUS) != 0 {
 		t.Fatalf("EE %s MHISTATUS %#x", h.ee(), h.r32(mhi.RegMHISTATUS))
@@ -658,13 +686,6 @@ func TestPBLDownloadThenSBLThenAMSS(t *testing.T) {
 	h.setState(mhi.StateM0)
 	h.expectState(mhi.StateM0)
 	h.expectEE(mhi.EESBL)
-	// SBL channels can run in SBL…
-	h.startChannel(2)
-	// …then the modem reaches AMSS, EXECENV first.
-	h.expectEE(mhi.EEAMSS)
-	if h.ee() != mhi.EEAMSS {
-		t.Error("BHI_EXECENV not AMSS at EE_EVENT(AMSS)")
-	}
 }
 
 func TestBHIErrors(t *testing.T) {
