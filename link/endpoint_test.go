@@ -375,6 +375,9 @@ func TestOverflowChainsReassembleAndOversizeChainsAreDropped(t *testing.T) {
 	if !bytes.Equal(got[len(want)], want[1]) {
 		t.Fatalf("packet after the oversize chain differs")
 	}
+	// A pass publishes its counters after it has delivered its packets:
+	// wait for the pass that delivered want[1] to be counted.
+	waitUntil(t, 5*time.Second, "the oversize drop counted", func() bool { return r.ep.Stats().RXDrops.Oversize > 0 })
 	if s := r.ep.Stats(); s.RXDrops.Oversize != 1 {
 		t.Errorf("oversize drops %d, want 1", s.RXDrops.Oversize)
 	}

@@ -3,6 +3,7 @@ package mhitest_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,3 +103,26 @@ type fakeTB struct {
 
 func (f *fakeTB) Helper()        {}
 func (f *fakeTB) Error(a ...any) { f.errs = append(f.errs, fmt.Sprint(a...)) }
+
+// A failure ForgiveFailures accepts is forgiven when it comes after the
+// call too: a removed device's DMA keeps failing until Close (a burst
+// channel's poll or doorbell-mode watchdog). Before, only the failures
+// recorded so far were removed, and a late one failed the removal test.
+func TestForgiveFailuresKeepsOutLaterOnes(t *testing.T) {
+	r, err := mhitest.Start(mhitest.Options{ProfileName: "foxconn-sdx55"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Fail("DMA fault: device removed (before)")
+	r.Fail("protocol violation: something else")
+	if n := r.ForgiveFailures(func(f string) bool { return strings.Contains(f, "device removed") }); n != 1 {
+		t.Errorf("ForgiveFailures removed %d, want 1", n)
+	}
+	r.Fail("DMA fault: device removed (after)")
+	if f := r.Failures(); len(f) != 1 || f[0] != "protocol violation: something else" {
+		t.Errorf("failures %q, want only the violation", f)
+	}
+	if err := r.Close(); err == nil || strings.Contains(err.Error(), "device removed") {
+		t.Errorf("Close = %v, want the violation only", err)
+	}
+}

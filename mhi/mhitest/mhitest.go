@@ -94,6 +94,7 @@ type Rig struct {
 
 	mu       sync.Mutex
 	failures []string
+	forgive  []func(string) bool // ForgiveFailures' matches
 	closed   bool
 	closeErr error
 }
@@ -203,8 +204,13 @@ func ReportClose(t testing.TB, close func() error) {
 // may no longer be called; a test's own device-side hooks may as well.
 func (r *Rig) Fail(s string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, match := range r.forgive {
+		if match(s) {
+			return
+		}
+	}
 	r.failures = append(r.failures, s)
-	r.mu.Unlock()
 }
 
 // Failures returns the failures recorded so far.
@@ -214,12 +220,15 @@ func (r *Rig) Failures() []string {
 	return append([]string(nil), r.failures...)
 }
 
-// ForgiveFailures removes the recorded failures match accepts and
-// returns how many it removed: a test that provokes some failures on
-// purpose (DMA faults of a removed device) keeps the others reported.
+// ForgiveFailures removes the recorded failures match accepts, and keeps
+// out those it accepts from now on (the model may go on failing the same
+// way until Close), and returns how many it removed: a test that provokes
+// some failures on purpose (DMA faults of a removed device) keeps the
+// others reported.
 func (r *Rig) ForgiveFailures(match func(failure string) bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.forgive = append(r.forgive, match)
 	kept := r.failures[:0]
 	for _, f := range r.failures {
 		if !match(f) {
