@@ -20,6 +20,9 @@ func TestRXSteadyStateAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("steady-state traffic; run without -short")
 	}
+	if underRace {
+		t.Skip("sync.Pool drops Puts under the race detector; run without -race")
+	}
 	cases := []struct {
 		name           string
 		size, perFrame int
