@@ -523,7 +523,9 @@ func TestQmicliThroughProxy(t *testing.T) {
 	if fn.Calls() != 3 {
 		t.Errorf("the modem has %d calls with qmicli's, want 3", fn.Calls())
 	}
-	expect(run("--client-cid="+wds, "--client-no-release-cid", "--wds-get-current-settings"), "IPv4 address: 10.0.0.2", "MTU: 1500")
+	// Mux ID 2 is the APN's second session: the next /30 of its pool
+	// (mhistack's call on mux 1 has 10.0.0.2).
+	expect(run("--client-cid="+wds, "--client-no-release-cid", "--wds-get-current-settings"), "IPv4 address: 10.0.0.6", "IPv4 gateway address: 10.0.0.5", "MTU: 1500")
 	run("--client-cid="+wds, "--wds-stop-network="+handle)
 	waitUntil(t, "qmicli's connection gone", func() bool { return p.Clients() == 0 })
 	if held, dis := p.ClientIDs(); len(held)+len(dis) != 0 {
