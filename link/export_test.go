@@ -31,3 +31,14 @@ func ReleasePollerForTest(e *Endpoint) {
 // HoldingTXForTest reports whether the endpoint holds the UL frames
 // written now (a SYS_ERR being recovered, or PauseTX).
 func HoldingTXForTest(e *Endpoint) bool { return e.tx.hold.active.Load() }
+
+// ScribbleRXBuffersForTest writes b over every byte of every RX DMA buffer
+// of the endpoint, queued or free, as a device that keeps writing into
+// buffers it once had would.
+func ScribbleRXBuffersForTest(e *Endpoint, b byte) {
+	for _, buf := range e.rxPool.all {
+		for i := range buf.Mem {
+			buf.Mem[i] = b
+		}
+	}
+}
