@@ -82,7 +82,7 @@ type pipeline struct {
 	modem   *sim.Modem
 	mbim    *simnet.MBIMFunction
 	carrier *simnet.CarrierNetwork
-	ep      *link.Endpoint
+	ep      linkEP
 	srv     *proxy.Server
 	proxy   string // the proxy's address on the host
 	// carrierLog keeps the carrier network's last log lines (refused
@@ -144,17 +144,25 @@ func openPipelineWith(t testing.TB, cfg stack.Config, configure func(*proxy.Serv
 	return p
 }
 
-// linkEndpoint digs the modem's link.Endpoint out of the stack: the
+// linkEP is what the tests use of the modem's link.Endpoint: a
+// *link.Endpoint, or the stack's wrapper of it for a session's own stack
+// (which embeds it).
+type linkEP interface {
+	StarveRX() (release func() int)
+	Stats() link.Stats
+}
+
+// linkEndpoint digs the modem's link endpoint out of the stack: the
 // stack's only NIC (no name) is its capture tap, which wraps it.
-func linkEndpoint(t testing.TB, st *stack.Stack) *link.Endpoint {
+func linkEndpoint(t testing.TB, st *stack.Stack) linkEP {
 	t.Helper()
 	tap, ok := st.GVisor().GetLinkEndpointByName("").(interface{ Child() gstack.LinkEndpoint })
 	if !ok {
 		t.Fatal("the stack's NIC is not the nested capture tap any more")
 	}
-	ep, ok := tap.Child().(*link.Endpoint)
+	ep, ok := tap.Child().(linkEP)
 	if !ok {
-		t.Fatalf("the tap wraps a %T, not a *link.Endpoint", tap.Child())
+		t.Fatalf("the tap wraps a %T, not a link endpoint", tap.Child())
 	}
 	return ep
 }
