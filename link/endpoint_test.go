@@ -56,6 +56,7 @@ func TestLoopbackDeliversEveryIPv4AndIPv6TCPAndUDPPacketIntact(t *testing.T) {
 			}
 			got := r.snk.waitFor(t, len(pkts), 20*time.Second)
 			checkIntact(t, got, pkts, ks)
+			waitPublished(t, r, func(s link.Stats) bool { return s.RXPackets >= uint64(len(pkts)) })
 			s := r.ep.Stats()
 			if s.RXPackets != uint64(len(pkts)) || s.TXPackets != uint64(len(pkts)) {
 				t.Errorf("stats: rx %d tx %d packets, want %d", s.RXPackets, s.TXPackets, len(pkts))
@@ -375,9 +376,7 @@ func TestOverflowChainsReassembleAndOversizeChainsAreDropped(t *testing.T) {
 	if !bytes.Equal(got[len(want)], want[1]) {
 		t.Fatalf("packet after the oversize chain differs")
 	}
-	// A pass publishes its counters after it has delivered its packets:
-	// wait for the pass that delivered want[1] to be counted.
-	waitUntil(t, 5*time.Second, "the oversize drop counted", func() bool { return r.ep.Stats().RXDrops.Oversize > 0 })
+	waitPublished(t, r, func(s link.Stats) bool { return s.RXDrops.Oversize > 0 })
 	if s := r.ep.Stats(); s.RXDrops.Oversize != 1 {
 		t.Errorf("oversize drops %d, want 1", s.RXDrops.Oversize)
 	}
@@ -407,6 +406,7 @@ func TestAggregatedFramesAreSplitAcrossPassesWithinBudget(t *testing.T) {
 			t.Fatalf("packet %d differs", i)
 		}
 	}
+	waitPublished(t, r, func(s link.Stats) bool { return s.RXFrames >= 20 })
 	s := r.ep.Stats()
 	if s.MaxPassPackets > 16 {
 		t.Errorf("a pass delivered %d packets, budget 16", s.MaxPassPackets)

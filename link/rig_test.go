@@ -335,4 +335,12 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// waitPublished waits until r's endpoint Stats satisfy done: a poll pass
+// publishes its counters only after it has handed its packets to the
+// dispatcher, so the sink can hold packets the Stats do not count yet.
+func waitPublished(t testing.TB, r *rig, done func(link.Stats) bool) {
+	t.Helper()
+	waitUntil(t, 5*time.Second, "the last poll pass's counters", func() bool { return done(r.ep.Stats()) })
+}
+
 func fmtStats(s link.Stats) string { return fmt.Sprintf("%+v", s) }
