@@ -82,7 +82,7 @@ type Options struct {
 	Framing framing.Framing
 	// Session is the endpoint's own MBIM session ID or QMAP mux ID
 	// (default 0; ModemManager's first QMAP mux ID is 1). Other
-	// sessions on the same pair get endpoints from NewSession.
+	// sessions on the same pair get endpoints from NewSessionEndpoint.
 	Session uint8
 	// MTU of the link (default 1500).
 	MTU uint32
@@ -238,9 +238,9 @@ type Endpoint struct {
 	tap atomic.Pointer[Tap]
 
 	// Sessions: session is the endpoint's own; sessions[id] serves
-	// another (NewSession), read by the poller without locks.
+	// another (NewSessionEndpoint), read by the poller without locks.
 	session  uint8
-	sessions [256]atomic.Pointer[Session]
+	sessions [256]atomic.Pointer[SessionEndpoint]
 
 	stats counters
 	// atClose counts RX and TX buffers home (and in all) when Close freed
@@ -524,7 +524,7 @@ func (e *Endpoint) Session() uint8 { return e.session }
 // Detach stops delivery to the attached dispatcher without stopping the
 // poller and refiller (Attach(nil) stops them for good): packets of the
 // endpoint's own session are then dropped and counted
-// (RXDrops.NotAttached) while the other sessions' (NewSession) keep
+// (RXDrops.NotAttached) while the other sessions' (NewSessionEndpoint) keep
 // flowing, and a later Attach delivers again. stack.Modem uses it when
 // the stack of the endpoint's own session closes but others stay.
 func (e *Endpoint) Detach() { e.disp.Store(nil) }

@@ -136,12 +136,12 @@ func TestSessionsShareOneChannelPair(t *testing.T) {
 			}})
 			waitRunning(t, net)
 			other := fc.session + 1
-			s, err := r.ep.NewSession(other)
+			s, err := r.ep.NewSessionEndpoint(other)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if _, err := r.ep.NewSession(other); err == nil {
+			if _, err := r.ep.NewSessionEndpoint(other); err == nil {
 				t.Fatal("a second endpoint for the same session")
 			}
 			snk2 := newSink()
@@ -191,7 +191,7 @@ func TestSessionsShareOneChannelPair(t *testing.T) {
 
 func TestRawIPHasNoSessionsAndMBIMNeedsNTB(t *testing.T) {
 	r := newRig(t, rigOptions{fn: &sim.Loopback{}})
-	if _, err := r.ep.NewSession(1); err == nil {
+	if _, err := r.ep.NewSessionEndpoint(1); err == nil {
 		t.Fatal("raw IP gave a second session")
 	}
 	if _, err := link.New(t.Context(), r.c, link.Options{Channel: "IP_HW0_MBIM"}); err == nil {

@@ -328,7 +328,7 @@ func (e *Endpoint) rxRelease(b *pci.Buffer) { e.rxPool.put(b) }
 // session's dispatcher: as a clone of the frame's shared gVisor buffer, or
 // else copied out of DMA memory into a buffer of its own. devCsum says
 // the modem validated the transport checksum (Span.CsumValid).
-func (e *Endpoint) deliverPacket(p []byte, off int, devCsum bool, sess *Session) {
+func (e *Endpoint) deliverPacket(p []byte, off int, devCsum bool, sess *SessionEndpoint) {
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(p) {
 	case header.IPv4Version:

@@ -17,17 +17,17 @@ import (
 // IDs (docs/FRAMING.md §4.1) over one channel pair. The Endpoint owns the pair and is the
 // demultiplexer: packets of its own session (Options.Session) take the
 // single-session path unchanged (GRO, no lookup beyond one compare);
-// packets of other sessions go to the Session endpoints made with
-// NewSession, and writes of a Session are framed with its ID on the
+// packets of other sessions go to the SessionEndpoints made with
+// NewSessionEndpoint, and writes of a SessionEndpoint are framed with its ID on the
 // shared UL channel. Packets for a session nobody serves are dropped and
 // counted (RXDrops.Session), as the kernel drops an unknown session.
 
-// Session is a stack.LinkEndpoint for one more session (MBIM session ID
+// SessionEndpoint is a stack.LinkEndpoint for one more session (MBIM session ID
 // or QMAP mux ID) on an Endpoint's channel pair. It has no goroutines:
 // the Endpoint's poller delivers its packets (without GRO) and its writes
-// use the Endpoint's TX path. Create it with Endpoint.NewSession and give
+// use the Endpoint's TX path. Create it with Endpoint.NewSessionEndpoint and give
 // it to a gVisor stack like any link endpoint.
-type Session struct {
+type SessionEndpoint struct {
 	e       *Endpoint
 	id      uint8
 	mtu     atomic.Uint32
@@ -38,12 +38,12 @@ type Session struct {
 	rxPackets, rxBytes, rxNotAttached atomic.Uint64
 }
 
-var _ stack.LinkEndpoint = (*Session)(nil)
+var _ stack.LinkEndpoint = (*SessionEndpoint)(nil)
 
-// NewSession returns the endpoint for session id on e's channel pair. It
+// NewSessionEndpoint returns the endpoint for session id on e's channel pair. It
 // fails for e's own session, for an ID already served, for a framing
 // without sessions (raw IP), and after Close.
-func (e *Endpoint) NewSession(id uint8) (*Session, error) {
+func (e *Endpoint) NewSessionEndpoint(id uint8) (*SessionEndpoint, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -53,7 +53,7 @@ func (e *Endpoint) NewSession(id uint8) (*Session, error) {
 	if _, ok := e.tx.enc.(framing.SessionEncoder); !ok {
 		return nil, fmt.Errorf("link: framing %s has no sessions", e.framing.Name())
 	}
-	s := &Session{e: e, id: id}
+	s := &SessionEndpoint{e: e, id: id}
 	s.mtu.Store(e.MTU())
 	if !e.sessions[id].CompareAndSwap(nil, s) {
 		return nil, fmt.Errorf("link: session %d already has an endpoint", id)
@@ -73,7 +73,7 @@ func (e *Endpoint) deliverSession(id uint8, p []byte, off int, devCsum bool) {
 }
 
 // deliver runs on the poller with a packet it built for s.
-func (s *Session) deliver(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+func (s *SessionEndpoint) deliver(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
 	d := s.disp.Load()
 	if d == nil {
 		s.rxNotAttached.Add(1)
@@ -121,20 +121,20 @@ func (e *Endpoint) control(frame []byte) {
 }
 
 // ID returns the session's ID (MBIM session, QMAP mux ID).
-func (s *Session) ID() uint8 { return s.id }
+func (s *SessionEndpoint) ID() uint8 { return s.id }
 
 // Endpoint returns the endpoint that owns the channel pair.
-func (s *Session) Endpoint() *Endpoint { return s.e }
+func (s *SessionEndpoint) Endpoint() *Endpoint { return s.e }
 
 // Received returns the packets and bytes delivered to this session, and
 // those dropped because nothing was attached.
-func (s *Session) Received() (pkts, bytes, notAttached uint64) {
+func (s *SessionEndpoint) Received() (pkts, bytes, notAttached uint64) {
 	return s.rxPackets.Load(), s.rxBytes.Load(), s.rxNotAttached.Load()
 }
 
 // WritePackets implements stack.LinkWriter: the packets are framed with
 // the session's ID on the shared UL channel (Endpoint.WritePackets).
-func (s *Session) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+func (s *SessionEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	if s.closed.Load() {
 		return 0, &tcpip.ErrClosedForSend{}
 	}
@@ -142,27 +142,27 @@ func (s *Session) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 }
 
 // MTU implements stack.LinkEndpoint.
-func (s *Session) MTU() uint32 { return s.mtu.Load() }
+func (s *SessionEndpoint) MTU() uint32 { return s.mtu.Load() }
 
 // SetMTU implements stack.LinkEndpoint, capped like the Endpoint's.
-func (s *Session) SetMTU(mtu uint32) { s.mtu.Store(min(mtu, uint32(s.e.tx.maxPacket))) }
+func (s *SessionEndpoint) SetMTU(mtu uint32) { s.mtu.Store(min(mtu, uint32(s.e.tx.maxPacket))) }
 
 // MaxHeaderLength implements stack.LinkEndpoint.
-func (s *Session) MaxHeaderLength() uint16 { return 0 }
+func (s *SessionEndpoint) MaxHeaderLength() uint16 { return 0 }
 
 // LinkAddress implements stack.LinkEndpoint: raw IP has none.
-func (s *Session) LinkAddress() tcpip.LinkAddress { return "" }
+func (s *SessionEndpoint) LinkAddress() tcpip.LinkAddress { return "" }
 
 // SetLinkAddress implements stack.LinkEndpoint (ignored).
-func (s *Session) SetLinkAddress(tcpip.LinkAddress) {}
+func (s *SessionEndpoint) SetLinkAddress(tcpip.LinkAddress) {}
 
 // Capabilities implements stack.LinkEndpoint: the Endpoint validates RX
 // checksums for every session.
-func (s *Session) Capabilities() stack.LinkEndpointCapabilities { return s.e.Capabilities() }
+func (s *SessionEndpoint) Capabilities() stack.LinkEndpointCapabilities { return s.e.Capabilities() }
 
 // Attach implements stack.LinkEndpoint; nil detaches (packets are then
 // dropped and counted).
-func (s *Session) Attach(d stack.NetworkDispatcher) {
+func (s *SessionEndpoint) Attach(d stack.NetworkDispatcher) {
 	if d == nil {
 		s.disp.Store(nil)
 		return
@@ -171,28 +171,28 @@ func (s *Session) Attach(d stack.NetworkDispatcher) {
 }
 
 // IsAttached implements stack.LinkEndpoint.
-func (s *Session) IsAttached() bool { return s.disp.Load() != nil }
+func (s *SessionEndpoint) IsAttached() bool { return s.disp.Load() != nil }
 
-// Wait implements stack.LinkEndpoint: a Session has no goroutines.
-func (s *Session) Wait() {}
+// Wait implements stack.LinkEndpoint: a SessionEndpoint has no goroutines.
+func (s *SessionEndpoint) Wait() {}
 
 // ARPHardwareType implements stack.LinkEndpoint.
-func (s *Session) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+func (s *SessionEndpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
 
 // AddHeader implements stack.LinkEndpoint (framing is added on copy).
-func (s *Session) AddHeader(*stack.PacketBuffer) {}
+func (s *SessionEndpoint) AddHeader(*stack.PacketBuffer) {}
 
 // ParseHeader implements stack.LinkEndpoint.
-func (s *Session) ParseHeader(*stack.PacketBuffer) bool { return true }
+func (s *SessionEndpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
 
 // SetOnCloseAction implements stack.LinkEndpoint.
-func (s *Session) SetOnCloseAction(fn func()) { s.onClose.Store(&fn) }
+func (s *SessionEndpoint) SetOnCloseAction(fn func()) { s.onClose.Store(&fn) }
 
 // Close implements stack.LinkEndpoint: the session stops receiving (its
 // packets are then dropped as an unknown session) and sending. The
 // Endpoint and its other sessions are unaffected; closing the Endpoint
 // does not close its Sessions' stacks, but their writes fail from then on.
-func (s *Session) Close() {
+func (s *SessionEndpoint) Close() {
 	if !s.closed.CompareAndSwap(false, true) {
 		return
 	}

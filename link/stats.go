@@ -92,7 +92,7 @@ type RXDrops struct {
 	Checksum    uint64 // bad IPv4 header, TCP or UDP checksum (checksum offload on)
 	NotAttached uint64 // no dispatcher attached
 	Backlog     uint64 // poller backlog full (should stay 0)
-	Session     uint64 // packet of a session no endpoint serves (NewSession)
+	Session     uint64 // packet of a session no endpoint serves (NewSessionEndpoint)
 }
 
 // TXDrops counts TX packets not sent, by reason.

@@ -307,7 +307,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 // endpointFor returns the link endpoint session id's stack runs on: the
 // data pair's own endpoint (made now by the first session, with id as its
 // own session) wrapped so that closing the stack leaves the pair running,
-// or a link.Session for another ID. openMu is held.
+// or a link.SessionEndpoint for another ID. openMu is held.
 func (m *Modem) endpointFor(ctx context.Context, id uint8, lo link.Options) (gstack.LinkEndpoint, error) {
 	if m.ep == nil {
 		ep, err := link.New(ctx, m.ctrl, lo)
@@ -322,7 +322,7 @@ func (m *Modem) endpointFor(ctx context.Context, id uint8, lo link.Options) (gst
 		m.own = &ownEP{Endpoint: m.ep}
 		return m.own, nil
 	}
-	ls, err := m.ep.NewSession(id)
+	ls, err := m.ep.NewSessionEndpoint(id)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +450,7 @@ func linkEndpointOf(ep gstack.LinkEndpoint) *link.Endpoint {
 		return e
 	case *ownEP:
 		return e.Endpoint
-	case *link.Session:
+	case *link.SessionEndpoint:
 		return e.Endpoint()
 	}
 	return nil

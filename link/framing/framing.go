@@ -21,7 +21,7 @@ type Span struct {
 	// ID is the packet's session: the MBIM IP session of its NDP
 	// (docs/FRAMING.md §3.1) or the QMAP mux ID (docs/FRAMING.md §4.1); 0 on raw IP.
 	// The endpoint hands packets of other sessions than its own to the
-	// Session endpoints made with NewSession.
+	// Session endpoints made with NewSessionEndpoint.
 	ID uint8
 	// Ctrl marks an in-band control frame rather than an IP packet (a
 	// QMAP command, docs/FRAMING.md §4.2): the endpoint passes it to the framing's
