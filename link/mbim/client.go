@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
-	"github.com/mhistack/mhistack/internal/callbacks"
+	"github.com/mhistack/mhistack/internal/ctrlclient"
 	"github.com/mhistack/mhistack/internal/ctrlstream"
 )
 
@@ -73,49 +74,36 @@ func (o *Options) setDefaults() {
 // goroutine, the reader, which Close stops; subscriber callbacks run on it
 // and must not block.
 type Client struct {
-	t    Transport
+	conn *ctrlclient.Conn[uint32, MessageType, *Message]
 	opts Options
 	log  *slog.Logger
 
-	stop   context.CancelFunc
-	ctx    context.Context
-	done   chan struct{}
 	sendMu sync.Mutex // keeps the fragments of one message together
 
-	mu       sync.Mutex
+	// guarded by conn.Mu
 	nextTID  uint32
-	pending  map[uint32]*call
 	opened   bool
-	closed   bool
-	dead     error // the transport failed; every request fails with it
-	resetDec bool  // the reader must drop its partial input
-	subs     callbacks.Set[func(*Message)]
-	// dispatchMu keeps subscriber callbacks one at a time: indications
-	// from the reader and those a Proxy announces (announce).
-	dispatchMu sync.Mutex
-	resets     callbacks.Set[func()]
-}
-
-type call struct {
-	want MessageType
-	ch   chan result
-}
-
-type result struct {
-	m   *Message
-	err error
+	resetDec bool // the reader must drop its partial input
 }
 
 // NewClient starts a client over t; the client owns t and closes it in
 // Close. The function is not opened yet: call Open.
 func NewClient(t Transport, opts Options) *Client {
 	opts.setDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{
-		t: t, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel,
-		done: make(chan struct{}), pending: map[uint32]*call{},
-	}
-	go c.read()
+	c := &Client{opts: opts, log: opts.Logger}
+	dec := &Decoder{}
+	c.conn = ctrlclient.New(t, ctrlclient.Config[uint32, MessageType, *Message]{
+		Proto: "mbim", Logger: opts.Logger, ErrClosed: ErrClosed, Decoder: dec,
+		Chunk: func() {
+			if c.resetDec {
+				c.resetDec = false
+				dec.Reset()
+			}
+		},
+		Dispatch: c.dispatch, Malformed: c.decodeFailed,
+		Lost: func() { c.opened = false },
+	})
+	c.conn.Start()
 	return c
 }
 
@@ -125,8 +113,8 @@ func (c *Client) MaxControlTransfer() int { return c.opts.MaxControlTransfer }
 // Opened reports whether OPEN succeeded and nothing since (CLOSE, a
 // NOT_OPENED function error, a modem reset) undid it.
 func (c *Client) Opened() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.conn.Mu.Lock()
+	defer c.conn.Mu.Unlock()
 	return c.opened
 }
 
@@ -150,9 +138,9 @@ func (c *Client) Open(ctx context.Context) error {
 			err = fmt.Errorf("mbim: OPEN: %w", m.Status)
 		}
 		if err == nil {
-			c.mu.Lock()
+			c.conn.Mu.Lock()
 			c.opened = true
-			c.mu.Unlock()
+			c.conn.Mu.Unlock()
 			return nil
 		}
 		last = err
@@ -168,9 +156,9 @@ func (c *Client) Open(ctx context.Context) error {
 // usable for a later Open. On a real modem this tears the data session
 // down.
 func (c *Client) CloseFunction(ctx context.Context) error {
-	c.mu.Lock()
+	c.conn.Mu.Lock()
 	c.opened = false
-	c.mu.Unlock()
+	c.conn.Mu.Unlock()
 	m, err := c.call(ctx, &Message{Type: TypeClose}, TypeCloseDone, false)
 	if err == nil && m.Status != StatusNone {
 		err = fmt.Errorf("mbim: CLOSE: %w", m.Status)
@@ -182,27 +170,16 @@ func (c *Client) CloseFunction(ctx context.Context) error {
 // stops the reader and closes the transport. Outstanding requests fail
 // with ErrClosed.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		<-c.done
-		return nil
-	}
-	wasOpen := c.opened && c.dead == nil
-	c.mu.Unlock()
-	if wasOpen {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = c.CloseFunction(ctx)
-		cancel()
-	}
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.stop()
-	err := c.t.Close()
-	<-c.done
-	c.failAll(ErrClosed)
-	return err
+	return c.conn.Close(func() func() {
+		if !c.opened || c.conn.DeadLocked() {
+			return nil
+		}
+		return func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = c.CloseFunction(ctx)
+			cancel()
+		}
+	})
 }
 
 // Subscribe registers fn for every INDICATE_STATUS (service, CID and
@@ -210,13 +187,13 @@ func (c *Client) Close() error {
 // cause. Callbacks run one at a time, on the reader goroutine (or the
 // proxy's), and must not block or keep m.Buffer. The returned func
 // unsubscribes.
-func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) { return c.subs.Add(fn) }
+func (c *Client) Subscribe(fn func(m *Message)) (cancel func()) { return c.conn.Subscribe(fn) }
 
 // OnReset registers fn to be called when the function lost its state
 // under the client (NotifyReset, a NOT_OPENED function error, or the
 // transport failing for good): the session must be opened and brought up
 // again. fn must not block.
-func (c *Client) OnReset(fn func()) (cancel func()) { return c.resets.Add(fn) }
+func (c *Client) OnReset(fn func()) (cancel func()) { return c.conn.OnReset(fn) }
 
 // NotifyReset tells the client that the function was reset under it
 // (the modem crashed and MHI recovered it, mhi.EventSysErr and
@@ -224,22 +201,11 @@ func (c *Client) OnReset(fn func()) (cancel func()) { return c.resets.Add(fn) }
 // received messages are dropped, the client counts as not opened, and
 // OnReset subscribers are told.
 func (c *Client) NotifyReset() {
-	c.mu.Lock()
-	c.opened = false
-	c.resetDec = true
-	pend := c.pending
-	c.pending = map[uint32]*call{}
-	fns := c.resetFns()
-	c.mu.Unlock()
-	for _, p := range pend {
-		p.ch <- result{err: ErrModemReset}
-	}
-	for _, fn := range fns {
-		fn()
-	}
+	c.conn.NotifyReset(ErrModemReset, func() {
+		c.opened = false
+		c.resetDec = true
+	})
 }
-
-func (c *Client) resetFns() []func() { return c.resets.All() }
 
 // timeoutFor returns the request timeout of a command (§9: CONNECT
 // 120 s, the rest as libmbim).
@@ -284,55 +250,35 @@ func (c *Client) Command(ctx context.Context, svc UUID, cid uint32, typ CommandT
 
 // call sends m with a new TID and waits for the answer of type want.
 func (c *Client) call(ctx context.Context, m *Message, want MessageType, needOpen bool) (*Message, error) {
-	c.mu.Lock()
-	switch {
-	case c.closed:
-		c.mu.Unlock()
-		return nil, ErrClosed
-	case c.dead != nil:
-		c.mu.Unlock()
-		return nil, c.dead
-	case needOpen && !c.opened:
-		c.mu.Unlock()
-		return nil, ErrNotOpened
+	c.conn.Mu.Lock()
+	err := c.conn.UsableLocked()
+	if err == nil && needOpen && !c.opened {
+		err = ErrNotOpened
+	}
+	if err != nil {
+		c.conn.Mu.Unlock()
+		return nil, err
 	}
 	// libmbim counts 1..0xFFFFFFFF and wraps to 1; skip IDs in use.
-	for {
-		c.nextTID++
-		if c.nextTID == 0 {
-			c.nextTID = 1
-		}
-		if c.pending[c.nextTID] == nil {
-			break
-		}
-	}
+	c.nextTID = ctrlclient.NextID(c.nextTID, math.MaxUint32, func(tid uint32) bool { return !c.conn.WaitingLocked(tid) })
 	tid := c.nextTID
-	p := &call{want: want, ch: make(chan result, 1)}
-	c.pending[tid] = p
-	c.mu.Unlock()
+	ch := c.conn.AddLocked(tid, want)
+	c.conn.Mu.Unlock()
 
 	req := *m
 	req.TID = tid
 	if err := c.send(ctx, &req); err != nil {
-		c.forget(tid)
+		c.conn.Forget(tid)
 		return nil, fmt.Errorf("mbim: send %v: %w", req.Type, err)
 	}
-	select {
-	case r := <-p.ch:
-		return r.m, r.err
-	case <-ctx.Done():
-		c.forget(tid)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: %v (tid %d)", ErrTimeout, m.Type, tid)
-		}
-		return nil, ctx.Err()
+	r, err := c.conn.Wait(ctx, tid, ch)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("%w: %v (tid %d)", ErrTimeout, m.Type, tid)
 	}
-}
-
-func (c *Client) forget(tid uint32) {
-	c.mu.Lock()
-	delete(c.pending, tid)
-	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return r.M, r.Err
 }
 
 // send writes m in fragments of at most MaxControlTransfer bytes.
@@ -340,64 +286,8 @@ func (c *Client) send(ctx context.Context, m *Message) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	return m.Fragments(c.opts.MaxControlTransfer, func(f []byte) error {
-		return c.t.Send(ctx, f)
+		return c.conn.T.Send(ctx, f)
 	})
-}
-
-// read is the reader goroutine: it decodes the function's output and
-// dispatches it until Close or a transport failure.
-func (c *Client) read() {
-	defer close(c.done)
-	dec := Decoder{}
-	for {
-		chunk, err := c.t.Recv(c.ctx)
-		if c.ctx.Err() != nil {
-			return
-		}
-		if err != nil && len(chunk) == 0 {
-			c.log.Warn("mbim: transport failed", "err", err)
-			c.mu.Lock()
-			c.dead = fmt.Errorf("mbim: transport: %w", err)
-			c.opened = false
-			dead, fns := c.dead, c.resetFns()
-			c.mu.Unlock()
-			c.failAll(dead)
-			// Users waiting on indications (a connected Session)
-			// would otherwise never learn that nothing will come.
-			for _, fn := range fns {
-				fn()
-			}
-			return
-		}
-		c.mu.Lock()
-		if c.resetDec {
-			c.resetDec = false
-			dec.Reset()
-		}
-		c.mu.Unlock()
-		dec.Write(chunk)
-		for {
-			m, err := dec.Next()
-			if err != nil {
-				c.decodeFailed(err)
-				continue
-			}
-			if m == nil {
-				break
-			}
-			c.dispatch(m)
-		}
-	}
-}
-
-func (c *Client) failAll(err error) {
-	c.mu.Lock()
-	pend := c.pending
-	c.pending = map[uint32]*call{}
-	c.mu.Unlock()
-	for _, p := range pend {
-		p.ch <- result{err: err}
-	}
 }
 
 // decodeFailed fails the transaction a malformed answer belonged to, so
@@ -406,52 +296,33 @@ func (c *Client) decodeFailed(err error) {
 	c.log.Warn("mbim: dropped malformed input", "err", err)
 	var de *DecodeError
 	if errors.As(err, &de) && de.TID != 0 && de.Type&0x80000000 != 0 && de.Type != TypeIndicateStatus {
-		c.complete(de.TID, 0, nil, err)
+		c.complete(de.TID, 0, ctrlclient.Result[*Message]{Err: err})
 	}
 }
 
-// complete hands the answer (or err) to the waiting call tid; want 0
-// matches any call (FUNCTION_ERROR carries no type, §2.2).
-func (c *Client) complete(tid uint32, typ MessageType, m *Message, err error) bool {
-	c.mu.Lock()
-	p := c.pending[tid]
-	if p == nil || (typ != 0 && p.want != typ) {
-		c.mu.Unlock()
-		return false
-	}
-	delete(c.pending, tid)
-	c.mu.Unlock()
-	p.ch <- result{m: m, err: err}
-	return true
+// complete hands the answer (or the error) to the waiting call tid; typ
+// 0 matches any call (FUNCTION_ERROR carries no type, §2.2).
+func (c *Client) complete(tid uint32, typ MessageType, r ctrlclient.Result[*Message]) bool {
+	return c.conn.Complete(tid, r, func(want MessageType) bool { return typ == 0 || want == typ })
 }
 
 func (c *Client) dispatch(m *Message) {
 	switch m.Type {
 	case TypeOpenDone, TypeCloseDone, TypeCommandDone:
-		if !c.complete(m.TID, m.Type, m, nil) {
+		if !c.complete(m.TID, m.Type, ctrlclient.Result[*Message]{M: m}) {
 			c.log.Debug("mbim: unexpected answer (late or unknown transaction)", "msg", m.String())
 		}
 	case TypeFunctionError:
 		if m.Error == ProtoNotOpened {
 			c.notOpened()
 		}
-		if !c.complete(m.TID, 0, nil, &FunctionError{TID: m.TID, Code: m.Error}) {
+		if !c.complete(m.TID, 0, ctrlclient.Result[*Message]{Err: &FunctionError{TID: m.TID, Code: m.Error}}) {
 			c.log.Warn("mbim: function error", "tid", m.TID, "code", m.Error)
 		}
 	case TypeIndicateStatus:
-		c.indicate(m)
+		c.conn.Indicate(m)
 	default:
 		c.log.Debug("mbim: ignored message from function", "msg", m.String())
-	}
-}
-
-// indicate hands m to every subscriber, one callback at a time.
-func (c *Client) indicate(m *Message) {
-	fns := c.subs.All()
-	c.dispatchMu.Lock()
-	defer c.dispatchMu.Unlock()
-	for _, fn := range fns {
-		fn(m)
 	}
 }
 
@@ -462,21 +333,17 @@ func (c *Client) indicate(m *Message) {
 func (c *Client) announce(m *Message) {
 	ind := *m
 	ind.Type, ind.TID = TypeIndicateStatus, 0
-	c.indicate(&ind)
+	c.conn.Indicate(&ind)
 }
 
 // notOpened handles a NOT_OPENED function error: the function forgot the
 // session (it restarted on its own), which is a reset for the user.
 func (c *Client) notOpened() {
-	c.mu.Lock()
+	c.conn.Mu.Lock()
 	was := c.opened
 	c.opened = false
-	var fns []func()
+	c.conn.Mu.Unlock()
 	if was {
-		fns = c.resetFns()
-	}
-	c.mu.Unlock()
-	for _, fn := range fns {
-		fn()
+		c.conn.Reset()
 	}
 }

@@ -3,8 +3,8 @@ package mbim
 import (
 	"context"
 	"io"
-	"sync/atomic"
 
+	"github.com/mhistack/mhistack/internal/ctrlclient"
 	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/mhi"
 )
@@ -29,21 +29,8 @@ var _ Transport = (*mhi.ControlPort)(nil)
 // mhi.ControlOptions.OnReset), so that a Session re-opens and re-connects
 // after a modem crash. Close the client to release the channels.
 func DialMHI(ctx context.Context, c *mhi.Controller, opts Options) (*Client, error) {
-	var cl atomic.Pointer[Client]
-	port, err := c.OpenControl(ctx, "MBIM", mhi.ControlOptions{OnReset: func() {
-		// The reset fan-out only signals: OnReset must not block.
-		if c := cl.Load(); c != nil {
-			c.NotifyReset()
-		}
-	}})
-	if err != nil {
-		return nil, err
-	}
-	client := NewClient(port, opts)
-	cl.Store(client)
-	if err := client.Open(ctx); err != nil {
-		client.Close()
-		return nil, err
-	}
-	return client, nil
+	return ctrlclient.Dial(func(onReset func()) (Transport, error) {
+		return c.OpenControl(ctx, "MBIM", mhi.ControlOptions{OnReset: onReset})
+	}, func(t Transport) *Client { return NewClient(t, opts) }, (*Client).NotifyReset,
+		func(cl *Client) error { return cl.Open(ctx) })
 }

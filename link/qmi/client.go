@@ -7,10 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/mhistack/mhistack/internal/callbacks"
+	"github.com/mhistack/mhistack/internal/ctrlclient"
 	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/mhi"
 )
@@ -71,23 +70,14 @@ func (o *Options) setDefaults() {
 // goroutine, the reader, which Close stops; subscriber callbacks run on it
 // and must not block.
 type Client struct {
-	t    Transport
+	conn *ctrlclient.Conn[pendingKey, struct{}, *Message]
 	opts Options
 	log  *slog.Logger
 
-	ctx  context.Context
-	stop context.CancelFunc
-	done chan struct{}
-
-	mu      sync.Mutex
-	tids    map[ClientID]uint16 // last transaction ID per client
-	pending map[pendingKey]chan result
-	cids    map[ClientID]bool // allocated client IDs, released by Close
-	closed  bool
-	dead    error
-	subs    callbacks.Set[func(*Message)]
-	resets  callbacks.Set[func()]
-	subMu   sync.Mutex // one callback at a time
+	// guarded by conn.Mu
+	mu   *sync.Mutex         // conn.Mu
+	tids map[ClientID]uint16 // last transaction ID per client
+	cids map[ClientID]bool   // allocated client IDs, released by Close
 }
 
 type pendingKey struct {
@@ -96,19 +86,17 @@ type pendingKey struct {
 	tid    uint16
 }
 
-type result struct {
-	m   *Message
-	err error
-}
-
 // NewClient starts a client over t; the client owns t and closes it in
 // Close.
 func NewClient(t Transport, opts Options) *Client {
 	opts.setDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{t: t, opts: opts, log: opts.Logger, ctx: ctx, stop: cancel, done: make(chan struct{}),
-		tids: map[ClientID]uint16{}, pending: map[pendingKey]chan result{}, cids: map[ClientID]bool{}}
-	go c.read()
+	c := &Client{opts: opts, log: opts.Logger, tids: map[ClientID]uint16{}, cids: map[ClientID]bool{}}
+	c.conn = ctrlclient.New(t, ctrlclient.Config[pendingKey, struct{}, *Message]{
+		Proto: "qmi", Logger: opts.Logger, ErrClosed: ErrClosed, Decoder: &Decoder{},
+		Dispatch: c.dispatch, Malformed: c.malformed,
+	})
+	c.mu = &c.conn.Mu
+	c.conn.Start()
 	return c
 }
 
@@ -118,82 +106,50 @@ func NewClient(t Transport, opts Options) *Client {
 // controller's SYS_ERR recovery (NotifyReset through
 // mhi.ControlOptions.OnReset). Close the client to release the channels.
 func DialMHI(ctx context.Context, c *mhi.Controller, opts Options) (*Client, error) {
-	var cl atomic.Pointer[Client]
-	port, err := c.OpenControl(ctx, "QMI", mhi.ControlOptions{OnReset: func() {
-		if c := cl.Load(); c != nil {
-			c.NotifyReset()
-		}
-	}})
-	if err != nil {
-		return nil, err
-	}
-	client := NewClient(port, opts)
-	cl.Store(client)
-	if err := client.Sync(ctx); err != nil {
-		client.Close()
-		return nil, err
-	}
-	return client, nil
+	return ctrlclient.Dial(func(onReset func()) (Transport, error) {
+		return c.OpenControl(ctx, "QMI", mhi.ControlOptions{OnReset: onReset})
+	}, func(t Transport) *Client { return NewClient(t, opts) }, (*Client).NotifyReset,
+		func(cl *Client) error { return cl.Sync(ctx) })
 }
 
 // Close releases the client IDs still allocated (bounded by one second),
 // stops the reader and closes the transport. Outstanding requests fail
 // with ErrClosed.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		<-c.done
-		return nil
-	}
-	var cids []ClientID
-	if c.dead == nil {
-		for id := range c.cids {
-			cids = append(cids, id)
+	return c.conn.Close(func() func() {
+		var cids []ClientID
+		if !c.conn.DeadLocked() {
+			for id := range c.cids {
+				cids = append(cids, id)
+			}
 		}
-	}
-	c.mu.Unlock()
-	if len(cids) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		for _, id := range cids {
-			_ = c.ReleaseCID(ctx, id)
+		if len(cids) == 0 {
+			return nil
 		}
-		cancel()
-	}
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.stop()
-	err := c.t.Close()
-	<-c.done
-	c.failAll(ErrClosed)
-	return err
+		return func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			for _, id := range cids {
+				_ = c.ReleaseCID(ctx, id)
+			}
+			cancel()
+		}
+	})
 }
 
 // Subscribe registers fn for every indication. Callbacks run one at a
 // time on the reader goroutine and must not block or keep the message.
-func (c *Client) Subscribe(fn func(*Message)) (cancel func()) { return c.subs.Add(fn) }
+func (c *Client) Subscribe(fn func(*Message)) (cancel func()) { return c.conn.Subscribe(fn) }
 
 // OnReset registers fn to be called when the modem lost its state under
 // the client (NotifyReset, or the transport failing for good): client
 // IDs and calls are gone. fn must not block.
-func (c *Client) OnReset(fn func()) (cancel func()) { return c.resets.Add(fn) }
+func (c *Client) OnReset(fn func()) (cancel func()) { return c.conn.OnReset(fn) }
 
 // NotifyReset tells the client the modem was reset (mhi.EventSysErr,
 // EventRecovered): outstanding requests fail with ErrModemReset, the
 // client IDs are forgotten, and OnReset subscribers are told.
 func (c *Client) NotifyReset() {
-	c.mu.Lock()
-	pend := c.pending
-	c.pending = map[pendingKey]chan result{}
-	c.cids = map[ClientID]bool{}
-	c.mu.Unlock()
-	for _, ch := range pend {
-		ch <- result{err: ErrModemReset}
-	}
-	for _, fn := range c.resets.All() {
-		fn()
-	}
+	c.conn.NotifyReset(ErrModemReset, func() { c.cids = map[ClientID]bool{} })
 }
 
 // Do sends request m (its TID is assigned here; Service and Client say
@@ -212,65 +168,43 @@ func (c *Client) do(ctx context.Context, m *Message, d time.Duration) (*Message,
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c.mu.Lock()
-	switch {
-	case c.closed:
+	if err := c.conn.UsableLocked(); err != nil {
 		c.mu.Unlock()
-		return nil, ErrClosed
-	case c.dead != nil:
-		c.mu.Unlock()
-		return nil, c.dead
+		return nil, err
 	}
 	id := ClientID{Service: m.Service, Client: m.Client}
 	limit := uint16(0xFFFF)
 	if m.Service == ServiceCTL {
 		limit = 0xFF
 	}
-	// Transactions count 1..limit and wrap to 1, skipping IDs in use.
-	tid := c.tids[id]
-	for {
-		tid++
-		if tid == 0 || tid > limit {
-			tid = 1
-		}
-		if c.pending[pendingKey{m.Service, m.Client, tid}] == nil {
-			break
-		}
-	}
+	tid := ctrlclient.NextID(c.tids[id], limit, func(tid uint16) bool {
+		return !c.conn.WaitingLocked(pendingKey{m.Service, m.Client, tid})
+	})
 	c.tids[id] = tid
 	key := pendingKey{m.Service, m.Client, tid}
-	ch := make(chan result, 1)
-	c.pending[key] = ch
+	ch := c.conn.AddLocked(key, struct{}{})
 	c.mu.Unlock()
 
 	req := *m
 	req.TID, req.Kind, req.FromModem = tid, Request, false
 	b, err := req.Marshal()
 	if err == nil {
-		err = c.t.Send(ctx, b)
+		err = c.conn.T.Send(ctx, b)
 	}
 	if err != nil {
-		c.forget(key)
+		c.conn.Forget(key)
 		return nil, fmt.Errorf("qmi: send %s: %w", MessageName(m.Service, m.ID), err)
 	}
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("qmi: %s: %w", MessageName(m.Service, m.ID), r.err)
-		}
-		return r.m, r.m.Result()
-	case <-ctx.Done():
-		c.forget(key)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("%w: %s (client %d, tid %d)", ErrTimeout, MessageName(m.Service, m.ID), m.Client, tid)
-		}
-		return nil, ctx.Err()
+	r, err := c.conn.Wait(ctx, key, ch)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("%w: %s (client %d, tid %d)", ErrTimeout, MessageName(m.Service, m.ID), m.Client, tid)
+	case err != nil:
+		return nil, err
+	case r.Err != nil:
+		return nil, fmt.Errorf("qmi: %s: %w", MessageName(m.Service, m.ID), r.Err)
 	}
-}
-
-func (c *Client) forget(k pendingKey) {
-	c.mu.Lock()
-	delete(c.pending, k)
-	c.mu.Unlock()
+	return r.M, r.M.Result()
 }
 
 // Sync sends CTL Sync: the modem releases every client ID (libqmi sends
@@ -341,71 +275,13 @@ func (s *ServiceClient) Do(ctx context.Context, m *Message) (*Message, error) {
 	return s.c.Do(ctx, &req)
 }
 
-// read is the reader goroutine.
-func (c *Client) read() {
-	defer close(c.done)
-	var dec Decoder
-	for {
-		chunk, err := c.t.Recv(c.ctx)
-		if c.ctx.Err() != nil {
-			return
-		}
-		if err != nil && len(chunk) == 0 {
-			c.log.Warn("qmi: transport failed", "err", err)
-			c.mu.Lock()
-			c.dead = fmt.Errorf("qmi: transport: %w", err)
-			dead := c.dead
-			c.mu.Unlock()
-			c.failAll(dead)
-			for _, fn := range c.resets.All() {
-				fn()
-			}
-			return
-		}
-		dec.Write(chunk)
-		for {
-			m, err := dec.Next()
-			if err != nil {
-				c.malformed(err)
-				continue
-			}
-			if m == nil {
-				break
-			}
-			c.dispatch(m)
-		}
-	}
-}
-
 // malformed fails the transaction a malformed response belonged to, so
 // the caller hears about it now rather than at its timeout.
 func (c *Client) malformed(err error) {
 	c.log.Warn("qmi: dropped malformed input", "err", err)
 	var fe *FormatError
 	if errors.As(err, &fe) && fe.Header && fe.Kind == Response {
-		c.complete(pendingKey{fe.Service, fe.Client, fe.TID}, result{err: err})
-	}
-}
-
-func (c *Client) complete(k pendingKey, r result) bool {
-	c.mu.Lock()
-	ch := c.pending[k]
-	delete(c.pending, k)
-	c.mu.Unlock()
-	if ch == nil {
-		return false
-	}
-	ch <- r
-	return true
-}
-
-func (c *Client) failAll(err error) {
-	c.mu.Lock()
-	pend := c.pending
-	c.pending = map[pendingKey]chan result{}
-	c.mu.Unlock()
-	for _, ch := range pend {
-		ch <- result{err: err}
+		c.conn.Complete(pendingKey{fe.Service, fe.Client, fe.TID}, ctrlclient.Result[*Message]{Err: err}, nil)
 	}
 }
 
@@ -414,15 +290,11 @@ func (c *Client) dispatch(m *Message) {
 	case !m.FromModem:
 		c.log.Debug("qmi: ignored a request from the modem side", "msg", m.String())
 	case m.Kind == Response:
-		if !c.complete(pendingKey{m.Service, m.Client, m.TID}, result{m: m}) {
+		if !c.conn.Complete(pendingKey{m.Service, m.Client, m.TID}, ctrlclient.Result[*Message]{M: m}, nil) {
 			c.log.Debug("qmi: unexpected response (late or unknown transaction)", "msg", m.String())
 		}
 	case m.Kind == Indication:
-		c.subMu.Lock()
-		for _, fn := range c.subs.All() {
-			fn(m)
-		}
-		c.subMu.Unlock()
+		c.conn.Indicate(m)
 	default:
 		c.log.Debug("qmi: ignored message from the modem", "msg", m.String())
 	}
