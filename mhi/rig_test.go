@@ -14,6 +14,7 @@ import (
 	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -30,6 +31,8 @@ type rig struct {
 	host pci.Device
 	m    *sim.Modem
 	c    *mhi.Controller
+	// srv serves the modem over vfio-user when host is its client.
+	srv *vfiouser.Server
 
 	mu     sync.Mutex
 	events []mhi.Event
@@ -59,11 +62,21 @@ func newRigProfile(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options)
 
 // newRigWrap is newRigProfile whose controller drives wrap(dev) instead of
 // the bus device itself (a test that changes what the backend can do).
-// The rig is mhitest's, left in reset (the test calls powerUp).
 func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wrap func(*vpci.Device) pci.Device) *rig {
 	t.Helper()
-	r := &rig{t: t, p: p, evCh: make(chan mhi.Event, 64)}
-	co.OnEvent = func(e mhi.Event) {
+	o := mhitest.Options{Profile: p, Sim: so, Controller: co}
+	if wrap != nil {
+		o.Wrap = func(d *vpci.Device) (pci.Device, error) { return wrap(d), nil }
+	}
+	return newRigWith(t, o)
+}
+
+// newRigWith is the rig on mhitest's, left in reset (the test calls
+// powerUp), with the controller's events recorded.
+func newRigWith(t testing.TB, o mhitest.Options) *rig {
+	t.Helper()
+	r := &rig{t: t, p: o.Profile, evCh: make(chan mhi.Event, 64)}
+	o.Controller.OnEvent = func(e mhi.Event) {
 		r.mu.Lock()
 		r.events = append(r.events, e)
 		r.mu.Unlock()
@@ -72,12 +85,12 @@ func newRigWrap(t testing.TB, p *mhi.Profile, so sim.Options, co mhi.Options, wr
 		default:
 		}
 	}
-	o := mhitest.Options{Profile: p, Sim: so, Controller: co, NoPowerUp: true}
-	if wrap != nil {
-		o.Wrap = func(d *vpci.Device) (pci.Device, error) { return wrap(d), nil }
-	}
+	o.NoPowerUp = true
 	tr := mhitest.New(t, o)
 	r.dev, r.m, r.c = tr.Device, tr.Modem, tr.Controller
+	if tr.Server != nil {
+		r.host, r.srv = tr.Host, tr.Server
+	}
 	return r
 }
 

@@ -4,92 +4,27 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
-	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // newRigVFIOUser is newRig with the emulated modem behind a vfio-user
 // server (mhi/pci/vpci/vfiouser, as mhictl sim serve runs it) and the
-// controller on the vfio-user client backend, over a socketpair: every
-// register access is a message, DMA goes to the client's memfd arena and
-// MSIs to its eventfds.
+// controller on the vfio-user client backend, over a socketpair
+// (mhitest.Options.VFIOUser): every register access is a message, DMA
+// goes to the client's memfd arena and MSIs to its eventfds.
 func newRigVFIOUser(t *testing.T, name string, so sim.Options, co mhi.Options) (*rig, *vfiouser.Server) {
 	t.Helper()
-	r := &rig{t: t, p: profile(t, name), evCh: make(chan mhi.Event, 64)}
-	fl := &failLog{}
-	fail := fl.add
-	so.Strict = true
-	so.OnViolation = func(err error) { fail("protocol violation: " + err.Error()) }
-	m, err := sim.New(r.p, so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.m = m
-	srv, err := vfiouser.New(m, vfiouser.WithFaultHandler(func(f vpci.Fault) { fail("DMA fault: " + f.Error()) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := make([]*net.UnixConn, 2)
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "vfio-user")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c.(*net.UnixConn)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.ServeConn(conns[0]) }()
-	dev, err := vfiouserclient.New(conns[1], "socketpair", nil)
-	if err != nil {
-		srv.Close()
-		<-served
-		t.Fatalf("vfio-user client: %v", err)
-	}
-	r.host = dev
-	co.Profile = r.p
 	if co.Timeout == 0 {
 		co.Timeout = 5 * time.Second
 	}
-	co.OnEvent = func(e mhi.Event) {
-		select {
-		case r.evCh <- e:
-		default:
-		}
-	}
-	c, err := mhi.New(dev, co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.c = c
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("controller Close: %v", err)
-		}
-		if err := dev.Close(); err != nil && !errors.Is(err, mhi.ErrRemoved) {
-			t.Errorf("device Close: %v", err)
-		}
-		srv.Close()
-		<-served
-		fl.report(t)
-	})
-	return r, srv
+	r := newRigWith(t, mhitest.Options{Profile: profile(t, name), Sim: so, Controller: co, VFIOUser: true})
+	return r, r.srv
 }
 
 func TestVFIOUserClientPowersUpAndLoopsBack(t *testing.T) {
@@ -130,28 +65,5 @@ func TestVFIOUserServerDeathFailsTheControllerCleanly(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the dead server was noticed after %v", d)
-	}
-}
-
-// failLog collects failures reported from the model's goroutines
-// (violations, DMA faults), where t.Error may no longer be called, for
-// the test's cleanup to report (mhitest.Rig does this for the rigs on the
-// virtual bus).
-type failLog struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (f *failLog) add(s string) {
-	f.mu.Lock()
-	f.list = append(f.list, s)
-	f.mu.Unlock()
-}
-
-func (f *failLog) report(t testing.TB) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, s := range f.list {
-		t.Error(s)
 	}
 }

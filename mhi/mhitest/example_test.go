@@ -126,3 +126,25 @@ func TestForgiveFailuresKeepsOutLaterOnes(t *testing.T) {
 		t.Errorf("Close = %v, want the violation only", err)
 	}
 }
+
+// VFIOUser puts the modem behind a vfio-user server and the controller
+// on the vfio-user client: no virtual bus device, the same mission mode.
+func ExampleOptions_vfioUser() {
+	r, err := mhitest.Start(mhitest.Options{VFIOUser: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _, mission := r.Controller.State()
+	fmt.Println("mission mode:", mission, "bus device:", r.Device != nil, "server:", r.Server != nil)
+	fmt.Println("Close:", r.Close())
+	// Output:
+	// mission mode: true bus device: false server: true
+	// Close: <nil>
+}
+
+func TestVFIOUserRefusesBusOptions(t *testing.T) {
+	if _, err := mhitest.Start(mhitest.Options{VFIOUser: true, IOVAWindow: 1 << 20}); err == nil {
+		t.Fatal("Start with VFIOUser and an IOVA window succeeded")
+	}
+}

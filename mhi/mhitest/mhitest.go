@@ -23,13 +23,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -74,6 +80,15 @@ type Options struct {
 	// (a vfio-user client, a device without MSI).
 	Wrap func(*vpci.Device) (pci.Device, error)
 
+	// VFIOUser serves the modem over vfio-user (mhi/pci/vpci/vfiouser,
+	// as mhictl sim serve does) on a socketpair and drives it with the
+	// vfio-user client backend (mhi/pci/vfiouserclient): every register
+	// access is a message, DMA goes to the client's memfd arena, MSIs to
+	// its eventfds. There is no virtual bus device then (Rig.Device is
+	// nil, Rig.Server is the server), and IOVAWindow, Bus and Wrap must be
+	// unset.
+	VFIOUser bool
+
 	// Controller configures the host controller. The rig sets Profile;
 	// Timeout defaults to DefaultTimeout.
 	Controller mhi.Options
@@ -91,6 +106,10 @@ type Rig struct {
 	Modem      *sim.Modem   // the emulated modem
 	Host       pci.Device   // the device the controller drives: Device, or what Options.Wrap made of it
 	Controller *mhi.Controller
+	// Server is the vfio-user server the modem is served by
+	// (Options.VFIOUser), nil otherwise.
+	Server *vfiouser.Server
+	served chan error
 
 	mu       sync.Mutex
 	failures []string
@@ -130,20 +149,29 @@ func Start(o Options) (*Rig, error) {
 		}
 		so.Functions = fns
 	}
-	bus := []vpci.Option{vpci.WithFaultHandler(func(f vpci.Fault) { r.Fail("DMA fault: " + f.Error()) })}
-	if o.IOVAWindow != 0 {
-		bus = append(bus, vpci.WithIOVAWindow(o.IOVAWindow))
-	}
-	bus = append(bus, o.Bus...)
-	dev, m, err := sim.NewDevice(p, so, bus...)
-	if err != nil {
-		return nil, fmt.Errorf("emulated %s: %w", p.Name, err)
-	}
-	r.Device, r.Modem, r.Host = dev, m, dev
-	if o.Wrap != nil {
-		if r.Host, err = o.Wrap(dev); err != nil {
-			dev.Close()
-			return nil, fmt.Errorf("wrap %s: %w", p.Name, err)
+	if o.VFIOUser {
+		if o.IOVAWindow != 0 || len(o.Bus) != 0 || o.Wrap != nil {
+			return nil, errors.New("mhitest: IOVAWindow, Bus and Wrap are options of the virtual bus, not of VFIOUser")
+		}
+		if err := r.serveVFIOUser(so); err != nil {
+			return nil, err
+		}
+	} else {
+		bus := []vpci.Option{vpci.WithFaultHandler(r.fault)}
+		if o.IOVAWindow != 0 {
+			bus = append(bus, vpci.WithIOVAWindow(o.IOVAWindow))
+		}
+		bus = append(bus, o.Bus...)
+		dev, m, err := sim.NewDevice(p, so, bus...)
+		if err != nil {
+			return nil, fmt.Errorf("emulated %s: %w", p.Name, err)
+		}
+		r.Device, r.Modem, r.Host = dev, m, dev
+		if o.Wrap != nil {
+			if r.Host, err = o.Wrap(dev); err != nil {
+				dev.Close()
+				return nil, fmt.Errorf("wrap %s: %w", p.Name, err)
+			}
 		}
 	}
 	co := o.Controller
@@ -153,7 +181,7 @@ func Start(o Options) (*Rig, error) {
 	}
 	c, err := mhi.New(r.Host, co)
 	if err != nil {
-		dev.Close()
+		r.closeDevice()
 		return nil, fmt.Errorf("mhi.New(%s): %w", p.Name, err)
 	}
 	r.Controller = c
@@ -263,7 +291,7 @@ func (r *Rig) Close() error {
 	if err := r.Controller.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("controller Close: %w", err))
 	}
-	if err := r.Device.Close(); err != nil {
+	if err := r.closeDevice(); err != nil {
 		errs = append(errs, fmt.Errorf("device Close: %w", err))
 	}
 	for _, f := range r.Failures() {
@@ -273,5 +301,67 @@ func (r *Rig) Close() error {
 	r.mu.Lock()
 	r.closeErr = err
 	r.mu.Unlock()
+	return err
+}
+
+func (r *Rig) fault(f vpci.Fault) { r.Fail("DMA fault: " + f.Error()) }
+
+// serveVFIOUser builds the modem behind a vfio-user server on one end of
+// a socketpair and the client device on the other (Options.VFIOUser).
+func (r *Rig) serveVFIOUser(so sim.Options) error {
+	m, err := sim.New(r.Profile, so)
+	if err != nil {
+		return fmt.Errorf("emulated %s: %w", r.Profile.Name, err)
+	}
+	srv, err := vfiouser.New(m, vfiouser.WithFaultHandler(r.fault))
+	if err != nil {
+		return fmt.Errorf("vfio-user server: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	var conns [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "vfio-user")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			for _, c := range conns[:i] {
+				c.Close()
+			}
+			if i == 0 {
+				unix.Close(fds[1])
+			}
+			return fmt.Errorf("socketpair: %w", err)
+		}
+		conns[i] = c.(*net.UnixConn)
+	}
+	r.Modem, r.Server, r.served = m, srv, make(chan error, 1)
+	go func() { r.served <- srv.ServeConn(conns[0]) }()
+	dev, err := vfiouserclient.New(conns[1], "socketpair", nil)
+	if err != nil {
+		conns[1].Close()
+		srv.Close()
+		<-r.served
+		return fmt.Errorf("vfio-user client: %w", err)
+	}
+	r.Host = dev
+	return nil
+}
+
+// closeDevice closes the device the controller drove: the bus device, or
+// the vfio-user client and then the server (a client whose server died
+// closes with mhi.ErrRemoved, which is not an error here).
+func (r *Rig) closeDevice() error {
+	if r.Server == nil {
+		return r.Device.Close()
+	}
+	err := r.Host.Close()
+	if errors.Is(err, mhi.ErrRemoved) {
+		err = nil
+	}
+	r.Server.Close()
+	<-r.served
 	return err
 }
