@@ -8,7 +8,9 @@
 // t.Cleanup, host protocol violations and DMA faults reported with
 // t.Error); Start returns errors, for harnesses that are not tests.
 //
-//	r := linktest.New(t, linktest.Options{Function: simnet.NewPacketNet(...)})
+//	cn, _ := simnet.NewCarrierNetwork(simnet.CarrierOptions{})
+//	defer cn.Close()
+//	r := linktest.New(t, linktest.Options{Function: cn})
 //	r.Endpoint.Attach(dispatcher)
 package linktest
 
