@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,8 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	open      openOptions
+	devices   []string      // -device, in order; open.Device is the first
+	sessions  []sessionSpec // -session, in order
 	listen    string
 	auth      string
 	metrics   string
@@ -67,6 +70,18 @@ With no flags it runs on the emulated modem on 127.0.0.1:1080. The data
 session runs on MBIM when the modem profile has an MBIM channel and on QMI
 (with QMAP data framing) otherwise; -control chooses.
 
+More data sessions: each -session apn=NAME,listen=ADDR brings up one more
+session (its own addresses and DNS servers: an MBIM session ID or QMAP mux
+ID on the same modem) and serves it on its own listener, so a client picks
+the session by the port it connects to. More modems: -device may be given
+several times; device=N in -session picks the (N+1)-th (default the first).
+The first -device runs the -apn session on -listen; a later device needs
+at least one -session.
+
+	mhiproxy -apn internet -session apn=ims,listen=127.0.0.1:1081
+	mhiproxy -device sim -device sim:telit-fn980-hwv1 \
+	    -session device=1,apn=internet,listen=127.0.0.1:1082
+
 Flags:
 `
 
@@ -74,8 +89,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("mhiproxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.open.Device, "device", "sim", "the modem: `sim` for the emulated modem, a PCI address (0000:01:00.0) bound to vfio-pci, or vfio-user:PATH for a vfio-user\n"+
-		"server's UNIX socket (mhictl sim serve -socket PATH in another process)")
+	fs.Var((*listFlag)(&c.devices), "device", "the modem: `sim` for the emulated modem (sim:PROFILE: that modem, e.g. sim:telit-fn980-hwv1), a PCI address\n"+
+		"(0000:01:00.0) bound to vfio-pci, or vfio-user:PATH for a vfio-user server's UNIX socket (mhictl sim serve -socket\n"+
+		"PATH in another process); repeat it for several modems (default sim)")
+	fs.Var(sessionsFlag{&c.sessions}, "session", "one more data session with its own listener: `apn=NAME,listen=ADDR`[,device=N][,user=U,password=P]\n"+
+		"(device N counts -device flags from 0); repeat it for more; each session has its own addresses and DNS servers,\n"+
+		"-auth applies to every listener, a non-loopback listen needs -auth")
 	fs.StringVar(&c.open.Stack.Profile, "profile", "", "modem `profile` (mhi table name): with -device sim the modem to emulate (default qcom-sdx55m;\n"+
 		"telit-fn980-hwv1 has only QMI control); with a PCI address it overrides matching by PCI IDs")
 	fs.StringVar(&c.open.Stack.Control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel,\n"+
@@ -128,8 +147,48 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.mbimProxy != "" && c.qmiProxy != "" {
 		return nil, fmt.Errorf("-mbim-proxy and -qmi-proxy: the data session runs on one control protocol; choose the one -control picks")
 	}
-	if c.open.Device != "sim" && !isPCIAddress(c.open.Device) && !isVFIOUser(c.open.Device) {
-		return nil, fmt.Errorf("-device %q: want sim, a PCI address like 0000:01:00.0 or vfio-user:PATH", c.open.Device)
+	if len(c.devices) == 0 {
+		c.devices = []string{"sim"}
+	}
+	seen := map[string]bool{}
+	for _, d := range c.devices {
+		prof, isSim := strings.CutPrefix(d, "sim:")
+		switch {
+		case d == "sim" || isSim:
+			if isSim {
+				if _, ok := mhi.Lookup(prof); !ok {
+					return nil, fmt.Errorf("-device %q: no such modem profile %q (mhictl list -profiles names them)", d, prof)
+				}
+			}
+		case isPCIAddress(d) || isVFIOUser(d):
+			if seen[d] {
+				return nil, fmt.Errorf("-device %s given twice: a modem runs its sessions in one place (use -session)", d)
+			}
+			seen[d] = true
+		default:
+			return nil, fmt.Errorf("-device %q: want sim, sim:PROFILE, a PCI address like 0000:01:00.0 or vfio-user:PATH", d)
+		}
+	}
+	c.open.Device = c.devices[0]
+	used := make([]bool, len(c.devices))
+	used[0] = true
+	for _, ss := range c.sessions {
+		if ss.device >= len(c.devices) {
+			return nil, fmt.Errorf("-session device=%d: there are %d -device flags (counted from 0)", ss.device, len(c.devices))
+		}
+		used[ss.device] = true
+		h, _, err := net.SplitHostPort(ss.listen)
+		if err != nil {
+			return nil, fmt.Errorf("-session listen=%q: %v", ss.listen, err)
+		}
+		if !isLoopback(h) && c.auth == "" {
+			return nil, fmt.Errorf("-session listen=%s is not a loopback address: refusing to run an open proxy; add -auth user:pass or -auth random", ss.listen)
+		}
+	}
+	for i, u := range used {
+		if !u {
+			return nil, fmt.Errorf("-device %s has no -session (add -session device=%d,apn=...,listen=...)", c.devices[i], i)
+		}
 	}
 	if c.dumpDir != "" {
 		if err := checkDumpDir(c.dumpDir); err != nil {
@@ -150,6 +209,66 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-listen %s is not a loopback address: refusing to run an open proxy; add -auth user:pass or -auth random", c.listen)
 	}
 	return c, nil
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (f *listFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return strings.Join(*f, ",")
+}
+func (f *listFlag) Set(v string) error { *f = append(*f, v); return nil }
+
+// sessionSpec is one -session: a data session and its listener.
+type sessionSpec struct {
+	apn, user, password string
+	listen              string
+	device              int
+}
+
+// sessionsFlag is -session apn=NAME,listen=ADDR[,device=N][,user=U,password=P].
+type sessionsFlag struct{ v *[]sessionSpec }
+
+func (f sessionsFlag) String() string { return "" }
+func (f sessionsFlag) Set(v string) error {
+	var ss sessionSpec
+	has := map[string]bool{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("%q: want key=value (apn, listen, device, user, password)", kv)
+		}
+		if has[k] {
+			return fmt.Errorf("%s given twice", k)
+		}
+		has[k] = true
+		switch k {
+		case "apn":
+			ss.apn = val
+		case "listen":
+			ss.listen = val
+		case "user":
+			ss.user = val
+		case "password":
+			ss.password = val
+		case "device":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return fmt.Errorf("device=%q: want the index of a -device flag (0, 1, …)", val)
+			}
+			ss.device = n
+		default:
+			return fmt.Errorf("unknown key %q (want apn, listen, device, user, password)", k)
+		}
+	}
+	if !has["listen"] {
+		return fmt.Errorf("%q: listen=ADDR is required (each session has its own listener)", v)
+	}
+	*f.v = append(*f.v, ss)
+	return nil
 }
 
 // socketNameFlag is -mbim-proxy and -qmi-proxy: alone it means the
@@ -263,6 +382,13 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		return err
 	}
 	defer ln.Close()
+	slns := make([]net.Listener, len(cfg.sessions))
+	for i, ss := range cfg.sessions {
+		if slns[i], err = net.Listen("tcp", ss.listen); err != nil {
+			return fmt.Errorf("-session listen=%s: %w", ss.listen, err)
+		}
+		defer slns[i].Close()
+	}
 	var mln net.Listener
 	if cfg.metrics != "" {
 		if mln, err = net.Listen("tcp", cfg.metrics); err != nil {
@@ -282,11 +408,33 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		return fmt.Errorf("bringing up %s: %w", cfg.open.Device, err)
 	}
 	defer nw.Close()
-	srv.Dialer = nw
-	srv.Resolver = nw
-	srv.PacketListener = proxy.PacketListenerFunc(func(_ context.Context, network, address string) (net.PacketConn, error) {
-		return nw.ListenPacket(network, address)
-	})
+	useNetwork(srv, nw)
+
+	// The other sessions: the first on a further device brings that
+	// modem up (with the -session's APN), the others open on a modem
+	// already up. Deferred closes run sessions first, modems last.
+	modems := map[int]network{0: nw}
+	ssrvs := make([]*proxy.Server, len(cfg.sessions))
+	snws := make([]network, len(cfg.sessions))
+	for i, ss := range cfg.sessions {
+		octx, cancel := context.WithTimeout(ctx, bringUpTimeout)
+		var snw network
+		if m := modems[ss.device]; m != nil {
+			snw, err = m.OpenSession(octx, ss)
+		} else {
+			oo := openOptions{Device: cfg.devices[ss.device], APN: ss.apn, APNUser: ss.user, APNPassword: ss.password, Logger: log}
+			snw, err = open(octx, oo)
+			modems[ss.device] = snw
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("bringing up -session apn=%s on %s: %w", ss.apn, cfg.devices[ss.device], err)
+		}
+		defer snw.Close()
+		snws[i] = snw
+		ssrvs[i] = &proxy.Server{Logger: log, Credentials: srv.Credentials}
+		useNetwork(ssrvs[i], snw)
+	}
 
 	if cfg.pcap != "" {
 		f, err := os.Create(cfg.pcap)
@@ -319,8 +467,11 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		defer stop()
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 2+len(ssrvs))
 	go func() { errc <- srv.Serve(ln) }()
+	for i, ssrv := range ssrvs {
+		go func() { errc <- ssrv.Serve(slns[i]) }()
+	}
 	var msrv *http.Server
 	if mln != nil {
 		sources := append(nw.Metrics(), metricSource{name: "proxy", stats: func() any { return srv.Stats() }, kind: proxyKind})
@@ -334,18 +485,14 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		}()
 	}
 
-	var ips []string
-	for _, p := range nw.Addresses() {
-		if p.Addr().IsLinkLocalUnicast() {
-			continue // derived from the global IPv6 address
-		}
-		ips = append(ips, p.Addr().String())
-	}
-	ready := fmt.Sprintf("listening on %s via %s, ip %s", ln.Addr(), nw.Describe(), strings.Join(ips, " "))
+	ready := fmt.Sprintf("listening on %s via %s, ip %s", ln.Addr(), nw.Describe(), addressList(nw))
 	if mln != nil {
 		ready += fmt.Sprintf(", metrics http://%s/metrics", mln.Addr())
 	}
 	fmt.Fprintln(stdout, ready)
+	for i, ss := range cfg.sessions {
+		fmt.Fprintf(stdout, "listening on %s via %s, apn %s, ip %s\n", slns[i].Addr(), snws[i].Describe(), ss.apn, addressList(snws[i]))
+	}
 
 	var serveErr error
 	select {
@@ -359,10 +506,35 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		cancel()
 	}
 	srv.Close()
+	for _, ssrv := range ssrvs {
+		ssrv.Close()
+	}
 	if errors.Is(serveErr, proxy.ErrServerClosed) {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// useNetwork makes srv reach targets through nw.
+func useNetwork(srv *proxy.Server, nw network) {
+	srv.Dialer = nw
+	srv.Resolver = nw
+	srv.PacketListener = proxy.PacketListenerFunc(func(_ context.Context, network, address string) (net.PacketConn, error) {
+		return nw.ListenPacket(network, address)
+	})
+}
+
+// addressList is nw's addresses for the ready line, without the IPv6
+// link-local one (derived from the global address).
+func addressList(nw network) string {
+	var ips []string
+	for _, p := range nw.Addresses() {
+		if p.Addr().IsLinkLocalUnicast() {
+			continue
+		}
+		ips = append(ips, p.Addr().String())
+	}
+	return strings.Join(ips, " ")
 }
 
 // bringUpTimeout bounds the modem's bring-up: a real modem's boot to

@@ -57,6 +57,9 @@ func (h *hostNetwork) ServeMBIMProxy(string) (func() error, error) {
 func (h *hostNetwork) ServeQMIProxy(string) (func() error, error) {
 	return nil, errors.New("no QMI on the host")
 }
+func (h *hostNetwork) OpenSession(context.Context, sessionSpec) (network, error) {
+	return &hostNetwork{}, nil
+}
 func (h *hostNetwork) Close() error { h.closed = true; return nil }
 
 type syncBuffer struct {
@@ -83,8 +86,18 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 	}{
 		{[]string{"-listen", "0.0.0.0:1080"}, "refusing to run an open proxy"},
 		{[]string{"-listen", ":1080"}, "refusing to run an open proxy"},
-		{[]string{"-device", "eth0"}, "want sim, a PCI address like 0000:01:00.0 or vfio-user:PATH"},
-		{[]string{"-device", "vfio-user:"}, "want sim, a PCI address"},
+		{[]string{"-device", "eth0"}, "want sim, sim:PROFILE, a PCI address like 0000:01:00.0 or vfio-user:PATH"},
+		{[]string{"-device", "sim:nosuch"}, `no such modem profile "nosuch"`},
+		{[]string{"-device", "0000:01:00.0", "-device", "0000:01:00.0"}, "given twice"},
+		{[]string{"-device", "sim", "-device", "sim"}, "-device sim has no -session"},
+		{[]string{"-session", "apn=ims"}, "listen=ADDR is required"},
+		{[]string{"-session", "apn=ims,listen=127.0.0.1:0,color=red"}, `unknown key "color"`},
+		{[]string{"-session", "apn=ims,apn=x,listen=127.0.0.1:0"}, "apn given twice"},
+		{[]string{"-session", "listen=127.0.0.1:0,device=x"}, "want the index of a -device flag"},
+		{[]string{"-session", "listen=127.0.0.1:0,device=1"}, "there are 1 -device flags"},
+		{[]string{"-session", "listen=0.0.0.0:1081"}, "refusing to run an open proxy"},
+		{[]string{"-session", "listen=nope"}, "-session listen="},
+		{[]string{"-device", "vfio-user:"}, "want sim, sim:PROFILE, a PCI address"},
 		{[]string{"-auth", "nocolon"}, "want user:pass or random"},
 		{[]string{"-log-level", "loud"}, "want debug, info, warn or error"},
 		{[]string{"-listen", "nope"}, "-listen"},
@@ -110,7 +123,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	if code := run(context.Background(), []string{"-help"}, io.Discard, &stderr, nil); code != 0 {
 		t.Errorf("-help exit %d", code)
 	}
-	for _, f := range []string{"-device", "-apn", "-apn-user", "-apn-password", "-listen", "-auth", "-metrics", "-pcap", "-mbim-proxy", "-qmi-proxy", "-log-level", "-profile", "-control"} {
+	for _, f := range []string{"-device", "-apn", "-apn-user", "-apn-password", "-listen", "-auth", "-metrics", "-pcap", "-mbim-proxy", "-qmi-proxy", "-log-level", "-profile", "-control", "-session"} {
 		if !strings.Contains(stderr.String(), "  "+f+" ") && !strings.Contains(stderr.String(), "  "+f+"\n") {
 			t.Errorf("help does not explain %s", f)
 		}

@@ -44,6 +44,10 @@ type network interface {
 	// socket name (libqmi's clients only know "qmi-proxy"), so qmicli -p
 	// and ModemManager share a QMI session's modem.
 	ServeQMIProxy(name string) (stop func() error, err error)
+	// OpenSession brings up one more data session on the same modem
+	// (-session), with its own addresses and DNS servers; closing it
+	// leaves this one running.
+	OpenSession(ctx context.Context, s sessionSpec) (network, error)
 	Close() error
 }
 
@@ -69,6 +73,9 @@ type opener func(ctx context.Context, o openOptions) (network, error)
 func openModem(ctx context.Context, o openOptions) (network, error) {
 	so := o.Stack
 	so.Device = o.Device
+	if prof, ok := strings.CutPrefix(o.Device, "sim:"); ok {
+		so.Device, so.Profile = "sim", prof
+	}
 	so.APN, so.User, so.Password = o.APN, o.APNUser, o.APNPassword
 	if so.Logger == nil {
 		so.Logger = o.Logger
@@ -77,15 +84,35 @@ func openModem(ctx context.Context, o openOptions) (network, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &modem{Stack: s, device: o.Device, log: so.Logger}
-	if c := s.Controller(); c != nil {
+	return watchRemoval(&modem{Stack: s, device: o.Device, log: so.Logger}), nil
+}
+
+// watchRemoval makes m follow its controller's removal events.
+func watchRemoval(m *modem) *modem {
+	if c := m.Controller(); c != nil {
 		m.unsub = c.Subscribe(func(e mhi.Event) {
 			if e.Kind == mhi.EventRemoved {
 				m.removed(e.Err)
 			}
 		})
 	}
-	return m, nil
+	return m
+}
+
+// OpenSession implements network with stack.Modem.OpenSession.
+func (m *modem) OpenSession(ctx context.Context, sp sessionSpec) (network, error) {
+	if err := m.removedErr("open session", ""); err != nil {
+		return nil, err
+	}
+	md := m.Stack.Modem()
+	if md == nil {
+		return nil, errors.New("no modem under this stack")
+	}
+	s, err := md.OpenSession(ctx, stack.SessionOptions{APN: sp.apn, User: sp.user, Password: sp.password})
+	if err != nil {
+		return nil, err
+	}
+	return watchRemoval(&modem{Stack: s, device: m.device, log: m.log}), nil
 }
 
 // modem is a *stack.Stack from stack.Open as mhiproxy's network.

@@ -221,3 +221,78 @@ func waitReady(t *testing.T, pattern string, done <-chan int, stdout, stderr *sy
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// getThrough fetches / from the origin on the host's loopback through the
+// proxy at addr with SOCKS5 (by the carrier's test name) and returns the
+// body.
+func getThrough(t *testing.T, ctx context.Context, addr, port string) string {
+	t.Helper()
+	c := &proxy.Client{Proxy: addr}
+	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(simnet.TestName, port))
+	if err != nil {
+		t.Fatalf("SOCKS5 CONNECT through %s: %v", addr, err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("through %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("through %s: %v", addr, err)
+	}
+	return string(b)
+}
+
+// TestSessionsAndDevices: -session serves a second data session of the
+// same modem (the Foxconn T99W175's MBIM session 1 on APN ims) on its own
+// listener, and a second -device (an emulated Telit FN980 v1, QMI) serves
+// its session on a third; each listener's ready line names its session's
+// own addresses, and an HTTP fetch through each reaches the host.
+func TestSessionsAndDevices(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up two emulated modems")
+	}
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello via "+r.Host) })}
+	oln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(oln)
+	defer origin.Close()
+	port := portOf(oln.Addr())
+
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-profile", "foxconn-t99w175", "-apn", "internet",
+			"-device", "sim", "-device", "sim:telit-fn980-hwv1",
+			"-session", "apn=ims,listen=127.0.0.1:0",
+			"-session", "device=1,apn=corp.mhistack,listen=127.0.0.1:0", "-log-level", "warn"}, &stdout, &stderr, openModem)
+	}()
+	m := waitReady(t, `(?s)listening on (\S+) via sim/foxconn-t99w175, ip (\S+) \S+\n`+
+		`listening on (\S+) via sim/foxconn-t99w175, apn ims, ip (\S+) \S+\n`+
+		`listening on (\S+) via sim:telit-fn980-hwv1/telit-fn980-hwv1, apn corp.mhistack, ip (\S+)\n`, done, &stdout, &stderr)
+	t.Log(strings.TrimSpace(stdout.String()))
+	apns := simnet.DefaultAPNs()
+	want := []string{apns[0].Carrier.IPv4.Addr().String(), apns[1].Carrier.ForSession(1).IPv4.Addr().String(), apns[2].Carrier.IPv4.Addr().String()}
+	for i, w := range want {
+		if m[2+2*i] != w {
+			t.Errorf("listener %d: ready line says ip %s, want %s", i, m[2+2*i], w)
+		}
+	}
+	for _, addr := range []string{m[1], m[3], m[5]} {
+		if got := getThrough(t, ctx, addr, port); !strings.HasPrefix(got, "hello via") {
+			t.Errorf("through %s: %q", addr, got)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d; stderr %q", code, stderr.String())
+	}
+}
