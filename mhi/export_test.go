@@ -51,16 +51,6 @@ func UnqueuedTREForTest(ch *Channel) uint64 {
 	return ch.ring.iova(ch.ring.next(ch.wp.Load()))
 }
 
-// RingForTest returns the IOVA of ch's first TRE and its element count, so
-// that a hostile-device test can name TREs inside the ring.
-func RingForTest(ch *Channel) (base uint64, n int) { return ch.ring.base, int(ch.ring.n) }
-
-// EventRingForTest is RingForTest for event ring er.
-func EventRingForTest(er *EventRing) (base uint64, n int) { return er.ring.base, int(er.ring.n) }
-
-// CmdRingForTest is RingForTest for the command ring.
-func CmdRingForTest(c *Controller) (base uint64, n int) { return c.cmd.ring.base, int(c.cmd.ring.n) }
-
 // PendingEventsForTest counts the events the device has posted on er that
 // the host has not consumed yet.
 func PendingEventsForTest(er *EventRing) int {

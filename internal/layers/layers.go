@@ -12,8 +12,9 @@
 // contract both sides of a data channel share), the codecs (link/mbim,
 // link/qmap, link/qmi) do not import link or link/simnet, and no package
 // under link/ imports link/simnet (the emulated modem's network, which
-// only stack and the tools above it plug in). Test files may reach
-// upwards (a test of link runs on link/simnet's network); the rules cover
+// only stack and the tools above it plug in). A package's tests keep to
+// the floor order as well but may use any package of their floor (link's
+// tests run on link/simnet's networks); the link floor's own rules cover
 // the code a program links. docs/ARCHITECTURE.md explains the layers;
 // internal/layers' test enforces them on the tree and hack/pkggraph draws
 // the graph in that document.
@@ -26,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -44,11 +46,12 @@ var Floors = [][]string{
 }
 
 // Package is what the rules need of a package: its path relative to the
-// module ("link/mbim") and the module's packages it imports, also
-// relative, without tests.
+// module ("link/mbim"), the module's packages it imports, also relative,
+// and those its tests import besides (in-package and external tests).
 type Package struct {
-	Path    string
-	Imports []string
+	Path        string
+	Imports     []string
+	TestImports []string
 }
 
 // Floor returns the floor of a package path relative to the module, or -1
@@ -104,16 +107,21 @@ func Check(pkgs []Package) []string {
 				bad = append(bad, fmt.Sprintf("%s imports %s: only stack and the tools above it plug in the emulated network", p.Path, imp))
 			}
 		}
+		for _, imp := range p.TestImports {
+			if to := Floor(imp); to > from {
+				bad = append(bad, fmt.Sprintf("%s's tests import %s: %s is below %s", p.Path, imp, FloorName(from), FloorName(to)))
+			}
+		}
 	}
 	sort.Strings(bad)
 	return bad
 }
 
 // List runs `go list -json` on patterns in dir and returns the module's
-// packages with their imports of the module's packages (tests excluded),
-// relative to the module, sorted by path.
+// packages with their imports of the module's packages and their tests'
+// further imports, relative to the module, sorted by path.
 func List(dir string, patterns ...string) ([]Package, error) {
-	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports"}, patterns...)...)
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports,TestImports,XTestImports"}, patterns...)...)
 	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -125,8 +133,8 @@ func List(dir string, patterns ...string) ([]Package, error) {
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var lp struct {
-			ImportPath string
-			Imports    []string
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
 		}
 		if err := dec.Decode(&lp); errors.Is(err, io.EOF) {
 			break
@@ -143,7 +151,13 @@ func List(dir string, patterns ...string) ([]Package, error) {
 				p.Imports = append(p.Imports, r)
 			}
 		}
+		for _, imp := range append(lp.TestImports, lp.XTestImports...) {
+			if r, ok := relative(imp); ok && r != rel && !slices.Contains(p.Imports, r) && !slices.Contains(p.TestImports, r) {
+				p.TestImports = append(p.TestImports, r)
+			}
+		}
 		sort.Strings(p.Imports)
+		sort.Strings(p.TestImports)
 		pkgs = append(pkgs, p)
 	}
 	sort.Slice(pkgs, func(i, j int) bool { return pkgs[i].Path < pkgs[j].Path })

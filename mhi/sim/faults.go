@@ -182,3 +182,58 @@ func (m *Modem) drainDMA() {
 var drainBuf = bytes.Repeat([]byte{DrainPattern}, mhi.MaxTRELen)
 
 func drainBytes(n int) []byte { return drainBuf[:min(n, len(drainBuf))] }
+
+// ChannelRing, EventRing and CommandRing return where a ring lies in host
+// memory as the modem read it from the host's context: its first
+// element's IOVA and its element count; ok is false while the modem has
+// not read it (channel not started, MHI not in M0; an event ring's
+// context is read on demand). They let a hostile-device test name elements inside the host's
+// rings, as a real device could.
+func (m *Modem) ChannelRing(num int) (base uint64, n int, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if num < 0 || num >= len(m.chans) || m.chans[num] == nil || !m.chans[num].started {
+		return 0, 0, false
+	}
+	return ringSpan(m.chans[num].ring)
+}
+
+// EventRing: see ChannelRing.
+func (m *Modem) EventRing(i int) (base uint64, n int, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i < 0 || i >= maxEventRings {
+		return 0, 0, false
+	}
+	if m.ers[i].started {
+		return ringSpan(m.ers[i].ring)
+	}
+	// Not used yet: read its context as the first event will, without
+	// starting it.
+	if !m.hc.valid || i >= m.hc.ner {
+		return 0, 0, false
+	}
+	ctx, err := ctxRead(m.host, m.hc.ecabap+uint64(i)*mhi.ContextSize)
+	if err != nil {
+		return 0, 0, false
+	}
+	r, err := newRing(ctx.RBase, ctx.RLen)
+	if err != nil {
+		return 0, 0, false
+	}
+	return ringSpan(r)
+}
+
+// CommandRing: see ChannelRing.
+func (m *Modem) CommandRing() (base uint64, n int, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.cmd.started {
+		return 0, 0, false
+	}
+	return ringSpan(m.cmd.ring)
+}
+
+func ringSpan(r ring) (base uint64, n int, ok bool) {
+	return r.base, int(r.size / mhi.ElementSize), r.size > 0
+}

@@ -1,4 +1,4 @@
-package mhi_test
+package link_test
 
 import (
 	"context"
@@ -188,7 +188,10 @@ func runHostile(t *testing.T, setup int, prog []byte) {
 	defer watchdog.Stop()
 
 	st := hostileSetups[setup]
-	p := profile(t, st.profile)
+	p, ok := mhi.Lookup(st.profile)
+	if !ok {
+		t.Fatalf("no profile %s", st.profile)
+	}
 	var faultMu sync.Mutex
 	var faults []vpci.Fault
 	tap := &hostileTap{}
@@ -247,23 +250,26 @@ func runHostile(t *testing.T, setup int, prog []byte) {
 		}
 		return int(b) % nER
 	}
+	// The host's rings as the device read them from their contexts.
+	type span struct {
+		base uint64
+		n    int
+		ok   bool
+	}
+	var spans [ptrModes]span
+	spans[ptrDL].base, spans[ptrDL].n, spans[ptrDL].ok = m.ChannelRing(dl.Num())
+	spans[ptrUL].base, spans[ptrUL].n, spans[ptrUL].ok = m.ChannelRing(ul.Num())
+	spans[ptrEvent].base, spans[ptrEvent].n, spans[ptrEvent].ok = m.EventRing(rings[0].Index())
+	spans[ptrCmd].base, spans[ptrCmd].n, spans[ptrCmd].ok = m.CommandRing()
 	ptr := func(s *script) uint64 {
 		mode := s.u8() % ptrModes
-		var base uint64
-		var n int
 		switch mode {
-		case ptrDL:
-			base, n = mhi.RingForTest(dl)
-		case ptrUL:
-			base, n = mhi.RingForTest(ul)
-		case ptrEvent:
-			base, n = mhi.EventRingForTest(rings[0])
-		case ptrCmd:
-			base, n = mhi.CmdRingForTest(c)
-		default:
-			return s.u64()
+		case ptrDL, ptrUL, ptrEvent, ptrCmd:
+			if sp := spans[mode]; sp.ok {
+				return sp.base + uint64(int(s.u8())%sp.n)*mhi.ElementSize
+			}
 		}
-		return base + uint64(int(s.u8())%n)*mhi.ElementSize
+		return s.u64()
 	}
 	chanID := func(b byte) int {
 		switch b % 4 {
