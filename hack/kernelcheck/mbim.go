@@ -3,7 +3,7 @@ package main
 // MBIM control plane in the guest (docs/KERNEL-CROSSCHECK.md §2, the mbim-* checks): Debian's mbimcli,
 // copied into the initramfs with its shared libraries, talks over the
 // kernel's /dev/wwan0mbim0 (mhi_wwan_ctrl) to the emulated modem's MBIM
-// function (mhi/sim MBIMFunction, attached by `mhictl sim serve`):
+// function (link/simnet MBIMFunction, attached by `mhictl sim serve`):
 // device caps, subscriber status, registration, CONNECT (with
 // --no-close, since a CLOSE ends the data session on a modem) and IP
 // configuration, then a ping through the data interface with the

@@ -4,7 +4,7 @@ package main
 // checks): Debian's qmicli, copied into the initramfs with its shared
 // libraries, talks directly (no qmi-proxy) over the kernel's
 // /dev/wwan0qmi0 (mhi_wwan_ctrl on the profile's QMI channel pair) to the
-// emulated modem's QMI function (mhi/sim QMIFunction, attached by
+// emulated modem's QMI function (link/simnet QMIFunction, attached by
 // `mhictl sim serve`, sharing the MBIM function's network when the
 // profile has both): device IDs, serving system, a WDS call started on a
 // client ID kept across qmicli runs (--client-no-release-cid,

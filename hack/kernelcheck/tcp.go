@@ -1,7 +1,7 @@
 package main
 
 // TCP through the kernel's data path to the host (the tcp-download and tcp-upload checks): the
-// modem's data pair runs the carrier network (mhi/sim CarrierNetwork,
+// modem's data pair runs the carrier network (link/simnet CarrierNetwork,
 // `mhictl sim serve -function PAIR=carrier`), which forwards a TCP
 // connection to 198.18.0.1:PORT to the host's 127.0.0.1:PORT, where the
 // harness serves a blob over HTTP. The guest downloads it with busybox

@@ -7,7 +7,7 @@
 // the link sends it as many wire packets.
 //
 // It is used on both sides of the emulated link: link's TX path (the
-// host's uplink) and the emulated modem's carrier (mhi/sim's downlink).
+// host's uplink) and the emulated modem's carrier (link/simnet's downlink).
 // A packet that is not a host-GSO TCP segment is passed through whole.
 package segment
 
