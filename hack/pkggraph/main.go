@@ -82,30 +82,35 @@ func Generate(root string) (string, error) {
 // Replace returns doc with the text between the markers (markers
 // included) replaced by section.
 func Replace(doc []byte, section string) ([]byte, error) {
-	i := bytes.Index(doc, []byte(Begin))
-	j := bytes.Index(doc, []byte(End))
-	if i < 0 || j < i {
-		return nil, fmt.Errorf("no %q ... %q section", Begin, End)
-	}
-	j += len(End)
-	if j < len(doc) && doc[j] == '\n' {
-		j++
+	i, j, err := locate(doc)
+	if err != nil {
+		return nil, err
 	}
 	return slices.Concat(doc[:i], []byte(section), doc[j:]), nil
 }
 
 // Current returns the section as it stands in doc, markers included.
 func Current(doc []byte) (string, error) {
-	i := bytes.Index(doc, []byte(Begin))
-	j := bytes.Index(doc, []byte(End))
+	i, j, err := locate(doc)
+	if err != nil {
+		return "", err
+	}
+	return string(doc[i:j]), nil
+}
+
+// locate returns where the section lies in doc: from its Begin marker to
+// past its End marker and the newline after it.
+func locate(doc []byte) (i, j int, err error) {
+	i = bytes.Index(doc, []byte(Begin))
+	j = bytes.Index(doc, []byte(End))
 	if i < 0 || j < i {
-		return "", fmt.Errorf("no %q ... %q section", Begin, End)
+		return 0, 0, fmt.Errorf("no %q ... %q section", Begin, End)
 	}
 	j += len(End)
 	if j < len(doc) && doc[j] == '\n' {
 		j++
 	}
-	return string(doc[i:j]), nil
+	return i, j, nil
 }
 
 // Render draws the graph of pkgs (layers.List's output).
