@@ -33,6 +33,33 @@ func TestArchitectureDocIsCurrent(t *testing.T) {
 	}
 }
 
+// TestArchitectureDocNamesEveryPackage fails when a package of the module
+// has no line in docs/ARCHITECTURE.md's prose (its job), above the
+// generated graph.
+func TestArchitectureDocNamesEveryPackage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list on the whole module")
+	}
+	root := filepath.Join("..", "..")
+	pkgs, err := layers.List(root, "./...")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, Doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prose, _, ok := strings.Cut(string(doc), Begin)
+	if !ok {
+		t.Fatalf("%s has no generated section", Doc)
+	}
+	for _, p := range pkgs {
+		if !strings.Contains(prose, "`"+p.Path+"`") {
+			t.Errorf("%s does not say what package %s is for (a row in \"Each package's job\")", Doc, p.Path)
+		}
+	}
+}
+
 // TestRenderLeavesOutImpliedImportsAndReplaceKeepsTheProse: stack → link →
 // mhi makes stack → mhi implied; the table still lists it; Replace
 // swaps only the section.
