@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
 	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
@@ -413,5 +415,151 @@ func TestQMIPlanSkipsOrFailsWithAReason(t *testing.T) {
 	quectel.qmiVerdict, quectel.qmiReason = qmiPlan(quectel, false, true, false)
 	if s := script(quectel, 10); !strings.Contains(s, `if [ -n "the profile has no QMI channel" ]; then qmi_all SKIP "the profile has no QMI channel"`) {
 		t.Error("the section of a profile without QMI does not skip its checks with the reason")
+	}
+}
+
+// TestStallWatcherDumpsTheKernelLogOnceWhenNoVerdictComes runs the guest's
+// stall watcher in the host's busybox sh with a fake clock and dmesg: no
+// verdict for STALL seconds makes it print the kernel log, prefixed for
+// the harness, once per stall; the checks' own "wait" does not wait for
+// it.
+func TestStallWatcherDumpsTheKernelLogOnceWhenNoVerdictComes(t *testing.T) {
+	bb := hostBusybox(t)
+	dir := t.TempDir()
+	e := expectFor(profile(t, "qcom-sdx55m"), fakeKO(nil, "DIAG", "IP_HW0"))
+	e.stallDump = 2
+	s := script(e, 10)
+	i, j := strings.Index(s, "STALL=2\n"), strings.Index(s, "# (end of the stall watcher)")
+	if i < 0 || j < i {
+		t.Fatalf("no stall watcher with STALL=2 in the script")
+	}
+	sec := strings.NewReplacer("/tmp/", dir+"/", "sleep 5", "sleep 0.05").Replace(s[i:j])
+	out := filepath.Join(dir, "out")
+	sh := `exec >` + out + ` 2>&1
+up() { cat ` + dir + `/uptime; }
+dmesg() { echo "[   1.000000] mhi mhi0: first"; echo "[   2.000000] mhi mhi0: last"; }
+echo 100.25 > ` + dir + `/uptime
+` + sec + `
+check syserr-recovery FAIL "not recovered"
+wait
+echo 103.5 > ` + dir + `/uptime
+n=0
+while [ $n -lt 200 ] && [ "$(grep -c 'mhi0: last' ` + out + `)" = 0 ]; do sleep 0.05; n=$((n+1)); done
+sleep 0.3
+touch ` + dir + `/stall-watcher-stop
+`
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := exec.CommandContext(ctx, bb, "sh", "-c", sh).Run(); err != nil {
+		t.Fatalf("the script failed (%v; a \"wait\" waiting for the watcher times out)", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	var dump []string
+	for _, line := range strings.Split(got, "\n") {
+		if l, ok := strings.CutPrefix(line, stallDmesgPrefix); ok {
+			dump = append(dump, l)
+		}
+	}
+	if len(dump) != 2 || !strings.HasSuffix(dump[1], "mhi0: last") {
+		t.Fatalf("want the 2 kernel log lines once, got %q in:\n%s", dump, got)
+	}
+	if !strings.Contains(got, "MHISTACK-CHECK syserr-recovery FAIL not recovered") || !strings.Contains(got, "no verdict since 100.25s") {
+		t.Errorf("output:\n%s", got)
+	}
+}
+
+// TestStallWatchStopsTheGuestAndNamesTheLastVerdict: with no verdict
+// within the limit the watch cancels the guest's context and says which
+// verdict came last; verdicts in time keep it quiet.
+func TestStallWatchStopsTheGuestAndNamesTheLastVerdict(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newStallWatch(50*time.Millisecond, cancel)
+	s.progress("ping-burst")
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the guest was not stopped")
+	}
+	if last, ok := s.stalled(); !ok || last != "ping-burst" {
+		t.Errorf("stalled() = %q, %v", last, ok)
+	}
+	s.stop()
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	quiet := newStallWatch(time.Hour, cancel2)
+	quiet.progress("ping")
+	quiet.stop()
+	if _, ok := quiet.stalled(); ok || ctx2.Err() != nil {
+		t.Error("a watch with verdicts in time stopped the guest")
+	}
+	r := &result{}
+	for _, name := range guestChecks[:3] {
+		r.add(name, true, "")
+	}
+	if got := nextCheck(r); got != guestChecks[3] {
+		t.Errorf("nextCheck = %q, want %q", got, guestChecks[3])
+	}
+	if d := stallDumpAfter(150 * time.Second); d != 120 {
+		t.Errorf("stallDumpAfter(150s) = %d, want 120", d)
+	}
+}
+
+// fakeLatePing is a ping that answers like busybox's: -W bounds the wait
+// for the first reply only; once a reply came, a reply later than about
+// two round trips (at least 1 s) after the last request is counted lost.
+// The second request of each LATE size gets its reply 2 s late (a guest
+// starved on a loaded host); every other reply is at once.
+const fakeLatePing = `
+ping() {
+	local c=1 size=56
+	while [ $# -gt 0 ]; do
+		case $1 in -c) c=$2; shift ;; -s) size=$2; shift ;; -W|-i|-w) shift ;; esac
+		shift
+	done
+	local f=$DIR/sent-$size sent rx=0 j=0 delay window
+	while [ $j -lt $c ]; do
+		sent=$(( $(cat $f 2>/dev/null || echo 0) + 1 )); echo $sent > $f
+		delay=0
+		case " $LATE " in *" $size "*) [ $sent = 2 ] && delay=2 ;; esac
+		window=5
+		[ $rx -gt 0 ] && window=1
+		[ $delay -le $window ] && rx=$((rx + 1))
+		j=$((j + 1))
+	done
+	echo "$c packets transmitted, $rx packets received"
+}
+`
+
+// TestPingSizesWaitsForEachLateReply runs the guest's ping_sizes with a
+// ping that behaves like busybox's: a 32741-byte reply 2 s late must not
+// fail the check, as it did when two requests shared one ping process
+// ("ping -c 2 -i 0.2": 1 of 2 replies on a loaded host).
+func TestPingSizesWaitsForEachLateReply(t *testing.T) {
+	bb := hostBusybox(t)
+	dir := t.TempDir()
+	fns := shellFunction(t, initScript, "pings") + "\n" + shellFunction(t, initScript, "ping_sizes")
+	sh := `check() { echo "MHISTACK-CHECK $1 $2 $3"; }
+ip() { :; }
+PINGDEV=lo
+DIR=` + dir + `
+LATE=32741
+` + fakeLatePing + fns + "\nping_sizes\n"
+	out, err := exec.Command(bb, "sh", "-c", sh).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the script failed (%v): %s", err, out)
+	}
+	if !strings.Contains(string(out), "MHISTACK-CHECK ping-sizes PASS") {
+		t.Errorf("a late reply failed the check:\n%s", out)
+	}
+	// The fake is busybox-like: one process for both requests loses it.
+	late := exec.Command(bb, "sh", "-c", "DIR="+t.TempDir()+"\nLATE=32741\n"+fakeLatePing+"ping -c 2 -i 0.2 -W 5 -s 32741 192.0.2.2")
+	if got, _ := late.CombinedOutput(); !strings.Contains(string(got), "2 packets transmitted, 1 packets received") {
+		t.Errorf("fake ping -c 2: %s", got)
 	}
 }

@@ -56,6 +56,7 @@ type config struct {
 	profiles              []string
 	pbl                   []string
 	timeout               time.Duration
+	checkTimeout          time.Duration
 	wait                  int
 	mem                   string
 	smp                   int
@@ -76,6 +77,7 @@ func main() {
 	var pbl string
 	flag.StringVar(&pbl, "pbl", "qcom-sdx55m", "comma-separated profiles (with a firmware image) also booted from PBL: the kernel downloads a firmware file over BHI at power-up and again after SYS_ERR")
 	flag.DurationVar(&c.timeout, "timeout", 6*time.Minute, "limit for one guest run")
+	flag.DurationVar(&c.checkTimeout, "check-timeout", 150*time.Second, "stop a guest when no check reported for this long (the first one counts from QEMU's start): a hung check fails the run in minutes, with the guest's kernel log tail its stall watcher printed; 0 turns it off")
 	flag.IntVar(&c.wait, "wait", 60, "seconds the guest waits for mission mode and for SYS_ERR recovery")
 	flag.StringVar(&c.mem, "mem", "512M", "guest RAM (below 4 GiB: the MHI DMA mask is 32-bit)")
 	flag.IntVar(&c.smp, "smp", 2, "guest CPUs")

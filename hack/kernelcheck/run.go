@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -33,7 +34,12 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	keptFailed := false
+	defer func() {
+		if !keptFailed {
+			cleanup()
+		}
+	}()
 	c.work = work
 
 	jobs, err := planJobs(c)
@@ -48,6 +54,9 @@ func run(ctx context.Context, c config) error {
 	}
 	failed := printResults(jobs, results, errs)
 	fmt.Printf("kernel-crosscheck: %d runs in %v\n", len(jobs), time.Since(start).Round(time.Second))
+	if failed > 0 && !c.keep {
+		keptFailed = keepFailedLogs(work, results)
+	}
 	if failed > 0 {
 		return fmt.Errorf("%d checks failed", failed)
 	}
@@ -115,6 +124,37 @@ func printResults(jobs []job, results []*result, errs []error) int {
 		rep.Print(os.Stdout)
 		failed += rep.Failed()
 		fmt.Printf("      %s  boot to /init %v, run %v\n", r.scope(), r.boot.Round(100*time.Millisecond), r.wall.Round(100*time.Millisecond))
+		if rep.Failed() > 0 {
+			printFailureLogs(r)
+		}
 	}
 	return failed
+}
+
+// keepFailedLogs keeps the logs of the failed runs when the work directory
+// would be removed (no -keep): the passing runs' directories and every
+// initramfs go, the failed runs' serial, modem and kernel logs stay. It
+// reports whether anything was kept.
+func keepFailedLogs(work string, results []*result) bool {
+	failedDirs := map[string]bool{}
+	for _, r := range results {
+		if r != nil && r.report().Failed() > 0 {
+			failedDirs[filepath.Base(r.logDir)] = true
+		}
+	}
+	if len(failedDirs) == 0 {
+		return false
+	}
+	entries, _ := os.ReadDir(work)
+	for _, e := range entries {
+		p := filepath.Join(work, e.Name())
+		if !failedDirs[e.Name()] {
+			os.RemoveAll(p)
+			continue
+		}
+		os.Remove(filepath.Join(p, "initramfs.cpio.gz"))
+		os.Remove(filepath.Join(p, "modem.sock"))
+	}
+	fmt.Printf("kernel-crosscheck: the failed runs' logs are kept in %s\n", work)
+	return true
 }

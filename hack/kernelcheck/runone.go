@@ -141,6 +141,7 @@ func (g *guestRun) buildImage() (string, error) {
 func (g *guestRun) expectations(ko []byte) expect {
 	exp := expectFor(g.p, ko)
 	exp.loseFirmware = g.pbl
+	exp.stallDump = stallDumpAfter(g.c.checkTimeout)
 	_, _, hasQMI := g.p.ChannelPair("QMI")
 	_, err := os.Stat(qmicliPath)
 	exp.qmiVerdict, exp.qmiReason = qmiPlan(exp, hasQMI, err == nil, os.Getenv(requireQMICLI) == "1")
@@ -168,6 +169,9 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	stall := newStallWatch(c.checkTimeout, cancel)
+	defer stall.stop()
+	var stallDmesg []string
 	serial, err := os.Create(filepath.Join(g.dir, "serial.log"))
 	if err != nil {
 		modem.Signal(syscall.SIGKILL)
@@ -190,6 +194,10 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 			out.dmesg = append(out.dmesg, line)
 			return
 		}
+		if l, ok := strings.CutPrefix(line, stallDmesgPrefix); ok {
+			stallDmesg = append(stallDmesg, l)
+			return
+		}
 		if c.verbose {
 			fmt.Printf("%sguest| %s\n", g.tag, line)
 		}
@@ -200,6 +208,7 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 			out.kernelConfig = v
 		}
 		if name, st, detail, ok := qh.ParseCheck(line); ok {
+			stall.progress(name)
 			r.add(name, st != qh.Fail, detail)
 			if st == qh.Skip {
 				r.skipped(name)
@@ -226,8 +235,19 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 		modem.Stop(0)
 		return out, qerr
 	}
-	if ctx.Err() != nil {
+	stall.stop()
+	if len(stallDmesg) > 0 {
+		os.WriteFile(filepath.Join(g.dir, "stall-dmesg.log"), []byte(strings.Join(stallDmesg, "\n")+"\n"), 0o644)
+	}
+	if last, stalled := stall.stalled(); ctx.Err() != nil {
 		r.add("guest-finished", false, "interrupted")
+	} else if stalled {
+		after := "the boot (no verdict yet)"
+		if last != "" {
+			after = last
+		}
+		r.add("guest-finished", false, fmt.Sprintf("stopped: no verdict for %v after %s, hung in %s (-check-timeout; %d kernel log lines from the guest's stall watcher in stall-dmesg.log)",
+			c.checkTimeout, after, nextCheck(r), len(stallDmesg)))
 	} else if qctx.Err() != nil {
 		r.add("guest-finished", false, fmt.Sprintf("timeout after %v", c.timeout))
 	} else if !done {
