@@ -219,10 +219,10 @@ func (c *config) mruTable() (*table, error) {
 			"on every packet, as an MHI QMAP modem with DL checksum offload sends the packets whose checksum it " +
 			"validated; the endpoint then checks only the IPv4 header checksum. The MAPv1 columns (4-byte MAP header, " +
 			"no checksum statement: the host validates every UDP checksum) are at MRU 32768 only. A frame larger " +
-			"than the host's buffer is split by the modem over several TREs (OVERFLOW events) and reassembled by the " +
-			"endpoint. The emulated modem has no line rate of its own — it sends as fast as the host posts buffers — so " +
+			"than the host's buffer is split by the modem over several TREs (OVERFLOW events), which the endpoint " +
+			"copies in one piece into the gVisor buffer the frame's packets share (docs/LINK.md, \"RX buffer ownership\"). The emulated modem has no line rate of its own — it sends as fast as the host posts buffers — so " +
 			"each cell is packets/s and, in brackets, its ratio to MAPv5 at the 32768-byte MRU at the same size; host " +
-			"ns/pkt is the poller's thread CPU per packet (decode, checksum, GRO, copy, reassembly).",
+			"ns/pkt is the poller's thread CPU per packet (decode, checksum, GRO, the copy out of DMA memory, gVisor buffers).",
 		header: []string{"IP size"},
 	}
 	for _, m := range ms {
@@ -302,9 +302,9 @@ func (c *config) mruTable() (*table, error) {
 	hostSmall := v5(small, ref).med("poll_cpu_ns")
 	t.notes = append(t.notes, fmt.Sprintf("Target: link+mhi host cost ≤ 150 ns per RX packet with 32-datagram aggregation "+
 		"(MTU 1500) — %d-byte packets at MRU %d, MAPv5 with csum_valid: %.0f ns of poller CPU per packet: %s. At %d bytes the "+
-		"same path costs %.0f ns, so about %.0f ns of the %d-byte figure scales with the bytes (the copy out of DMA memory, and "+
-		"the reassembly copy of each frame, which the modem chains over %d buffers of %d bytes); the rest is per packet "+
-		"(decode, IPv4 header checksum, GRO, gVisor buffer).",
+		"same path costs %.0f ns, so about %.0f ns of the %d-byte figure scales with the bytes (the one copy of each frame out of DMA "+
+		"memory, which the modem chains over %d buffers of %d bytes, into the gVisor buffer its packets share); the rest is per packet "+
+		"(decode, IPv4 header checksum, GRO, gVisor packet buffers).",
 		big, ref, host, verdict, small, hostSmall, host-hostSmall, big, pieces(big, ref), ref))
 	h1, h1Small := v1(big).med("poll_cpu_ns"), v1(small).med("poll_cpu_ns")
 	t.notes = append(t.notes, fmt.Sprintf("MAPv1 at MRU %d (the host validates every UDP checksum): %.0f ns per packet at %d bytes "+
@@ -314,13 +314,13 @@ func (c *config) mruTable() (*table, error) {
 	if len(ms) > 1 {
 		lo := ms[0]
 		t.notes = append(t.notes, fmt.Sprintf("Small MRU: at %d bytes MRU %d reaches %.2f× the packets/s of MRU %d: each 32-datagram frame "+
-			"is a chain of OVERFLOW pieces that occupies up to %d ring slots and is copied once more to reassemble it, so the 127-slot ring "+
+			"is a chain of OVERFLOW pieces that occupies up to %d ring slots, so the 127-slot ring "+
 			"turns over per fewer packets and every ring cycle waits for the moderated interrupt.",
 			big, lo, v5(big, lo).med("rx_kpps")/v5(big, ref).med("rx_kpps"),
 			ref, pieces(big, lo)))
 		t.notes = append(t.notes, "No cliff between 1262 and 1263 bytes is expected here: the emulated modem always puts 32 datagrams in a "+
 			"frame and chains it over as many buffers as it needs, while the modem in the netdev thread packed fewer datagrams per buffer "+
-			"once they no longer fitted. What the table shows is the cost of a small MRU (chains, reassembly, ring slots), which is the "+
+			"once they no longer fitted. What the table shows is the cost of a small MRU (chains, ring slots), which is the "+
 			"reason the 32 KiB default was adopted.")
 	}
 	return t, nil
