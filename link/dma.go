@@ -66,12 +66,17 @@ func txBuffers(o Options, ulElements int) int {
 }
 
 // txBufferSize returns the size of a TX buffer: Options.TXBufferSize, by
-// default MTU plus the framing's overhead, in whole cache lines, at most a
-// TRE.
+// default MTU plus the framing's overhead or, if larger, the framing's UL
+// frame size (framing.Aggregating), in whole cache lines, at most a TRE.
 func txBufferSize(o Options, mtu uint32, overhead int) int {
 	size := o.TXBufferSize
 	if size <= 0 {
 		size = int(mtu) + overhead
+		// An aggregating framing gets buffers as large as the
+		// modem's UL frames, so that a batch shares frames.
+		if a, ok := o.Framing.(framing.Aggregating); ok {
+			size = max(size, a.ULFrameBytes())
+		}
 	}
 	return min((size+63)&^63, mhi.MaxTRELen)
 }

@@ -140,7 +140,12 @@ type Options struct {
 	// ring, plus one budget of frames in flight, plus one OVERFLOW chain).
 	RXBuffers int
 	// TXBuffers and TXBufferSize size the TX DMA buffers (defaults: one
-	// per UL ring slot; MTU + framing overhead).
+	// per UL ring slot; MTU + framing overhead, or the UL frame size of
+	// an aggregating framing (framing.Aggregating: qmap.Framing or
+	// mbim.NTB with MaxDatagrams > 1 and MaxBytes) when larger). A
+	// WritePackets batch fills each frame with as many of its packets as
+	// the framing's limits and the buffer allow; it never waits for
+	// packets that are not in the batch.
 	TXBuffers, TXBufferSize int
 	// TXTimeout bounds how long WritePackets waits for UL space before
 	// it fails (default 50 ms).

@@ -34,10 +34,12 @@ import (
 // TX buffer while frames are held fails at once (TXDrops.Held) instead
 // of waiting for completions that cannot come.
 
-// heldFrame is a UL frame kept off the ring.
+// heldFrame is a UL frame kept off the ring: its buffer, its length and
+// the packets in it (several when the framing aggregates UL).
 type heldFrame struct {
-	buf *pci.Buffer
-	n   int
+	buf  *pci.Buffer
+	n    int
+	pkts int
 }
 
 // ulHold is the TX side's hold state.
@@ -45,9 +47,10 @@ type ulHold struct {
 	// idx maps a TX buffer to its index in lens; built by init, read
 	// only afterwards.
 	idx map[*pci.Buffer]int
-	// lens is the length of the frame each buffer last carried, set by
-	// queueFrame (under txState.mu), read by hold (a Release callback).
-	lens []atomic.Int32
+	// lens is the length of the frame each buffer last carried and
+	// pkts the packets in it, set by queueFrame (under txState.mu), read
+	// by hold (a Release callback).
+	lens, pkts []atomic.Int32
 
 	// active says frames written now are held (sysErr or paused); the
 	// writers read it without mu.
@@ -66,14 +69,16 @@ func (h *ulHold) init(all []*pci.Buffer) {
 		h.idx[b] = i
 	}
 	h.lens = make([]atomic.Int32, len(all))
+	h.pkts = make([]atomic.Int32, len(all))
 	h.ring = make([]heldFrame, 0, len(all))
 	h.written = make([]heldFrame, 0, len(all))
 }
 
-// queued notes the length of the frame b carries now.
-func (h *ulHold) queued(b *pci.Buffer, n int) {
+// queued notes the length of the frame b carries now and its packets.
+func (h *ulHold) queued(b *pci.Buffer, n, pkts int) {
 	if i, ok := h.idx[b]; ok {
 		h.lens[i].Store(int32(n))
+		h.pkts[i].Store(int32(pkts))
 	}
 }
 
@@ -97,19 +102,19 @@ func (h *ulHold) hold(b *pci.Buffer) bool {
 	if !h.sysErr || !ok || len(h.ring) == cap(h.ring) {
 		return false
 	}
-	h.ring = append(h.ring, heldFrame{b, int(h.lens[i].Load())})
+	h.ring = append(h.ring, heldFrame{b, int(h.lens[i].Load()), int(h.pkts[i].Load())})
 	return true
 }
 
 // keep holds a frame a writer built (under txState.mu); false means
 // nothing is held any more and the frame goes on the ring.
-func (h *ulHold) keep(b *pci.Buffer, n int) bool {
+func (h *ulHold) keep(b *pci.Buffer, n, pkts int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.sysErr && !h.paused || len(h.written) == cap(h.written) {
 		return false
 	}
-	h.written = append(h.written, heldFrame{b, n})
+	h.written = append(h.written, heldFrame{b, n, pkts})
 	return true
 }
 
@@ -224,10 +229,10 @@ func (e *Endpoint) queueHeldLocked(held []heldFrame) {
 	for _, f := range held {
 		if e.closed.Load() || f.n <= 0 || e.ul.Queue(f.buf, f.n, mhi.EOT) != nil {
 			t.put(f.buf)
-			lost++
+			lost += f.pkts
 			continue
 		}
-		t.hold.queued(f.buf, f.n)
+		t.hold.queued(f.buf, f.n, f.pkts)
 		t.unrung = true
 		n++
 	}
@@ -236,12 +241,13 @@ func (e *Endpoint) queueHeldLocked(held []heldFrame) {
 	e.stats.txHeldDrops.Add(uint64(lost))
 }
 
-// dropFramesLocked returns held frames to the free list, counted.
+// dropFramesLocked returns held frames to the free list, their packets
+// counted.
 func (e *Endpoint) dropFramesLocked(held []heldFrame) {
 	for _, f := range held {
 		e.tx.put(f.buf)
+		e.stats.txHeldDrops.Add(uint64(f.pkts))
 	}
-	e.stats.txHeldDrops.Add(uint64(len(held)))
 }
 
 // dropHeld returns held frames to the free list (the endpoint closes, or
@@ -249,7 +255,7 @@ func (e *Endpoint) dropFramesLocked(held []heldFrame) {
 func (e *Endpoint) dropHeld() {
 	for _, f := range e.tx.hold.drop() {
 		e.tx.put(f.buf)
-		e.stats.txHeldDrops.Add(1)
+		e.stats.txHeldDrops.Add(uint64(f.pkts))
 	}
 	e.tx.flush()
 }

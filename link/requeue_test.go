@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -172,5 +173,37 @@ func checkOrder(t *testing.T, got, want [][]byte) {
 			t.Fatalf("packet %d came back after packet %d", i, last)
 		}
 		last = i
+	}
+}
+
+// With UL aggregation a held frame carries several packets: PauseTX
+// holds the frames of a batch, ResumeTX(true) sends every packet in
+// order, and ResumeTX(false) counts each dropped packet in TXDrops.Held,
+// not each frame (before, a dropped 11-packet frame counted 1).
+func TestHeldAggregatedFramesCountTheirPackets(t *testing.T) {
+	f := qmap.Framing{Version: 1, MaxDatagrams: 11, MaxBytes: 8192}
+	r := newRig(t, rigOptions{profile: "qcom-sdx55m", fn: &sim.Loopback{},
+		link: link.Options{Channel: "IP_HW0", Framing: f, NoGRO: true, TXTimeout: 10 * time.Second}})
+	pkts := make([][]byte, 30)
+	for i := range pkts {
+		pkts[i] = udp4(t, i+1, 200)
+	}
+	r.ep.PauseTX()
+	write(t, r.ep, pkts...)
+	st := r.ep.Stats()
+	if st.TXPackets != 30 || st.TXHeld != 3 {
+		t.Fatalf("30 packets paused: %d packets in %d held frames, want 3 frames of ≤ 11", st.TXPackets, st.TXHeld)
+	}
+	r.ep.ResumeTX(true)
+	checkOrder(t, r.snk.waitFor(t, len(pkts), 10*time.Second), pkts)
+
+	r.ep.PauseTX()
+	write(t, r.ep, pkts...)
+	r.ep.ResumeTX(false)
+	if st := r.ep.Stats(); st.TXDrops.Held != 30 || st.TXHeld != 6 {
+		t.Errorf("ResumeTX(false) on 30 packets in %d frames: TXDrops.Held %d, want 30", st.TXHeld-3, st.TXDrops.Held)
+	}
+	if _, _, tx, txAll := link.BuffersHomeForTest(r.ep); tx != txAll {
+		t.Errorf("%d of %d TX buffers home after ResumeTX(false)", tx, txAll)
 	}
 }

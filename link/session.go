@@ -112,7 +112,7 @@ func (e *Endpoint) control(frame []byte) {
 		return
 	}
 	n := c.Answer(frame, buf.Mem[:t.size])
-	if n <= 0 || n > t.size || e.queueFrame(buf, n, &deadline) != nil {
+	if n <= 0 || n > t.size || e.queueFrame(buf, n, 0, &deadline) != nil {
 		t.put(buf)
 		return
 	}

@@ -101,9 +101,9 @@ type TXDrops struct {
 	Timeout  uint64 // no UL space within Options.TXTimeout
 	LinkDown uint64 // channel not running (SYS_ERR, removal)
 	Closed   uint64 // endpoint closed
-	// Held counts held frames dropped (the device was removed, recovery
-	// failed, ResumeTX(false), Close) and packets refused because the
-	// whole TX pool was held.
+	// Held counts the packets of held frames dropped (the device was
+	// removed, recovery failed, ResumeTX(false), Close) and packets
+	// refused because the whole TX pool was held.
 	Held uint64
 }
 

@@ -230,7 +230,7 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 			t.put(b)
 			return true
 		}
-		if qerr := e.queueFrame(b, n, &deadline); qerr != nil {
+		if qerr := e.queueFrame(b, n, pieces, &deadline); qerr != nil {
 			t.put(b)
 			err = qerr
 			return false
@@ -350,12 +350,12 @@ func (e *Endpoint) getTXBuffer(deadline *time.Time, err *tcpip.Error, held *bool
 	}
 }
 
-// queueFrame queues one frame on the UL ring, waiting (bounded) while the
-// ring is full. The caller holds t.mu.
-func (e *Endpoint) queueFrame(b *pci.Buffer, n int, deadline *time.Time) tcpip.Error {
+// queueFrame queues one frame of n bytes holding pkts packets on the UL
+// ring, waiting (bounded) while the ring is full. The caller holds t.mu.
+func (e *Endpoint) queueFrame(b *pci.Buffer, n, pkts int, deadline *time.Time) tcpip.Error {
 	for {
 		// Held (a SYS_ERR, PauseTX): kept in order, queued later.
-		if e.tx.hold.active.Load() && e.tx.hold.keep(b, n) {
+		if e.tx.hold.active.Load() && e.tx.hold.keep(b, n, pkts) {
 			e.stats.txHeld.Add(1)
 			e.stats.txFrames.Add(1)
 			return nil
@@ -363,7 +363,7 @@ func (e *Endpoint) queueFrame(b *pci.Buffer, n int, deadline *time.Time) tcpip.E
 		err := e.ul.Queue(b, n, mhi.EOT)
 		if err == nil {
 			e.tx.unrung = true
-			e.tx.hold.queued(b, n)
+			e.tx.hold.queued(b, n, pkts)
 			e.stats.txFrames.Add(1)
 			return nil
 		}

@@ -249,7 +249,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		// the modem's UL limits on the bound mux ID, or raw IP.
 		if df := sess.DataFormat(); lo.Framing == nil && df.DLAggregation != qmi.AggregationDisabled {
 			lo.Framing = qmap.Framing{Version: df.DLAggregation.QMAPVersion(),
-				MaxDatagrams: int(df.ULMaxDatagrams), MaxBytes: int(df.ULMaxSize)}
+				MaxDatagrams: int(df.ULMaxDatagrams), MaxBytes: min(int(df.ULMaxSize), maxULAggBytes)}
 		}
 	} else {
 		sess := mbim.NewSession(m.mbim, mbim.SessionConfig{

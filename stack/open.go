@@ -181,6 +181,12 @@ func linkOptions(opts *Options) link.Options {
 	return lo
 }
 
+// maxULAggBytes caps the UL aggregate size a modem grants in WDA Set Data
+// Format (Quectel grants 8192, docs/FRAMING.md §0): the link endpoint's TX
+// buffers take that size, and the DMA arena is sized before the answer
+// comes.
+const maxULAggBytes = 16384
+
 // dmaSize is the arena for p: Options.DMASize or DMASize.
 func dmaSize(opts *Options, p *mhi.Profile) (int, error) {
 	if opts.DMASize > 0 {
@@ -193,7 +199,7 @@ func dmaSize(opts *Options, p *mhi.Profile) (int, error) {
 	lo := linkOptions(&o)
 	if ctl, _ := controlOf(p, o.Control); ctl == "qmi" && lo.Framing == nil && o.Channel != "IP_HW0_MBIM" {
 		// Sized for the largest framing WDA may agree to.
-		lo.Framing = qmap.Framing{Version: 5}
+		lo.Framing = qmap.Framing{Version: 5, MaxDatagrams: 2, MaxBytes: maxULAggBytes}
 	}
 	return DMASize(p, lo)
 }
@@ -319,10 +325,19 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 			if ctl == "qmi" && opts.Channel != "IP_HW0_MBIM" {
 				// The host's QMI session asks WDA for QMAPv5; the
 				// modem answers v5 unless it only knows v1.
-				co.Framing = qmap.Framing{Version: 5}
-				if qc.MaxAggregation == qmi.AggregationQMAP {
-					co.Framing = qmap.Framing{Version: 1}
+				// The UL limits the modem grants in WDA Set Data
+				// Format are what its strict mode holds the host to.
+				ul := qmap.Framing{Version: 5, MaxDatagrams: int(qc.ULMaxDatagrams), MaxBytes: int(qc.ULMaxSize)}
+				if ul.MaxDatagrams == 0 {
+					ul.MaxDatagrams = simnet.DefaultULDatagrams
 				}
+				if ul.MaxBytes == 0 {
+					ul.MaxBytes = simnet.DefaultULBytes
+				}
+				if qc.MaxAggregation == qmi.AggregationQMAP {
+					ul.Version = 1
+				}
+				co.Framing = ul
 			}
 		}
 		cn, err := simnet.NewCarrierNetwork(co)

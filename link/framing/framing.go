@@ -78,6 +78,18 @@ type Framing interface {
 	Overhead() int
 }
 
+// Aggregating is implemented by a Framing whose encoder packs several
+// packets into one UL frame up to limits the modem gave (QMAP's UL
+// aggregation size from QMI WDA, MBIM's NTB OUT size). ULFrameBytes is
+// the largest UL frame those limits allow, or 0 when frames carry one
+// packet; the link endpoint sizes its TX buffers to it unless told
+// otherwise, so that a batch of packets queued together travels in as
+// few frames (TREs, completions) as the limits permit.
+type Aggregating interface {
+	Framing
+	ULFrameBytes() int
+}
+
 // Encoder builds one UL frame at a time in a TX buffer: Begin, then Add
 // for each packet until it reports the frame full, then End.
 type Encoder interface {

@@ -171,16 +171,47 @@ func u32int(b []byte) int {
 // sessions (§3). Decode accepts both NTB16 and NTB32 and reports each
 // datagram's session; the encoder builds what the zero value says:
 // mhi_wwan_mbim's one datagram per NTB16 (datagram at 0x1C).
+//
+// MaxDatagrams, MaxBytes, Divisor, Remainder and NDPAlign are the modem's
+// NTB OUT parameters (NCM 1.0 §6.2.1: wNtbOutMaxDatagrams,
+// dwNtbOutMaxSize, wNdpOutDivisor, wNdpOutPayloadRemainder,
+// wNdpOutAlignment). MHI has no request that reads them from the device
+// (§3.2), so they come from the caller (link.Options.Framing).
 type NTB struct {
 	// MaxDatagrams > 1 puts up to that many datagrams in one UL NTB
 	// (the NDPs then follow the datagrams). Whether firmware accepts
 	// this on MHI is unverified (§3.2: the kernel never aggregates UL);
-	// leave it 0 for what Linux sends. Give the endpoint TX buffers
-	// large enough (link.Options.TXBufferSize) for aggregation to help.
+	// leave it 0 for what Linux sends.
 	MaxDatagrams int
+	// MaxBytes bounds an aggregated UL NTB (0: the TX buffer, at most
+	// 64 KiB for NTB16). The link endpoint sizes its TX buffers to it
+	// (ULFrameBytes). The first datagram of an NTB is bounded by the
+	// buffer only, so a MaxBytes below the MTU cannot wedge a writer.
+	MaxBytes int
+	// Divisor and Remainder place each datagram of an aggregated NTB at
+	// an offset with offset % Divisor == Remainder (0: Divisor 4,
+	// Remainder 0; Divisor must be 1..4096, Remainder below it, or both
+	// fall back to that). NDPAlign aligns every NDP (0 or anything but a
+	// power of two from 4 to 4096: 4, what NCM requires at least).
+	// With MaxDatagrams ≤ 1 none of these apply: the NTB has Linux's
+	// fixed layout.
+	Divisor, Remainder, NDPAlign int
 	// NTB32 builds NTB32 instead of NTB16 (no MHI modem is known to
 	// want it; NCM hosts on USB can).
 	NTB32 bool
+}
+
+// ulLayout returns f's datagram divisor and remainder and NDP alignment,
+// with the defaults and fallbacks of NTB applied.
+func (f NTB) ulLayout() (div, rem, align int) {
+	div, rem, align = f.Divisor, f.Remainder, f.NDPAlign
+	if div < 1 || div > 4096 || rem < 0 || rem >= div {
+		div, rem = 4, 0
+	}
+	if align < 4 || align > 4096 || align&(align-1) != 0 {
+		align = 4
+	}
+	return div, rem, align
 }
 
 // Name implements framing.Framing.
@@ -199,20 +230,81 @@ func (f NTB) Decode(frame []byte, spans []framing.Span) ([]framing.Span, error) 
 // NewEncoder implements framing.Framing: a *NTBBuilder.
 func (f NTB) NewEncoder() framing.Encoder { return NewNTBBuilder(f) }
 
-// Overhead implements framing.Framing: the headers around one datagram, plus
-// the alignment before the NDP when NDPs follow the datagrams.
+// Overhead implements framing.Framing: the headers around one datagram,
+// plus, when NDPs follow the datagrams, the padding before the datagram
+// (Divisor, Remainder) and before the NDP (NDPAlign).
 func (f NTB) Overhead() int {
 	o := NTB16Overhead
 	if f.NTB32 {
 		o = NTB32Overhead
 	}
 	if f.MaxDatagrams > 1 {
-		o += 3
+		div, _, align := f.ulLayout()
+		o += div - 1 + align - 1
 	}
 	return o
 }
 
-var _ framing.Framing = NTB{}
+// ULFrameBytes implements framing.Aggregating: MaxBytes when the encoder
+// aggregates (MaxDatagrams > 1), capped at what wBlockLength describes;
+// else 0.
+func (f NTB) ULFrameBytes() int {
+	if f.MaxDatagrams <= 1 || f.MaxBytes <= 0 {
+		return 0
+	}
+	if !f.NTB32 {
+		return min(f.MaxBytes, maxNTB16)
+	}
+	return f.MaxBytes
+}
+
+// CheckUL reports how an NTB that DecodeNTB parsed into spans without
+// error breaks f's NTB OUT parameters, as a modem enforcing them would:
+// more than MaxDatagrams datagrams, more than MaxBytes bytes with more
+// than one datagram, a datagram off Divisor/Remainder or an NDP off
+// NDPAlign. Zero parameters are not checked (so NTB{} accepts any
+// well-formed NTB). It returns nil when frame keeps them.
+func (f NTB) CheckUL(frame []byte, spans []framing.Span) error {
+	if f.MaxDatagrams > 0 && len(spans) > f.MaxDatagrams {
+		return fmt.Errorf("%w: %d datagrams in a UL NTB, the modem takes %d", framing.ErrBadFrame, len(spans), f.MaxDatagrams)
+	}
+	if f.MaxBytes > 0 && len(spans) > 1 && len(frame) > f.MaxBytes {
+		return fmt.Errorf("%w: UL NTB of %d bytes, the modem takes %d", framing.ErrBadFrame, len(frame), f.MaxBytes)
+	}
+	div, rem, align := f.ulLayout()
+	if f.Divisor > 0 && len(spans) > 1 {
+		for i, s := range spans {
+			if s.Off%div != rem {
+				return fmt.Errorf("%w: datagram %d at %d, not %d mod %d", framing.ErrBadFrame, i, s.Off, rem, div)
+			}
+		}
+	}
+	if f.NDPAlign > 0 && len(frame) >= nth16Len {
+		l, is32 := layout16, le.Uint32(frame) == NTH32Sig
+		next := func(ndp int) int { return int(le.Uint16(frame[ndp+6:])) }
+		idx := int(le.Uint16(frame[10:]))
+		if is32 {
+			l = layout32
+			next = func(ndp int) int { return u32int(frame[ndp+8:]) }
+			if len(frame) < nth32Len {
+				return nil
+			}
+			idx = u32int(frame[12:])
+		}
+		for range len(frame)/l.ndpMin + 1 {
+			if idx == 0 || idx+l.ndpHeader > len(frame) {
+				break
+			}
+			if idx%align != 0 {
+				return fmt.Errorf("%w: NDP at %d, not aligned to %d", framing.ErrBadFrame, idx, align)
+			}
+			idx = next(idx)
+		}
+	}
+	return nil
+}
+
+var _ framing.Aggregating = NTB{}
 
 // maxNTBDatagrams bounds NTB.MaxDatagrams: the builder keeps one entry
 // per datagram in a fixed array.
@@ -229,6 +321,10 @@ type NTBBuilder struct {
 	l     ntbLayout
 	is32  bool
 	max   int
+	bytes int // MaxBytes (0: the buffer)
+	div   int // datagram offset % div == rem
+	rem   int
+	align int // NDP alignment
 	buf   []byte
 	end   int // end of the datagrams
 	sess  uint8
@@ -245,7 +341,8 @@ type ntbEntry struct {
 
 // NewNTBBuilder returns a builder of f's layout.
 func NewNTBBuilder(f NTB) *NTBBuilder {
-	b := &NTBBuilder{l: layout16, is32: f.NTB32, max: min(max(f.MaxDatagrams, 1), maxNTBDatagrams)}
+	b := &NTBBuilder{l: layout16, is32: f.NTB32, max: min(max(f.MaxDatagrams, 1), maxNTBDatagrams), bytes: max(f.MaxBytes, 0)}
+	b.div, b.rem, b.align = f.ulLayout()
 	if f.NTB32 {
 		b.l = layout32
 	}
@@ -280,15 +377,19 @@ func (b *NTBBuilder) Begin(buf []byte) {
 // Len returns the number of datagrams in the NTB being built.
 func (b *NTBBuilder) Len() int { return len(b.ents) }
 
-// ndpBytes is the room the NDPs need with one more datagram for session s.
+// ndpBytes is the room the NDPs need with one more datagram for session
+// s, with the padding between NDPs that NDPAlign may need.
 func (b *NTBBuilder) ndpBytes(s uint8) int {
 	nsess := len(b.order)
 	if !b.seen[s] {
 		nsess++
 	}
 	// Each NDP: header + terminator; each datagram: one entry.
-	return nsess*(b.l.ndpHeader+b.l.entry) + (len(b.ents)+1)*b.l.entry
+	return nsess*(b.l.ndpHeader+b.l.entry) + (len(b.ents)+1)*b.l.entry + (nsess-1)*(b.align-1)
 }
+
+// alignUp returns the first offset at or after off that is a multiple of a.
+func alignUp(off, a int) int { return (off + a - 1) / a * a }
 
 // Add implements framing.Encoder: room for an n-byte datagram of the current
 // session, or nil when the NTB is full (datagram count or bytes).
@@ -302,10 +403,15 @@ func (b *NTBBuilder) Add(n int) []byte {
 			return nil
 		}
 	} else {
-		off = (off + 3) &^ 3
-		if off+n+3+b.ndpBytes(b.sess) > len(b.buf) {
+		off += ((b.rem-off%b.div)%b.div + b.div) % b.div
+		limit := len(b.buf)
+		if len(b.ents) > 0 && b.bytes > 0 {
+			limit = min(limit, b.bytes)
+		}
+		if alignUp(off+n, b.align)+b.ndpBytes(b.sess) > limit {
 			return nil
 		}
+		clear(b.buf[b.end:off])
 	}
 	if !b.seen[b.sess] {
 		b.seen[b.sess] = true
@@ -329,8 +435,9 @@ func (b *NTBBuilder) End() int {
 	if b.max == 1 {
 		b.putNDP(buf, b.l.nth, b.ents[0].session, b.ents, 0)
 	} else {
-		// One NDP per session after the datagrams, chained in order.
-		pos := (b.end + 3) &^ 3
+		// One NDP per session after the datagrams, chained in order,
+		// each at NDPAlign.
+		pos := alignUp(b.end, b.align)
 		first = pos
 		for i, s := range b.order {
 			cnt := 0
@@ -342,12 +449,12 @@ func (b *NTBBuilder) End() int {
 			size := b.l.ndpHeader + (cnt+1)*b.l.entry
 			next := 0
 			if i+1 < len(b.order) {
-				next = pos + size
+				next = alignUp(pos+size, b.align)
 			}
 			clear(buf[b.end:pos])
 			b.putNDP(buf, pos, s, b.ents, next)
 			b.end = pos + size
-			pos = b.end
+			pos = next
 		}
 		total = b.end
 	}

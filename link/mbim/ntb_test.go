@@ -216,12 +216,19 @@ func buildNTBs(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) [][]byte {
 	return out
 }
 
+// checkRoundTrip builds pkts into NTBs of f in size-byte buffers and
+// checks that they parse back to the same datagrams in order per session
+// and, when f aggregates, keep f's limits (CheckUL; one datagram per NTB
+// is Linux's layout, which the NTB OUT parameters do not shape).
 func checkRoundTrip(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) {
 	var got []ntbPacket
 	for _, ntb := range buildNTBs(t, f, size, pkts) {
 		spans, err := mbim.DecodeNTB(ntb, nil)
 		if err != nil {
 			t.Fatalf("%+v: builder output does not parse: %v (%x)", f, err, ntb)
+		}
+		if err := f.CheckUL(ntb, spans); err != nil && f.MaxDatagrams > 1 {
+			t.Fatalf("%+v: builder output breaks its own limits: %v", f, err)
 		}
 		for _, s := range spans {
 			got = append(got, ntbPacket{s.ID, ntb[s.Off : s.Off+s.Len]})
@@ -289,6 +296,70 @@ func TestNTBBuilderAggregatesUpToTheLimits(t *testing.T) {
 	}
 }
 
+// TestNTBBuilderKeepsTheNTBOutParameters: aggregated NTBs hold at most
+// MaxDatagrams datagrams and MaxBytes bytes (the first datagram is bounded
+// by the buffer only), every datagram at Divisor/Remainder and every NDP
+// at NDPAlign; CheckUL accepts them and refuses NTBs that break each
+// limit; the datagrams decode back in order.
+func TestNTBBuilderKeepsTheNTBOutParameters(t *testing.T) {
+	f := mbim.NTB{MaxDatagrams: 5, MaxBytes: 4096, Divisor: 32, Remainder: 2, NDPAlign: 16}
+	var pkts []ntbPacket
+	for i := range 40 {
+		d := bytes.Repeat([]byte{byte(i)}, 100+i*37)
+		pkts = append(pkts, ntbPacket{uint8(i % 2), d})
+	}
+	ntbs := buildNTBs(t, f, 16384, pkts)
+	n := 0
+	for _, ntb := range ntbs {
+		if len(ntb) > f.MaxBytes {
+			t.Fatalf("NTB of %d bytes, MaxBytes %d", len(ntb), f.MaxBytes)
+		}
+		spans, err := mbim.DecodeNTB(ntb, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(spans) > f.MaxDatagrams {
+			t.Fatalf("%d datagrams, MaxDatagrams %d", len(spans), f.MaxDatagrams)
+		}
+		for _, s := range spans {
+			if s.Off%32 != 2 {
+				t.Fatalf("datagram at %d, not 2 mod 32", s.Off)
+			}
+		}
+		if ndp := binary.LittleEndian.Uint16(ntb[10:]); ndp%16 != 0 {
+			t.Fatalf("first NDP at %d, not 16-aligned", ndp)
+		}
+		if err := f.CheckUL(ntb, spans); err != nil {
+			t.Fatal(err)
+		}
+		n += len(spans)
+	}
+	if n != len(pkts) || len(ntbs) < len(pkts)/f.MaxDatagrams {
+		t.Fatalf("%d datagrams in %d NTBs", n, len(ntbs))
+	}
+	checkRoundTrip(t, f, 16384, pkts)
+
+	// Each limit, broken by an NTB built with a looser one, is refused.
+	loose := buildNTBs(t, mbim.NTB{MaxDatagrams: 40}, 65535, pkts)[0]
+	spans, err := mbim.DecodeNTB(loose, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, strict := range []mbim.NTB{{MaxDatagrams: 5}, {MaxBytes: 4096}, {Divisor: 32, Remainder: 2}, {NDPAlign: 64}} {
+		if err := strict.CheckUL(loose, spans); !errors.Is(err, framing.ErrBadFrame) {
+			t.Errorf("%+v accepts an NTB of %d datagrams, %d bytes, 4-byte aligned: %v", strict, len(spans), len(loose), err)
+		}
+	}
+	if err := (mbim.NTB{}).CheckUL(loose, spans); err != nil {
+		t.Errorf("NTB{} checks limits it does not have: %v", err)
+	}
+	// A datagram larger than MaxBytes still travels, alone.
+	big := buildNTBs(t, mbim.NTB{MaxDatagrams: 4, MaxBytes: 1000}, 4096, []ntbPacket{{0, make([]byte, 1500)}, {0, make([]byte, 10)}})
+	if len(big) != 2 {
+		t.Fatalf("a datagram over MaxBytes and a small one: %d NTBs, want 2", len(big))
+	}
+}
+
 func TestNTBDecodeDoesNotAllocate(t *testing.T) {
 	var pkts []ntbPacket
 	for i := range 32 {
@@ -344,10 +415,11 @@ func fuzzParse(f *testing.F) {
 // datagrams and sessions, for any datagram sizes, sessions, aggregation
 // limit, flavour and buffer size.
 func FuzzNTBRoundTrip(f *testing.F) {
-	f.Add([]byte{0, 40, 3, 200, 0, 1}, uint8(0), false, uint16(1600))
-	f.Add([]byte{5, 60, 5, 60, 9, 20}, uint8(32), false, uint16(32768))
-	f.Add([]byte{1, 255, 2, 255, 1, 1}, uint8(3), true, uint16(300))
-	f.Fuzz(func(t *testing.T, spec []byte, maxd uint8, is32 bool, size uint16) {
+	f.Add([]byte{0, 40, 3, 200, 0, 1}, uint8(0), false, uint16(1600), uint16(0), uint8(0), uint8(0), uint8(0))
+	f.Add([]byte{5, 60, 5, 60, 9, 20}, uint8(32), false, uint16(32768), uint16(0), uint8(0), uint8(0), uint8(0))
+	f.Add([]byte{1, 255, 2, 255, 1, 1}, uint8(3), true, uint16(300), uint16(0), uint8(0), uint8(0), uint8(0))
+	f.Add([]byte{1, 100, 1, 100, 2, 7, 2, 7}, uint8(16), false, uint16(4000), uint16(8192), uint8(32), uint8(2), uint8(64))
+	f.Fuzz(func(t *testing.T, spec []byte, maxd uint8, is32 bool, size, maxBytes uint16, div, rem, align uint8) {
 		// spec: (session, length/…) pairs; lengths scale to 1..1530.
 		var pkts []ntbPacket
 		for i := 0; i+1 < len(spec) && len(pkts) < 200; i += 2 {
@@ -355,7 +427,8 @@ func FuzzNTBRoundTrip(f *testing.F) {
 			d := bytes.Repeat([]byte{spec[i]}, n)
 			pkts = append(pkts, ntbPacket{spec[i], d})
 		}
-		f := mbim.NTB{MaxDatagrams: int(maxd), NTB32: is32}
+		f := mbim.NTB{MaxDatagrams: int(maxd), NTB32: is32, MaxBytes: int(maxBytes),
+			Divisor: int(div), Remainder: int(rem), NDPAlign: int(align)}
 		checkRoundTrip(t, f, max(int(size), 1531+f.Overhead()), pkts)
 	})
 }

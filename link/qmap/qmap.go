@@ -197,6 +197,31 @@ func (f Framing) Overhead() int {
 	return o
 }
 
+// ULFrameBytes implements framing.Aggregating: MaxBytes when the
+// aggregator puts more than one packet in a frame (MaxDatagrams > 1),
+// capped at the 64 KiB a transfer holds; else 0.
+func (f Framing) ULFrameBytes() int {
+	if f.MaxDatagrams <= 1 || f.MaxBytes <= 0 {
+		return 0
+	}
+	return min(f.MaxBytes, framing.MaxFrame)
+}
+
+// CheckUL reports how a UL aggregate that Decode parsed into spans
+// without error breaks f's limits, as a modem enforcing what it answered
+// in WDA Set Data Format would: more than MaxDatagrams frames, or more
+// than MaxBytes bytes with more than one frame. Zero limits are not
+// checked. It returns nil when frame keeps them.
+func (f Framing) CheckUL(frame []byte, spans []framing.Span) error {
+	if f.MaxDatagrams > 0 && len(spans) > f.MaxDatagrams {
+		return fmt.Errorf("%w: %d frames in a UL aggregate, the modem takes %d", framing.ErrBadFrame, len(spans), f.MaxDatagrams)
+	}
+	if f.MaxBytes > 0 && len(spans) > 1 && len(frame) > f.MaxBytes {
+		return fmt.Errorf("%w: UL aggregate of %d bytes, the modem takes %d", framing.ErrBadFrame, len(frame), f.MaxBytes)
+	}
+	return nil
+}
+
 // Answer implements framing.Controller: a command REQUEST is answered with
 // its ACK (rmnet echoes the command with cmd_type ACK, §4.2); other
 // frames get no answer.
@@ -209,8 +234,8 @@ func (f Framing) Answer(ctrl, dst []byte) int {
 }
 
 var (
-	_ framing.Framing    = Framing{}
-	_ framing.Controller = Framing{}
+	_ framing.Aggregating = Framing{}
+	_ framing.Controller  = Framing{}
 )
 
 // Aggregator builds UL QMAP aggregates in a caller's buffer: MAP header

@@ -152,6 +152,35 @@ func TestAggregatorLimits(t *testing.T) {
 	if n := a.End(); k != 5 || n > 8192 {
 		t.Fatalf("%d datagrams in %d bytes, want 5 in ≤ 8192", k, n)
 	}
+	// CheckUL: what the aggregator built keeps the limits; a looser
+	// aggregate breaks each of them.
+	loose := qmap.NewAggregator(qmap.Framing{MaxDatagrams: 20})
+	loose.Begin(buf)
+	for loose.Add(1000) != nil {
+	}
+	frame := buf[:loose.End()]
+	spans, err := qmap.Decode(frame, 1, nil)
+	if err != nil || len(spans) != 20 {
+		t.Fatalf("loose aggregate: %d packets, %v", len(spans), err)
+	}
+	for _, f := range []qmap.Framing{{MaxDatagrams: 11}, {MaxBytes: 8192}} {
+		if err := f.CheckUL(frame, spans); !errors.Is(err, framing.ErrBadFrame) {
+			t.Errorf("%+v accepts %d packets in %d bytes: %v", f, len(spans), len(frame), err)
+		}
+	}
+	if err := (qmap.Framing{}).CheckUL(frame, spans); err != nil {
+		t.Errorf("Framing{} checks limits it does not have: %v", err)
+	}
+	// ULFrameBytes: the TX buffer size an aggregating framing asks for.
+	for _, c := range []struct {
+		f    qmap.Framing
+		want int
+	}{{qmap.Framing{MaxDatagrams: 11, MaxBytes: 8192}, 8192}, {qmap.Framing{MaxBytes: 8192}, 0},
+		{qmap.Framing{MaxDatagrams: 11}, 0}, {qmap.Framing{MaxDatagrams: 2, MaxBytes: 1 << 20}, framing.MaxFrame}} {
+		if got := c.f.ULFrameBytes(); got != c.want {
+			t.Errorf("%+v: ULFrameBytes %d, want %d", c.f, got, c.want)
+		}
+	}
 	// Default: one packet per frame, as rmnet.
 	a = qmap.NewAggregator(qmap.Framing{})
 	a.Begin(buf)
@@ -174,6 +203,9 @@ func roundTrip(t testing.TB, f qmap.Framing, size int, pkts []muxPacket) {
 		spans, err := f.Decode(buf[:n], nil)
 		if err != nil {
 			t.Fatalf("%+v: aggregate does not decode: %v", f, err)
+		}
+		if err := f.CheckUL(buf[:n], spans); err != nil {
+			t.Fatalf("%+v: aggregate breaks its own limits: %v", f, err)
 		}
 		for _, s := range spans {
 			if s.Ctrl {

@@ -57,6 +57,10 @@ type CarrierOptions struct {
 	Framing framing.Framing
 	// MaxDatagrams and MaxBytes bound DL aggregation on a framed pair
 	// (0: DefaultAggDatagrams / DefaultAggBytes, 32 / 32 KiB).
+	// The Framing value's own limits (mbim.NTB's MaxDatagrams,
+	// MaxBytes, Divisor, Remainder and NDPAlign; qmap.Framing's
+	// MaxDatagrams and MaxBytes) are what the modem accepts on UL: a
+	// UL frame beyond them is a host violation (zero: not checked).
 	MaxDatagrams, MaxBytes int
 	// FlushDelay is how long a DL frame waits for more packets after
 	// its first one, on a framed pair: a frame goes when it is full or
@@ -138,7 +142,8 @@ type CarrierNetwork struct {
 type CarrierStats struct {
 	// TCPFlows and UDPFlows count forwarded flows; Refused counts TCP
 	// flows the host refused (answered with RST); DNSQueries counts
-	// queries answered; Dropped counts packets the port refused.
+	// queries answered; Dropped counts DL packets lost: refused by the
+	// port, or sent while the data pair is stopped.
 	TCPFlows, UDPFlows, Refused, DNSQueries, Dropped uint64
 	// ULPackets and DLPackets count IP packets from and to the host;
 	// DLFrames counts the aggregated DL frames (NTBs, QMAP aggregates)

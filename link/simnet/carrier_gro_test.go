@@ -144,7 +144,7 @@ func TestCarrierGROFlushDeliversEveryHeldSegment(t *testing.T) {
 
 // upload sends size bytes from the host's stack to a server on the
 // host's loopback through the carrier and checks what the server got.
-func (h *carrierHost) upload(t *testing.T, size int) {
+func (h *carrierHost) upload(t testing.TB, size int) {
 	t.Helper()
 	data := make([]byte, size)
 	rng := rand.New(rand.NewPCG(uint64(size), 11))
@@ -200,16 +200,23 @@ func (h *carrierHost) upload(t *testing.T, size int) {
 // carrier on every pair arrives intact at the host socket, with every UL
 // checksum right; how much GRO merged (it depends on how many segments
 // queue up while the carrier's stack is busy) is logged.
+//
+// The UL-aggregated pairs (ulAggPairs) carry it in frames of several
+// packets within the modem's UL limits, which the strict modem checks:
+// at least two packets a frame on average.
 func TestCarrierUploadArrivesIntactThroughGRO(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	pairs := append([]carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}}, framedPairs...)
-	for _, k := range pairs {
+	for _, k := range append(pairs, ulAggPairs...) {
 		t.Run(k.name, func(t *testing.T) {
 			h := newCarrierHost(t, k, CarrierOptions{})
 			h.upload(t, 8<<20)
 			cs := h.cn.Stats()
 			if cs.BadChecksums != 0 {
 				t.Errorf("%d UL packets with a bad checksum", cs.BadChecksums)
+			}
+			if st := h.ep.Stats(); aggregatesUL(k.framing) && st.TXFrames*2 > st.TXPackets {
+				t.Errorf("UL aggregation: %d packets in %d frames", st.TXPackets, st.TXFrames)
 			}
 			in := h.cn.s.Stats().IP.PacketsReceived.Value()
 			t.Logf("%d UL packets reached the carrier's IP layer as %d (%.1f per GRO packet)", cs.ULPackets, in, float64(cs.ULPackets)/float64(in))
@@ -303,5 +310,32 @@ func testGSOCut(t *testing.T, v6 bool) {
 	s.Write(b)
 	if tcp := header.TCP(b[l3:]); tcp.SequenceNumber() != 5000+mss || !bytes.Equal(tcp.Payload(), payload[mss:2*mss]) || !ulChecksumOK(b, proto) {
 		t.Errorf("after a skipped piece: seq %d, payload or checksum wrong", tcp.SequenceNumber())
+	}
+}
+
+// BenchmarkCarrierUpload is a bulk TCP upload from the host's stack
+// through the emulated modem's carrier network to a host socket, on the
+// framed pairs with and without UL aggregation. One op is 1 MiB. It
+// reports the UL transfers (TREs) and doorbells per TX packet, from the
+// link endpoint's Stats (TX packets include the host's ACKs, none here
+// but the handshake's).
+func BenchmarkCarrierUpload(b *testing.B) {
+	for _, k := range append(append([]carrierPair(nil), framedPairs...), ulAggPairs...) {
+		b.Run(k.name, func(b *testing.B) {
+			h := newCarrierHost(b, k, CarrierOptions{})
+			h.upload(b, 1<<20) // warm-up: the flow's window opens
+			before := h.ep.Stats()
+			b.SetBytes(1 << 20)
+			b.ResetTimer()
+			start := time.Now()
+			h.upload(b, b.N<<20)
+			el := time.Since(start)
+			b.StopTimer()
+			st := h.ep.Stats()
+			pkts := float64(st.TXPackets - before.TXPackets)
+			b.ReportMetric(float64(st.TXFrames-before.TXFrames)/pkts, "TREs/pkt")
+			b.ReportMetric(float64(st.TXDoorbells-before.TXDoorbells)/pkts, "doorbells/pkt")
+			b.ReportMetric(float64(b.N)*8*(1<<20)/el.Seconds()/1e6, "Mbit/s")
+		})
 	}
 }

@@ -80,6 +80,9 @@ func (l *carrierLink) Attach(d stack.NetworkDispatcher) {
 func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	p := l.port.Load()
 	if p == nil {
+		// The data pair is stopped: the packets are lost, as on a
+		// modem whose data channels are down.
+		l.cn.stats.dropped.Add(uint64(pkts.Len()))
 		return 0, &tcpip.ErrClosedForSend{}
 	}
 	if !isRawIP(l.cn.opts.Framing) {

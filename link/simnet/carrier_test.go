@@ -43,15 +43,32 @@ var framedPairs = []carrierPair{
 	{"qmap-v5", "sierra-em919x", "IP_HW0", qmap.Framing{Version: 5}, 1},
 }
 
+// ulAggPairs are framed pairs whose host aggregates UL within the
+// modem's limits (the carrier's framing carries them, so the strict modem
+// checks every UL frame against them): QMAPv5 with what a Quectel modem
+// grants in WDA (11 datagrams, 8 KiB) and NTB16 with an NTB OUT of 16
+// datagrams, 16 KiB, datagrams at 2 mod 8 and 16-byte aligned NDPs.
+var ulAggPairs = []carrierPair{
+	{"qmap-v5-ul-aggregated", "sierra-em919x", "IP_HW0", qmap.Framing{Version: 5, MaxDatagrams: DefaultULDatagrams, MaxBytes: DefaultULBytes}, 1},
+	{"mbim-ntb16-ntb-out", "quectel-em1xx", "IP_HW0_MBIM", mbim.NTB{MaxDatagrams: 16, MaxBytes: 16384, Divisor: 8, Remainder: 2, NDPAlign: 16}, 0},
+}
+
+// aggregatesUL reports whether f puts several packets in a UL frame.
+func aggregatesUL(f framing.Framing) bool {
+	a, ok := f.(framing.Aggregating)
+	return ok && a.ULFrameBytes() > 0
+}
+
 // carrierHost is mhistack's host side (mhi controller, link endpoint, a
 // gVisor stack with the carrier's address for the host) over an emulated
 // modem whose data pair runs a CarrierNetwork.
 type carrierHost struct {
 	cn *CarrierNetwork
 	s  *stack.Stack
+	ep *link.Endpoint
 }
 
-func newCarrierHost(t *testing.T, k carrierPair, opts CarrierOptions) *carrierHost {
+func newCarrierHost(t testing.TB, k carrierPair, opts CarrierOptions) *carrierHost {
 	t.Helper()
 	return newCarrierHostWith(t, k, opts, false)
 }
@@ -59,7 +76,7 @@ func newCarrierHost(t *testing.T, k carrierPair, opts CarrierOptions) *carrierHo
 // newCarrierHostWith is newCarrierHost whose stack has the carrier's
 // IPv6 address as well when v6 (without duplicate address detection, so
 // that it is usable at once).
-func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 bool) *carrierHost {
+func newCarrierHostWith(t testing.TB, k carrierPair, opts CarrierOptions, v6 bool) *carrierHost {
 	t.Helper()
 	opts.Framing = k.framing
 	cn, err := NewCarrierNetwork(opts)
@@ -101,7 +118,7 @@ func newCarrierHostWith(t *testing.T, k carrierPair, opts CarrierOptions, v6 boo
 		ep.Close()
 		cn.Close()
 	})
-	return &carrierHost{cn: cn, s: s}
+	return &carrierHost{cn: cn, s: s, ep: ep}
 }
 
 // download fetches size bytes from a server on the host's loopback

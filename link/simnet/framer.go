@@ -16,6 +16,14 @@ const (
 	DefaultAggBytes     = 32768
 )
 
+// Defaults of the UL aggregation the emulated QMI modem grants in WDA Set
+// Data Format (QMIConfig.ULMaxDatagrams, ULMaxSize): what Quectel modems
+// grant (docs/FRAMING.md §0).
+const (
+	DefaultULDatagrams = 11
+	DefaultULBytes     = 8192
+)
+
 // ruleULFraming names the rule a host breaks with a malformed UL frame.
 const ruleULFraming = "docs/FRAMING.md §3.1/§4.1: UL frames on a framed data channel parse (NTB or QMAP)"
 
@@ -52,7 +60,8 @@ func NewFramer(f framing.Framing, maxDatagrams, maxBytes int) *Framer {
 	fr := &Framer{buf: make([]byte, min(maxBytes, 0xFFFF))}
 	switch f := f.(type) {
 	case mbim.NTB:
-		f.MaxDatagrams = maxDatagrams
+		// f's MaxBytes is the UL limit; the buffer bounds DL.
+		f.MaxDatagrams, f.MaxBytes = maxDatagrams, 0
 		fr.enc = mbim.NewNTBBuilder(f)
 	case qmap.Framing:
 		f.MaxDatagrams, f.MaxBytes = maxDatagrams, maxBytes
@@ -133,14 +142,26 @@ func knownFraming(f framing.Framing) bool {
 	return false
 }
 
+// ulChecker is a framing with UL limits a modem enforces: mbim.NTB (NTB
+// OUT parameters) and qmap.Framing (WDA's UL aggregation limits).
+type ulChecker interface {
+	CheckUL(frame []byte, spans []framing.Span) error
+}
+
 // parseUL finds the IP packets (and QMAP commands, Span.Ctrl) of one UL
 // transfer in framing f (nil: raw IP), strictly: any framing error is
-// returned.
+// returned, and so is a frame beyond the UL limits f carries (mbim.NTB's
+// MaxDatagrams, MaxBytes, Divisor, Remainder, NDPAlign; qmap.Framing's
+// MaxDatagrams and MaxBytes; zero ones are not checked).
 func parseUL(f framing.Framing, td []byte, spans []framing.Span) ([]framing.Span, error) {
 	if f == nil {
 		f = framing.RawIP{}
 	}
-	return f.Decode(td, spans)
+	spans, err := f.Decode(td, spans)
+	if c, ok := f.(ulChecker); ok && err == nil {
+		err = c.CheckUL(td, spans)
+	}
+	return spans, err
 }
 
 // FramingFor returns the framing Linux uses on the named data channel

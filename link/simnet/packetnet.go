@@ -20,6 +20,8 @@ type PacketNet struct {
 	// Framing of the pair (raw IP: nil or framing.RawIP{}; mbim.NTB{};
 	// qmap.Framing{Version: 1 or 5}); MaxDatagrams and MaxBytes bound DL
 	// aggregation (defaults 32 / 32 KiB) and replace the value's own.
+	// The value's own limits are what the modem accepts on UL: a UL
+	// frame beyond them is malformed (see parseUL).
 	Framing                framing.Framing
 	MaxDatagrams, MaxBytes int
 	// Echo sends every UL packet back on DL, on its session, aggregated

@@ -133,8 +133,8 @@ func NewQMIFunction(cfg QMIConfig) *QMIFunction {
 	}
 	def(&cfg.DLMaxDatagrams, DefaultAggDatagrams)
 	def(&cfg.DLMaxSize, DefaultAggBytes)
-	def(&cfg.ULMaxDatagrams, 11)
-	def(&cfg.ULMaxSize, 8192)
+	def(&cfg.ULMaxDatagrams, DefaultULDatagrams)
+	def(&cfg.ULMaxSize, DefaultULBytes)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
