@@ -505,6 +505,13 @@ func TestStallWatchStopsTheGuestAndNamesTheLastVerdict(t *testing.T) {
 	if got := nextCheck(r); got != guestChecks[3] {
 		t.Errorf("nextCheck = %q, want %q", got, guestChecks[3])
 	}
+	if got := stallDetail(time.Minute, "", &result{}, 0); !strings.Contains(got, "hung in the boot (no /init yet)") {
+		t.Errorf("before /init: %q", got)
+	}
+	r.boot = time.Second
+	if got := stallDetail(time.Minute, guestChecks[2], r, 7); !strings.Contains(got, "hung after "+guestChecks[2]+", in "+guestChecks[3]) || !strings.Contains(got, "7 kernel log lines") {
+		t.Errorf("after a verdict: %q", got)
+	}
 	if d := stallDumpAfter(150 * time.Second); d != 120 {
 		t.Errorf("stallDumpAfter(150s) = %d, want 120", d)
 	}

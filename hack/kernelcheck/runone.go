@@ -242,12 +242,7 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 	if last, stalled := stall.stalled(); ctx.Err() != nil {
 		r.add("guest-finished", false, "interrupted")
 	} else if stalled {
-		after := "the boot (no verdict yet)"
-		if last != "" {
-			after = last
-		}
-		r.add("guest-finished", false, fmt.Sprintf("stopped: no verdict for %v after %s, hung in %s (-check-timeout; %d kernel log lines from the guest's stall watcher in stall-dmesg.log)",
-			c.checkTimeout, after, nextCheck(r), len(stallDmesg)))
+		r.add("guest-finished", false, stallDetail(c.checkTimeout, last, r, len(stallDmesg)))
 	} else if qctx.Err() != nil {
 		r.add("guest-finished", false, fmt.Sprintf("timeout after %v", c.timeout))
 	} else if !done {

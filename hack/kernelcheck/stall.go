@@ -79,6 +79,23 @@ func nextCheck(r *result) string {
 	return "the checks after " + guestChecks[len(guestChecks)-1]
 }
 
+// stallDetail is guest-finished's verdict on a guest the watch stopped
+// limit after its last verdict last (""; none), with dumped lines of kernel
+// log from its stall watcher: where it hung, the boot when /init never
+// started.
+func stallDetail(limit time.Duration, last string, r *result, dumped int) string {
+	var where string
+	switch {
+	case r.boot == 0:
+		where = "in the boot (no /init yet)"
+	case last == "":
+		where = "before the first verdict, in " + nextCheck(r)
+	default:
+		where = "after " + last + ", in " + nextCheck(r)
+	}
+	return fmt.Sprintf("stopped: no verdict for %v, hung %s (-check-timeout; %d kernel log lines from the guest's stall watcher in stall-dmesg.log)", limit, where, dumped)
+}
+
 // stallDumpAfter is how long (guest seconds) the guest's own watcher waits
 // without a verdict before it prints its kernel log's tail (the
 // MHISTACK-STALL-DMESG lines): early enough for the harness, which stops
