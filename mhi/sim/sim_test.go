@@ -1085,3 +1085,63 @@ func TestSendFromAnotherGoroutineWaitsWhileTheDeviceIsInsideReceive(t *testing.T
 		t.Fatalf("DLDrops %d, want 1 (the Send from inside Receive)", d)
 	}
 }
+
+// echoNow answers every UL transfer from inside Receive, on the device
+// goroutine, like the carrier network's ICMP responder: it does not hold
+// UL for DL (no EchoFunction), and counts the Sends that failed.
+type echoNow struct {
+	port   atomic.Pointer[Port]
+	failed atomic.Uint64
+}
+
+func (e *echoNow) Start(p *Port) { e.port.Store(p) }
+func (e *echoNow) Receive(td []byte) {
+	if p := e.port.Load(); p == nil || p.Send(td) != nil {
+		e.failed.Add(1)
+	}
+}
+func (e *echoNow) Stop() { e.port.Store(nil) }
+
+// TestRepliesFromReceiveSpanningBuffersWaitForALateHost: replies larger
+// than the host's DL buffers, produced inside Receive while the host has
+// posted one buffer and then posts one at a time, late (as mhi_net's
+// refill does on a starved guest), are queued, not dropped: the first
+// reply's rest comes first, then the second reply, each whole
+// (OVERFLOW pieces ending in EOT).
+func TestRepliesFromReceiveSpanningBuffersWaitForALateHost(t *testing.T) {
+	e := &echoNow{}
+	h := newHost(t, testProfile(), Options{Functions: map[string]Function{"DIAG": e}})
+	h.upToMissionMode()
+	ul := h.startChannel(4)
+	dl := h.startChannel(5)
+	const size, piece = 1500, 1000
+	first := h.alloc(piece, 8)
+	h.queue(dl, first.IOVA, piece, mhi.TREIEOT)
+	req1, req2 := h.fill(size, 1), h.fill(size, 2)
+	h.queue(ul, req1.IOVA, size, mhi.TREIEOT)
+	h.expectTx(1, 4, mhi.CodeEOT)
+	if ev := h.expectTx(1, 5, mhi.CodeOverflow); ev.Len() != piece {
+		t.Fatalf("first piece: %d bytes", ev.Len())
+	}
+	h.queue(ul, req2.IOVA, size, mhi.TREIEOT)
+	h.expectTx(1, 4, mhi.CodeEOT)
+	h.noEvent(1, 20*time.Millisecond) // no buffer: both replies wait in the modem
+	got := append([]byte(nil), first.Mem...)
+	for i, want := range []struct {
+		code mhi.Code
+		n    int
+	}{{mhi.CodeEOT, size - piece}, {mhi.CodeOverflow, piece}, {mhi.CodeEOT, size - piece}} {
+		b := h.alloc(piece, 8)
+		h.queue(dl, b.IOVA, piece, mhi.TREIEOT)
+		if ev := h.expectTx(1, 5, want.code); ev.Len() != want.n {
+			t.Fatalf("buffer %d: %v with %d bytes, want %v with %d", i+2, ev.Code(), ev.Len(), want.code, want.n)
+		}
+		got = append(got, b.Mem[:want.n]...)
+	}
+	if !same(got[:size], req1.Mem) || !same(got[size:], req2.Mem) {
+		t.Error("a reply arrived corrupted")
+	}
+	if n, st := e.failed.Load(), h.m.Stats(); n != 0 || st.DLDrops != 0 {
+		t.Errorf("%d failed Sends, %d DL drops", n, st.DLDrops)
+	}
+}
