@@ -512,8 +512,8 @@ func TestStallWatchStopsTheGuestAndNamesTheLastVerdict(t *testing.T) {
 	if got := stallDetail(time.Minute, guestChecks[2], r, 7); !strings.Contains(got, "hung after "+guestChecks[2]+", in "+guestChecks[3]) || !strings.Contains(got, "7 kernel log lines") {
 		t.Errorf("after a verdict: %q", got)
 	}
-	if d := stallDumpAfter(150 * time.Second); d != 120 {
-		t.Errorf("stallDumpAfter(150s) = %d, want 120", d)
+	if d := stallDumpAfter(150 * time.Second); d != 75 {
+		t.Errorf("stallDumpAfter(150s) = %d, want 75", d)
 	}
 }
 
