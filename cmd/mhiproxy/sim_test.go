@@ -30,14 +30,7 @@ func TestOnTheEmulatedModem(t *testing.T) {
 		t.Skip("brings up the emulated modem")
 	}
 	body := strings.Repeat("mhistack through the modem\n", 40000) // ~1 MB
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
-	oln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go origin.Serve(oln)
-	defer origin.Close()
-	port := portOf(oln.Addr())
+	port := startOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
 
 	pcap := filepath.Join(t.TempDir(), "link.pcap")
 	mbimName := fmt.Sprintf("mhiproxy-test-%d", os.Getpid())
@@ -148,13 +141,7 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 		t.Skip("brings up the emulated modem")
 	}
 	body := strings.Repeat("over QMI and QMAP\n", 20000)
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
-	oln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go origin.Serve(oln)
-	defer origin.Close()
+	port := startOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
 	qmiName := fmt.Sprintf("mhiproxy-qmi-test-%d", os.Getpid())
 	var stdout, stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,7 +153,7 @@ func TestOnTheEmulatedQMIModem(t *testing.T) {
 	}()
 	m := waitReady(t, `listening on (\S+) via sim/telit-fn980-hwv1`, done, &stdout, &stderr)
 	c := &proxy.Client{Proxy: m[1]}
-	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(simnet.TestName, portOf(oln.Addr())))
+	conn, err := c.DialContext(ctx, "tcp", net.JoinHostPort(simnet.TestName, port))
 	if err != nil {
 		t.Fatalf("SOCKS5 CONNECT: %v", err)
 	}
@@ -256,14 +243,7 @@ func TestSessionsAndDevices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up two emulated modems")
 	}
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello via "+r.Host) })}
-	oln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go origin.Serve(oln)
-	defer origin.Close()
-	port := portOf(oln.Addr())
+	port := startOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello via "+r.Host) })
 
 	var stdout, stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -295,4 +275,18 @@ func TestSessionsAndDevices(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d; stderr %q", code, stderr.String())
 	}
+}
+
+// startOrigin serves h over HTTP on the host's loopback until the test
+// ends and returns its port.
+func startOrigin(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	origin := &http.Server{Handler: h}
+	oln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(oln)
+	t.Cleanup(func() { origin.Close() })
+	return portOf(oln.Addr())
 }
