@@ -7,6 +7,9 @@ package sessionloop
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -221,4 +224,63 @@ func (l *Loop) Until(d, poll time.Duration, check func() (bool, error), timeout 
 			return l.ctx.Err()
 		}
 	}
+}
+
+// Ends names the steps that end WaitUp: Up when the configuration read
+// by Config is set, Failed with the attempt's error, Closed with
+// ErrClosed. Protocol names the session in the error of a wait cut short
+// by its context ("mbim", "qmi").
+type Ends[S comparable, C any] struct {
+	Up, Failed, Closed S
+	ErrClosed          error
+	Protocol           string
+	// Config reads the session's configuration and whether it is set.
+	Config func() (C, bool)
+}
+
+// WaitUp waits until the session is up and returns its configuration, or
+// until an attempt fails or the session closes and returns why. A wait
+// ended by ctx says which step the session was still in and wraps ctx's
+// error.
+func WaitUp[S comparable, C any](ctx context.Context, s *Steps[S], e Ends[S, C]) (C, error) {
+	var cfg C
+	st, err := s.Wait(ctx, func(st S, err error) (bool, error) {
+		switch st {
+		case e.Up:
+			// The configuration is set before the step and cleared
+			// before the next one: if it is already gone, the step
+			// is about to change.
+			var ok bool
+			cfg, ok = e.Config()
+			return ok, nil
+		case e.Failed:
+			return true, err
+		case e.Closed:
+			return true, e.ErrClosed
+		}
+		return false, nil
+	})
+	var zero C
+	switch {
+	case err == nil:
+		return cfg, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return zero, fmt.Errorf("%s: session still %v: %w", e.Protocol, st, err)
+	}
+	return zero, err
+}
+
+// Report tells of a step: it logs it (Info with an error, Debug without,
+// under what), calls progress if it is set, and only then records it, so
+// that a waiter that returned has seen its step reported.
+func (s *Steps[S]) Report(log *slog.Logger, what string, st S, err error, progress func(S, error)) {
+	if err != nil {
+		log.Info(what, "state", st, "err", err)
+	} else {
+		log.Debug(what, "state", st)
+	}
+	if progress != nil {
+		progress(st, err)
+	}
+	s.Set(st, err)
 }

@@ -160,29 +160,11 @@ func (s *Session) IPConfig() IPConfig {
 // keeps retrying in the background; call WaitUp again to wait for the
 // next attempt, or Close).
 func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
-	var ip IPConfig
-	st, err := s.steps.Wait(ctx, func(st SessionState, err error) (bool, error) {
-		switch st {
-		case StateConnected:
-			// The addresses are set before the step and cleared
-			// before the next one: if they are already gone, the
-			// step is about to change.
-			ip = s.IPConfig()
-			return !ip.IsZero(), nil
-		case StateFailed:
-			return true, err
-		case StateClosed:
-			return true, ErrClosed
-		}
-		return false, nil
+	return sessionloop.WaitUp(ctx, s.steps, sessionloop.Ends[SessionState, IPConfig]{
+		Up: StateConnected, Failed: StateFailed, Closed: StateClosed,
+		ErrClosed: ErrClosed, Protocol: "mbim",
+		Config: func() (IPConfig, bool) { ip := s.IPConfig(); return ip, !ip.IsZero() },
 	})
-	switch {
-	case err == nil:
-		return ip, nil
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return IPConfig{}, fmt.Errorf("mbim: session still %v: %w", st, err)
-	}
-	return IPConfig{}, err
 }
 
 // Close deactivates the context (bounded by ctx), stops the session's
@@ -197,12 +179,10 @@ func (s *Session) Close(ctx context.Context) error {
 // setState reports a step: OnProgress first, then the waiters
 // (WaitUp), so that a WaitUp that returned has seen its step reported.
 func (s *Session) setState(st SessionState, err error) {
-	defer s.steps.Set(st, err)
-	if err != nil {
-		s.log.Info("mbim session", "state", st, "err", err)
-	} else {
-		s.log.Debug("mbim session", "state", st)
-	}
+	s.steps.Report(s.log, "mbim session", st, err, s.progress)
+}
+
+func (s *Session) progress(st SessionState, err error) {
 	if s.cfg.OnProgress != nil {
 		s.cfg.OnProgress(Progress{State: st, Err: err})
 	}
