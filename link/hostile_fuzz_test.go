@@ -45,10 +45,19 @@ import (
 // not map (the vpci IOMMU logs every refused DMA) and must free every DMA
 // buffer it allocated once the endpoint and the controller are closed.
 
-// hostileLimit bounds one iteration, setup and teardown included. A
-// healthy iteration takes a few milliseconds; the controller timeout
-// below bounds every command the hostile device leaves unanswered.
-const hostileLimit = 20 * time.Second
+// hostileLimit bounds one iteration, setup and teardown included: the
+// watchdog is a hang detector, not a speed check. A healthy iteration
+// takes milliseconds, but one the hostile device starves may use every
+// bounded wait runHostile and the host allow, each in wall time: 5 s for
+// the port and the DL buffers, up to 256 ops of at most EventWait (20 ms)
+// each, 5 s for the endpoint Close's channel resets, 2 controller
+// timeouts (1 s) for the controller Close's power-down: about 16 s
+// before setup and before the time a loaded 2-core CI machine running
+// -race adds between the waits. 20 s was that sum, not a hang bound
+// (the watchdog fired once in a full go test run at load 24); a real
+// hang stays one forever and still crashes the process at 90 s, naming
+// the phase it was stuck in.
+const hostileLimit = 90 * time.Second
 
 // hostileSetups are the framings the first fuzz byte selects.
 var hostileSetups = []struct {
@@ -180,10 +189,19 @@ func (s *script) bytes(n int) []byte {
 func runHostile(t *testing.T, setup int, prog []byte) {
 	// The watchdog: a hang is a crash with every goroutine's stack, which
 	// the fuzzer records with the input that caused it.
+	// The phase names the step a hang is stuck in, with how long the
+	// iteration took to reach it.
+	start := time.Now()
+	var phase atomic.Pointer[string]
+	enter := func(name string) {
+		s := fmt.Sprintf("%s (entered after %v)", name, time.Since(start).Round(time.Millisecond))
+		phase.Store(&s)
+	}
+	enter("setup")
 	watchdog := time.AfterFunc(hostileLimit, func() {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		panic(fmt.Sprintf("hostile device: iteration still running after %v (host hang)\n%s", hostileLimit, buf))
+		panic(fmt.Sprintf("hostile device: iteration still running after %v (host hang) in phase %s\n%s", hostileLimit, *phase.Load(), buf))
 	})
 	defer watchdog.Stop()
 
@@ -226,9 +244,11 @@ func runHostile(t *testing.T, setup int, prog []byte) {
 	}
 	dev, m, c, ep := r.Device, r.Modem, r.Controller, r.Endpoint
 	defer dev.Close()
+	defer enter("device Close") // runs before dev.Close
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ep.Attach(discard{})
+	enter("waiting for the port and DL buffers")
 	for tap.port.Load() == nil && ctx.Err() == nil {
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -282,6 +302,7 @@ func runHostile(t *testing.T, setup int, prog []byte) {
 	}
 	valid := validFrame(st.framing)
 
+	enter("script")
 	s := &script{b: prog}
 	for ops := 0; s.more() && ops < 256; ops++ {
 		switch s.u8() % opCount {
@@ -317,12 +338,14 @@ func runHostile(t *testing.T, setup int, prog []byte) {
 	// with it (which the ops already exercise).
 	time.Sleep(2 * time.Millisecond)
 	ls := ep.Stats()
+	enter("endpoint Close")
 	ep.Close()
 	ep.Wait()
 	// What the host refused or dropped, so that a seed can be checked to
 	// reach the code it is meant for (go test -v).
 	t.Logf("%s: invalid events %d, RX frames %d errors %d drops %+v, TX %d",
 		st.framing.Name(), c.Stats().InvalidEvents, ls.RXFrames, ls.RXErrors, ls.RXDrops, ls.TXPackets)
+	enter("controller Close")
 	if err := c.Close(); err != nil {
 		// A hostile device may leave the power-down unanswered; the
 		// controller must still have released everything.
