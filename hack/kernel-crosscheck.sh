@@ -21,9 +21,11 @@
 #   hack/kernel-crosscheck.sh [harness flags]        # obtain QEMU + kernels, run every check
 #   hack/kernel-crosscheck.sh --qemu-only            # just obtain QEMU, print its path
 #   hack/kernel-crosscheck.sh --kernel-only SUITE    # just fetch SUITE's kernel, print LABEL=DIR
-# Harness flags (hack/kernelcheck -help): -profiles, -kernels, -keep, -timeout …
+# Harness flags (hack/kernelcheck -help): -profiles, -pbl, -keep, -timeout,
+# -check-timeout (a guest with no verdict for that long is stopped) …
 # Environment: QEMU=/path/to/qemu-system-x86_64 skips the build;
-# MHISTACK_CACHE moves the cache.
+# MHISTACK_CACHE moves the cache; KERNEL_SUITES="bookworm" runs the 6.1
+# kernel only (default "bookworm bookworm-backports": 6.1 and 6.12).
 #
 # Exit status: 0 every check passed, 1 a check failed, 2 a prerequisite is
 # missing (no QEMU ≥ 10.1 source on the mirror, no kernel package, no tools).
