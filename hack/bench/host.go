@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mhistack/mhistack/link"
 	mstack "github.com/mhistack/mhistack/stack"
 )
 
@@ -65,7 +66,33 @@ var hostWorks = []altWork{
 	{"upload", "mbps", func(e *altEnv, d, w time.Duration) (sample, error) { return e.tcpStream(true, d, w) }},
 }
 
-func (c *config) hostTable() (*table, error) {
+func (c *config) hostTable() (*table, error) { return c.hostRun(false) }
+
+// hostVariantsTable is table 9: the link options tables 1, 2 and 4 vary,
+// measured as table 8's vfio-user row (the same pinned child, server and
+// runner), so that their ratios are the host's alone.
+func (c *config) hostVariantsTable() (*table, error) { return c.hostRun(true) }
+
+// hostVariants are table 9's rows: the link options of tables 1 (RX
+// refill), 2 (TX completions in the NAPI budget) and 4 (inline polling),
+// one change from the defaults each. The first is the reference.
+var hostVariants = []struct {
+	name, short string
+	lo          func(w *link.Worker) link.Options
+}{
+	{"defaults (dedicated refill goroutine, TX completions outside the budget, threaded poller)", "defaults",
+		func(*link.Worker) link.Options { return link.Options{} }},
+	{"refill on a shared worker (table 1)", "shared-worker refill",
+		func(w *link.Worker) link.Options { return link.Options{Refill: link.RefillShared, Worker: w} }},
+	{"refill inline in the poll (table 1)", "inline refill",
+		func(*link.Worker) link.Options { return link.Options{Refill: link.RefillInline} }},
+	{"TX completions inside the budget (table 2)", "TX in budget",
+		func(*link.Worker) link.Options { return link.Options{TXInBudget: true} }},
+	{"inline polling on the interrupt goroutine (table 4)", "inline poll",
+		func(*link.Worker) link.Options { return link.Options{InlinePoll: true} }},
+}
+
+func (c *config) hostRun(variants bool) (*table, error) {
 	dir, err := os.MkdirTemp("", "bench-host")
 	if err != nil {
 		return nil, err
@@ -86,7 +113,7 @@ func (c *config) hostTable() (*table, error) {
 	}
 	d, w := min(c.dur, time.Second), min(c.warm, 300*time.Millisecond)
 	child := exec.Command(exe, hostChildArg, "-mhictl", bin, "-dir", dir, "-runs", strconv.Itoa(c.runs),
-		"-duration", d.String(), "-warm", w.String())
+		"-duration", d.String(), "-warm", w.String(), "-variants="+strconv.FormatBool(variants))
 	child.Stderr = c.progress
 	out, err := child.Output()
 	if err != nil {
@@ -95,6 +122,9 @@ func (c *config) hostTable() (*table, error) {
 	var res hostResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("pinned child's report: %w", err)
+	}
+	if variants {
+		return hostVariantsReport(res, d, w), nil
 	}
 	return hostReport(res, d, w), nil
 }
@@ -121,12 +151,18 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-func hostReport(res hostResult, d, w time.Duration) *table {
-	at := map[string]series{}
+// get is the series of row name and work (the child names them "row / work").
+func (res hostResult) get(name, work string) series {
 	for i, n := range res.Names {
-		at[n] = res.Series[i]
+		if n == name+" / "+work {
+			return res.Series[i]
+		}
 	}
-	get := func(path, work string) series { return at[path+" / "+work] }
+	return nil
+}
+
+func hostReport(res hostResult, d, w time.Duration) *table {
+	get := res.get
 	t := &table{
 		title: "8. Host cost: the modem in another process, the host on one CPU",
 		intro: fmt.Sprintf("The bench process runs pinned to CPU %d (its whole process: GOMAXPROCS 1); `mhictl sim serve "+
@@ -227,6 +263,7 @@ func hostChild(args []string) {
 	runs := fs.Int("runs", 5, "runs")
 	dur := fs.Duration("duration", time.Second, "window")
 	warm := fs.Duration("warm", 300*time.Millisecond, "warm-up")
+	variants := fs.Bool("variants", false, "table 9: the link variants over vfio-user instead of table 8's paths")
 	fs.Parse(args)
 	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
@@ -267,8 +304,26 @@ func hostChild(args []string) {
 	defer srv.stop()
 	c := &config{runs: *runs, dur: *dur, warm: *warm, progress: os.Stderr}
 	res := hostResult{HostCPU: hostCPU, ServeCPU: serveCPU}
+	busy := []int{hostCPU}
+	if serveCPU >= 0 {
+		busy = append(busy, serveCPU)
+	}
+	if *variants {
+		worker := link.NewWorker()
+		defer worker.Close()
+		var setups []func() (*altEnv, error)
+		for _, v := range hostVariants {
+			lo := v.lo(worker)
+			setups = append(setups, func() (*altEnv, error) { return vfioUserEnv(sock, srv.pid, lo) })
+			for _, wk := range hostWorks {
+				res.Names = append(res.Names, v.name+" / "+wk.name)
+			}
+		}
+		hostMeasure(c, &res, setups, busy)
+		return
+	}
 	setups := []func() (*altEnv, error){
-		func() (*altEnv, error) { return vfioUserEnv(sock, srv.pid) },
+		func() (*altEnv, error) { return vfioUserEnv(sock, srv.pid, link.Options{}) },
 		channelPairEnv,
 	}
 	paths := hostPaths[:2]
@@ -279,17 +334,20 @@ func hostChild(args []string) {
 		setups = append(setups, func() (*altEnv, error) { return kernelEnv(v) })
 		paths = hostPaths
 	}
-	busy := []int{hostCPU}
-	if serveCPU >= 0 {
-		busy = append(busy, serveCPU)
-	}
 	for _, p := range paths {
 		for _, wk := range hostWorks {
 			res.Names = append(res.Names, p.name+" / "+wk.name)
 		}
 	}
+	hostMeasure(c, &res, setups, busy)
+}
+
+// hostMeasure runs every (setup, hostWorks) pair of res.Names, interleaved,
+// and prints res as JSON; the child exits on failure.
+func hostMeasure(c *config, res *hostResult, setups []func() (*altEnv, error), busy []int) {
+	var err error
 	res.Series, err = c.runAll(res.Names, func(i int) (sample, error) {
-		return runEnv(setups[i/len(hostWorks)], hostWorks[i%len(hostWorks)], *dur, *warm, busy)
+		return runEnv(setups[i/len(hostWorks)], hostWorks[i%len(hostWorks)], c.dur, c.warm, busy)
 	})
 	if err != nil {
 		fatal(err)
@@ -297,6 +355,72 @@ func hostChild(args []string) {
 	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
 		fatal(err)
 	}
+}
+
+// hostVariantsReport is table 9 from the child's samples.
+func hostVariantsReport(res hostResult, d, w time.Duration) *table {
+	get := res.get
+	t := &table{
+		title: "9. Tables 1, 2 and 4 on the host alone: link variants with the modem in another process",
+		intro: fmt.Sprintf("Table 8's setting (the bench process pinned to CPU %d, `mhictl sim serve -function IP_HW0=carrier` pinned "+
+			"to CPU %d, `stack.Open` over vfio-user, one TCP stream of 64 KiB writes to or from a host socket) with one link "+
+			"option changed per row from the defaults (`stack.Options.Link`): the RX refill of table 1 (`Refill`; the shared "+
+			"worker is a `link.Worker` of the bench process), the TX-completion accounting of table 2 (`TXInBudget`) and the "+
+			"polling of table 4 (`InlinePoll`). In tables 1, 2 and 4 the emulated modem runs in the measuring process and "+
+			"shares its CPUs; here the host's CPU (getrusage of the bench process, per Gbit/s of payload) is the host's alone. "+
+			"Each run: a %v window after a %v warm-up, rows interleaved; median (min–max).", res.HostCPU, res.ServeCPU, d, w),
+		header: []string{"link options", "download Mbit/s", "upload Mbit/s", "host CPU ms per Gbit/s (down / up)",
+			"server process CPU ms/s (down / up)", "this ÷ defaults: Mbit/s (down / up)",
+			"this ÷ defaults: host CPU per Gbit/s (down / up)"},
+	}
+	ref := hostVariants[0].name
+	for _, v := range hostVariants {
+		dn, up := get(v.name, "download"), get(v.name, "upload")
+		if len(dn) == 0 || len(up) == 0 {
+			continue
+		}
+		rd, ru := get(ref, "download"), get(ref, "upload")
+		t.rows = append(t.rows, []string{v.name, dn.medRange("mbps", 0), up.medRange("mbps", 0),
+			dn.medRange("cpu_gbit", 0) + " / " + up.medRange("cpu_gbit", 0),
+			dn.medRange("server_ms", 0) + " / " + up.medRange("server_ms", 0),
+			ratioText(dn.med("mbps"), rd.med("mbps")) + " / " + ratioText(up.med("mbps"), ru.med("mbps")),
+			ratioText(dn.med("cpu_gbit"), rd.med("cpu_gbit")) + " / " + ratioText(up.med("cpu_gbit"), ru.med("cpu_gbit"))})
+	}
+	works := []string{"download", "upload"}
+	var names []string
+	var vals, lo, hi [][]float64
+	for _, v := range hostVariants {
+		var m, l, h []float64
+		for _, wk := range works {
+			s := get(v.name, wk)
+			m, l, h = append(m, s.med("mbps")), append(l, minOf(s.values("mbps"))), append(h, maxOf(s.values("mbps")))
+		}
+		names, vals, lo, hi = append(names, v.short), append(vals, m), append(lo, l), append(hi, h)
+	}
+	t.plots = append(t.plots, plot{file: "host-variants.svg", alt: "link variants over vfio-user: throughput",
+		svg: barChart("Link variants, modem in another process: one TCP stream (median, min–max)", "Mbit/s", works, names, vals, lo, hi)})
+	if last := hostVariants[len(hostVariants)-1].name; len(get(last, "download")) > 0 {
+		rd, ru, id, iu := get(ref, "download"), get(ref, "upload"), get(last, "download"), get(last, "upload")
+		t.notes = append(t.notes, fmt.Sprintf("Table 4's ratio, threaded ÷ inline polling, here: download %s, upload %s (Mbit/s); "+
+			"host CPU per Gbit/s %s, %s. Tables 1, 2 and 4 run the modem in the measuring process, where a variant that "+
+			"adds or removes a goroutine hand-off also changes how the modem's goroutines share the cores with the host's; "+
+			"here the modem has a CPU of its own and a variant's cost is the host's.",
+			ratioText(rd.med("mbps"), id.med("mbps")), ratioText(ru.med("mbps"), iu.med("mbps")),
+			ratioText(rd.med("cpu_gbit"), id.med("cpu_gbit")), ratioText(ru.med("cpu_gbit"), iu.med("cpu_gbit"))))
+	}
+	for _, wk := range works {
+		s := get(ref, wk)
+		if len(s) > 0 {
+			t.notes = append(t.notes, fmt.Sprintf("Defaults, %s: CPU %d busy %.0f ms/s, CPU %d %.0f ms/s (every process); "+
+				"run-queue wait host %.0f ms/s, server %.0f ms/s. Where both CPUs are near 1000 ms/s busy, other processes' "+
+				"load shares them and the ratios carry its noise.", wk, res.HostCPU, s.med("busy0"), res.ServeCPU, s.med("busy1"),
+				s.med("host_wait"), s.med("server_wait")))
+		}
+	}
+	if res.ServeCPU < 0 {
+		t.notes = append(t.notes, "Only one CPU was available: the server shared CPU 0 with the host.")
+	}
+	return t
 }
 
 func cpusOf(set *unix.CPUSet) []int {
@@ -492,10 +616,12 @@ func cpuBusy(cpus []int) []time.Duration {
 
 // vfioUserEnv is the product on a modem in another process: stack.Open
 // with -device vfio-user:sock, the server's CPU read from /proc.
-func vfioUserEnv(sock string, pid int) (*altEnv, error) {
+// lo is the link's options (table 9 varies them).
+func vfioUserEnv(sock string, pid int, lo link.Options) (*altEnv, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := mstack.Open(ctx, mstack.Options{Device: "vfio-user:" + sock, Config: mstack.Config{TXQueueLen: benchTXQueueLen}})
+	s, err := mstack.Open(ctx, mstack.Options{Device: "vfio-user:" + sock,
+		Config: mstack.Config{TXQueueLen: benchTXQueueLen}, Link: lo})
 	if err != nil {
 		return nil, err
 	}

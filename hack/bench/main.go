@@ -11,6 +11,7 @@
 //	go run ./hack/bench -only 5,7 -o docs/BENCHMARKS.md  # replace two tables' sections
 //	go run ./hack/bench -quick                           # CI smoke (~30 s)
 //	go run ./hack/bench -only host                       # table 8: the modem in another process (vfio-user), the host on one CPU
+//	go run ./hack/bench -only host-variants              # table 9: tables 1, 2, 4's link options in table 8's setting
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
 // configuration, then run 2, …) so that a change of outside load affects
@@ -55,6 +56,7 @@ var tables = []tableFunc{
 	{"latency", "6", (*config).latencyTable},
 	{"scale", "7", (*config).scaleTable},
 	{"host", "8", (*config).hostTable},
+	{"host-variants", "9", (*config).hostVariantsTable},
 }
 
 func main() {
@@ -68,7 +70,7 @@ func main() {
 	}
 	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
-	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host or 1–8)")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants or 1–9)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")

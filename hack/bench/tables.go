@@ -70,7 +70,7 @@ func (c *config) refillTable() (*table, error) {
 			"counting dispatcher. Fill level L% = the refiller is woken when the ring is less than L% queued " +
 			"(`RefillLevel` = 127 − 127·L/100 free slots: 64 at 50%, 39 at 70%). Hog: a separate process spinning on " +
 			"every core. Refiller CPU is the refiller's (or the shared worker's) own OS thread clock; inline refill runs " +
-			"on the poller, so it is inside the poller column.",
+			"on the poller, so it is inside the poller column. The modem runs in this process, on the same cores; table 9 measures the same option with the modem in another process and the host on one CPU of its own.",
 		header: []string{"refill", "fill level", "hog", "Mbit/s", "stdev across runs", "in-run CV %", "refiller CPU ms/s",
 			"poller CPU ms/s", "rx_alloc_fail", "drops", "allocs/pkt"},
 	}
@@ -144,7 +144,7 @@ func (c *config) budgetTable() (*table, error) {
 		intro: "The netdev thread `[PATCH 13/17] net: stmmac: Implement NAPI for TX` (Feb 2017): netdev rejected counting TX completions against the NAPI budget " +
 			"(\"a driver should never account TX work to the NAPI poll budget\"). Bidirectional load: the generator " +
 			"sends 1400-byte UDP datagrams DL as fast as buffers are posted while a writer sends 1400-byte UDP " +
-			"datagrams UL in batches of 32 (the modem's sink consumes them). Budget 64. Rates are per second of the window.",
+			"datagrams UL in batches of 32 (the modem's sink consumes them). Budget 64. Rates are per second of the window. The modem runs in this process, on the same cores; table 9 measures the same option with the modem in another process and the host on one CPU of its own.",
 		header: []string{"TX completions", "RX Mbit/s", "TX Mbit/s", "poll passes/s", "interrupts/s", "budget exhausted/s",
 			"writer found ring full /s", "poller CPU ms/s", "allocs/pkt"},
 	}

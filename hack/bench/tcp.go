@@ -254,7 +254,7 @@ func (c *config) threadedTable() (*table, error) {
 			"CPU-bound system. Here: the dedicated poller goroutine (threaded, the default) vs polling on the " +
 			"controller's interrupt goroutine (`InlinePoll`, softirq style). UDP RX: generator → counting dispatcher; " +
 			"UDP TX: writer → the modem's sink; TCP: one gVisor TCP connection whose segments all cross the modem " +
-			"(UL, loopback, DL). Mbit/s, mean ± stdev of the runs.",
+			"(UL, loopback, DL). Mbit/s, mean ± stdev of the runs. The modem runs in this process, on the same cores; table 9 measures the same option with the modem in another process and the host on one CPU of its own.",
 		header: []string{"workload", "threaded Mbit/s", "inline Mbit/s", "threaded / inline"},
 	}
 	for i, wk := range works {
