@@ -47,12 +47,29 @@ var afterDoubleSysErr = regexp.MustCompile(`Could not enter M0/M1 state|failed t
 // finds SYS_ERR, mhi_pci_generic starts its recovery work.
 var resumeFailure = regexp.MustCompile(`Resuming from non M3 state|failed to resume device|Linkdown or Error Fatal|Failed to queue TX buf \(-5\)`)
 
+// suspendBusy is mhi_pci_generic's runtime suspend refused with -EBUSY:
+// mhi_pm_suspend says "not now" while the MHI state machine is in a
+// transition, and runtime PM tries again later. Seen at the Mission Mode
+// transition of a SYS_ERR recovery (6.1 and 6.12, PBL runs and
+// qcom-sdx55m, load ~20), when the autosuspend timer fired during it.
+// Tolerated only within transitionWindow lines of a transition line.
+var (
+	suspendBusy      = regexp.MustCompile(`failed to suspend device: -16`)
+	stateTransition  = regexp.MustCompile(`Handling state transition|Processing Mission Mode transition|Received EE event`)
+	transitionWindow = 4
+)
+
 // dmesgErrors returns the kernel's complaints about the MHI stack, and
 // the known ones separately.
 func dmesgErrors(lines []string) (complaints, tolerated []string) {
 	doubled, inM3Crash := false, false
+	sinceTransition := transitionWindow + 1
 next:
 	for _, l := range lines {
+		sinceTransition++
+		if stateTransition.MatchString(l) {
+			sinceTransition = 0
+		}
 		switch {
 		case strings.Contains(l, "mhistack: syserr-in-m3 begin"):
 			inM3Crash = true
@@ -73,6 +90,10 @@ next:
 				doubled = doubled || i == 0
 				continue next
 			}
+		}
+		if sinceTransition <= transitionWindow && suspendBusy.MatchString(l) {
+			tolerated = append(tolerated, l+" (runtime suspend refused during a state transition; runtime PM retries)")
+			continue
 		}
 		if doubled && afterDoubleSysErr.MatchString(l) {
 			tolerated = append(tolerated, l+" (kernel left in READY by the doubly detected SYS_ERR)")

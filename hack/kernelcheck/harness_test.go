@@ -570,3 +570,30 @@ LATE=32741
 		t.Errorf("fake ping -c 2: %s", got)
 	}
 }
+
+// TestRuntimeSuspendRefusedDuringATransitionIsTolerated: the -EBUSY of a
+// runtime suspend that fired during the Mission Mode transition of a
+// SYS_ERR recovery (as logged by 6.1 in a PBL run) is the kernel's "not
+// now", not a complaint; the same message away from a transition is.
+func TestRuntimeSuspendRefusedDuringATransitionIsTolerated(t *testing.T) {
+	during := []string{
+		"[   65.267360] mhi mhi0: Handling state transition: SBL",
+		"[   65.272047] mhi mhi0: Received EE event: MISSION MODE",
+		"[   65.272297] mhi mhi0: Handling state transition: MISSION MODE",
+		"[   65.272308] mhi mhi0: Processing Mission Mode transition",
+		"[   65.273597] mhi-pci-generic 0000:00:01.0: failed to suspend device: -16",
+	}
+	if complaints, tolerated := dmesgErrors(during); len(complaints) != 0 || len(tolerated) != 1 {
+		t.Errorf("during a transition: complaints %q tolerated %q", complaints, tolerated)
+	}
+	away := append(append([]string{}, during[:4]...),
+		"[   66.000000] mhi_net mhi0_IP_HW0: 100: Updating channel state to: START",
+		"[   66.000001] mhi mhi0: local ee: MISSION MODE state: M0 device ee: MISSION MODE state: M0",
+		"[   66.000002] mhi mhi0: local ee: MISSION MODE state: M0 device ee: MISSION MODE state: M0",
+		"[   66.000003] mhi mhi0: local ee: MISSION MODE state: M0 device ee: MISSION MODE state: M0",
+		"[   66.000004] mhi mhi0: local ee: MISSION MODE state: M0 device ee: MISSION MODE state: M0",
+		"[   70.000000] mhi-pci-generic 0000:00:01.0: failed to suspend device: -16")
+	if complaints, _ := dmesgErrors(away); len(complaints) != 1 {
+		t.Errorf("away from a transition: complaints %q, want the -16", complaints)
+	}
+}
