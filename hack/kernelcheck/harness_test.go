@@ -597,3 +597,52 @@ func TestRuntimeSuspendRefusedDuringATransitionIsTolerated(t *testing.T) {
 		t.Errorf("away from a transition: complaints %q, want the -16", complaints)
 	}
 }
+
+// TestPingBurstJudgesByTheIPLayer runs ping_burst in busybox sh with fake
+// pings and a fake /proc/net/snmp: when every request's echo reply
+// reached the guest's IP layer (Icmp InEchoReps up by as much as
+// OutEchos), replies ping itself missed are socket drops, reported in a
+// PASS; a reply missing at the IP layer fails, naming both counts.
+// Before, ping's count alone decided: 998/1000 failed the run though the
+// modem had answered every request.
+func TestPingBurstJudgesByTheIPLayer(t *testing.T) {
+	bb := hostBusybox(t)
+	if _, err := os.Stat("/sys/class/net/lo"); err != nil {
+		t.Skip("no /sys/class/net/lo: ping_burst wants the interface to exist")
+	}
+	dir := t.TempDir()
+	fn := strings.ReplaceAll(shellFunction(t, initScript, "icmp_count")+shellFunction(t, initScript, "echo_reps_since")+shellFunction(t, initScript, "ping_burst"), "/tmp/", dir+"/")
+	snmp := filepath.Join(dir, "snmp")
+	// The -s 1200 stream (the last) moves the counters to what the
+	// guest's kernel would count for the whole burst: 1004 requests out,
+	// $REPS replies in. The -s 600 stream's ping missed two replies.
+	fake := `
+check() { echo "MHISTACK-CHECK $1 $2 $3"; }
+snmp() { printf 'Ip: Forwarding\nIp: 2\nIcmp: InMsgs InEchoReps OutMsgs OutEchos\nIcmp: 0 %s 0 %s\n' "$2" "$1" > $SNMP; }
+ping() {
+	local size=""
+	while [ $# -gt 0 ]; do [ "$1" = -s ] && size=$2; shift; done
+	[ "$size" = 1200 ] && snmp 1004 $REPS
+	echo "--- 192.0.2.2 ping statistics ---"
+	if [ "$size" = 600 ]; then echo "250 packets transmitted, 248 packets received, 0% packet loss"
+	else echo "251 packets transmitted, 250 packets received, 0% packet loss"; fi
+}
+PINGDEV=lo
+` + shellFunction(t, qh.GuestPreamble, "wait_for")
+	run := func(reps string) string {
+		t.Helper()
+		cmd := exec.Command(bb, "sh", "-c", fake+fn+"snmp 0 0\nping_burst\necho MHISTACK-END\n")
+		cmd.Env = append(os.Environ(), "SNMP="+snmp, "REPS="+reps)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "MHISTACK-END") {
+			t.Fatalf("REPS=%s: the script failed (%v): %s", reps, err, out)
+		}
+		return string(out)
+	}
+	if out := run("1004"); !strings.Contains(out, "MHISTACK-CHECK ping-burst PASS every request's reply reached the IP layer (1004/1004); ping counted 998/1000 (2 dropped at the ping sockets' receive buffers)") {
+		t.Errorf("every reply at the IP layer: %s", out)
+	}
+	if out := run("1002"); !strings.Contains(out, "MHISTACK-CHECK ping-burst FAIL 1002 echo replies reached the guest's IP layer for 1004 requests sent") {
+		t.Errorf("two replies missing at the IP layer: %s", out)
+	}
+}
