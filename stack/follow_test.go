@@ -280,6 +280,10 @@ func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
 	if _, err := c.Write([]byte(msg)); err != nil {
 		t.Fatal(err)
 	}
+	// Write only queues the segment: TCP sends it on its own goroutine,
+	// which under load can come after the session is back. Wait until the
+	// link holds it, the case this test is about.
+	waitFor(t, func() bool { return s.Stats().Link.TXHeld > 0 })
 	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
 	fn.Reregister()
 	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))

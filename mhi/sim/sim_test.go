@@ -309,7 +309,10 @@ func TestBurstChannelPollsThenSendsDBModeWhenIdle(t *testing.T) {
 // Linux's host can (docs/KERNEL-CROSSCHECK.md): the host's next UL TRE is
 // published in the channel context only, never rung.
 func lostDoorbellMode(t *testing.T, watchdog time.Duration) (*rawHost, *hostChan, *hostChan, *pci.Buffer) {
-	h, ul, dl := burstLoopback(t, Options{BurstIdle: 5 * time.Millisecond, DBModeWatchdog: watchdog})
+	// A 50 ms poll window: the test must queue its next TRE inside it
+	// after the watchdog restarts polling, also under -race on a loaded
+	// machine (5 ms was missed there once in 20 runs).
+	h, ul, dl := burstLoopback(t, Options{BurstIdle: 50 * time.Millisecond, DBModeWatchdog: watchdog})
 	for range 4 {
 		h.queue(dl, h.alloc(2048, 8).IOVA, 2048, mhi.TREIEOT) // rings once, then only wp
 	}
