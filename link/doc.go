@@ -49,9 +49,13 @@
 // buffers (the one TX copy), queues them and rings the doorbell once per
 // call. When TX buffers or UL ring slots run out it reaps UL completions
 // itself and sleeps, up to TXTimeout, until a batch of TX completions frees
-// buffers (netif_stop_queue / netif_wake_queue, no polling timer); a UL
-// interrupt during a running pass wakes it to reap itself, so a poller
-// that writes cannot deadlock. It fails with
+// buffers (netif_stop_queue / netif_wake_queue: the writer has no timer of
+// its own); a UL interrupt during a running pass wakes it to reap itself,
+// so a poller that writes cannot deadlock. While writers are stopped the
+// poller polls deferred (DeferPoll, backing off to 1 ms when a pass frees
+// nothing) instead of waiting for the UL ring's interrupt: the device
+// posts completions at once but moderates their MSI (BEI, INTMODT 1 ms),
+// and the ring would sit empty meanwhile. It fails with
 // tcpip.ErrNoBufferSpace rather than dropping silently. That wait is a
 // driver's stopped queue: give the NIC a queueing discipline (gVisor's
 // fifo, as package stack does) so that it runs on the queue's goroutine,

@@ -215,6 +215,10 @@ type Endpoint struct {
 	// token in sched wakes the dedicated poller.
 	scheduled atomic.Bool
 	sched     chan struct{}
+	// stopKick carries a writer's stop on a full UL ring to the dedicated
+	// poller, which then polls deferred (DeferPoll) rather than waiting
+	// for the UL ring's moderated interrupt (see pollLoop).
+	stopKick  chan struct{}
 	pollMu    sync.Mutex  // held while a pass runs in InlinePoll mode
 	inlineRun atomic.Bool // an InlinePoll pass is running
 
@@ -272,6 +276,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		stop:       make(chan struct{}),
 		quit:       make(chan struct{}),
 		sched:      make(chan struct{}, 1),
+		stopKick:   make(chan struct{}, 1),
 		refillKick: make(chan struct{}, 1),
 		rxCsum:     !opts.NoChecksumOffload,
 	}

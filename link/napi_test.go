@@ -2,6 +2,7 @@ package link_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,6 +117,64 @@ func TestBlockedWriterWakesOnTXCompletionNotOnATimer(t *testing.T) {
 		window, idle, float64(idle)/window.Seconds(), s.TXWakeups, s.TXFull, s.TXCompletions)
 	if idle > freed+1 {
 		t.Errorf("a writer blocked on a stalled ring woke %d times in %v (%d TX completions meanwhile): it polls on a timer", idle, window, freed)
+	}
+}
+
+// TestStoppedWriterResumesBeforeTheModeratedInterrupt: the host sets BEI
+// on every UL TRE of a moderated event ring, and the device may raise
+// the MSI for their completions INTMODT later (1 ms on Linux's hardware
+// data rings), though the events are in host memory at once. A writer
+// stopped on a full UL ring must not wait for that MSI: the poller polls
+// deferred while writers are stopped, however slow the device. Here the
+// UL ring's moderation is 10 s, so no UL interrupt comes during the test,
+// and the device polls the burst channel every 2 ms; before the change a
+// refill of the ring waited for the idle poller's missed-interrupt check
+// (every 100 ms) whenever the device had not completed anything within
+// two deferred polls of the writer's stop.
+func TestStoppedWriterResumesBeforeTheModeratedInterrupt(t *testing.T) {
+	base, _ := mhi.Lookup("qcom-sdx55m")
+	p := *base
+	p.Channels = slices.Clone(base.Channels)
+	p.EventRings = slices.Clone(base.EventRings)
+	ul := slices.IndexFunc(p.Channels, func(c mhi.ChannelConfig) bool { return c.Name == link.DefaultChannel && c.Dir == mhi.ChanTypeOutbound })
+	if ul < 0 {
+		t.Fatalf("%s has no UL %s channel", p.Name, link.DefaultChannel)
+	}
+	p.EventRings[p.Channels[ul].EventRing].IntModMs = 10_000
+	if !p.Channels[ul].Burst {
+		t.Fatalf("%s %s UL is not a burst channel", p.Name, link.DefaultChannel)
+	}
+	g := &sim.Generator{} // a UL sink: no credit, nothing sent DL
+	// A burst channel the device polls every 2 ms, longer than the
+	// poller's deferred polling lasts after it last found work (two
+	// passes of DeferPoll): the device is busy, only slower than that.
+	// It never gives up polling for doorbell mode (whose DB_MODE event
+	// would raise an MSI at once).
+	r := newRig(t, rigOptions{custom: &p, fn: g, sim: sim.Options{PollInterval: 2 * time.Millisecond, PollSpin: time.Microsecond, BurstIdle: time.Minute},
+		link: link.Options{NoGRO: true, TXTimeout: 20 * time.Second}})
+	ulCh, _ := r.ep.Channels()
+	const rings = 20
+	n := rings * ulCh.Elements()
+	pkts := make([][]byte, n)
+	for i := range pkts {
+		pkts[i] = udp4(t, i, 100)
+	}
+	s0 := r.ep.Stats()
+	write(t, r.ep, pkts...)
+	waitUntil(t, 20*time.Second, "the modem consumed every packet", func() bool {
+		tds, _ := g.Received()
+		return tds >= uint64(n)
+	})
+	s := r.ep.Stats()
+	missed := s.MissedInterrupts - s0.MissedInterrupts
+	t.Logf("%d packets, %d ring-fulls: %d TXFull, %d writer wake-ups, %d deferred polls, %d missed-interrupt checks, %d interrupts",
+		n, rings, s.TXFull-s0.TXFull, s.TXWakeups-s0.TXWakeups, s.DeferredPolls-s0.DeferredPolls, missed, s.Interrupts-s0.Interrupts)
+	if s.TXFull == s0.TXFull {
+		t.Fatal("the writer never found the UL ring full: the test proves nothing")
+	}
+	if missed >= rings/2 {
+		t.Errorf("%d of the ring refills waited for the idle poller's missed-interrupt check (every %v): a stopped writer waits for the moderated MSI",
+			missed, 100*time.Millisecond)
 	}
 }
 

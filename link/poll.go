@@ -24,6 +24,13 @@ const missedIRQInterval = 100 * time.Millisecond
 // what other goroutines on the poller's P wait and costs ≤ a few %.
 const yieldSlice = 100 * time.Microsecond
 
+// stopPollMax is the longest interval between the deferred polls that
+// run while writers are stopped on a full UL ring (see pollLoop): the
+// interrupt moderation of Linux's hardware data event rings (INTMODT
+// 1 ms in drivers/bus/mhi/host/pci_generic.c), beyond which a moderated
+// MSI would come anyway.
+const stopPollMax = time.Millisecond
+
 // With InlinePoll, passes run on the controller's interrupt goroutine,
 // which also handles the control ring when MSI vectors are shared. Like
 // Linux __do_softirq (MAX_SOFTIRQ_TIME 2 ms, MAX_SOFTIRQ_RESTART 10), an
@@ -64,10 +71,15 @@ func (e *Endpoint) pollLoop() {
 	deferT.Stop()
 	defer deferT.Stop()
 	deferLeft := 0
+	every := e.opts.DeferPoll // the deferred poll's interval
+	armed := false            // deferT runs
 	for {
 		var deferC <-chan time.Time
 		if deferLeft > 0 {
-			deferT.Reset(e.opts.DeferPoll)
+			if !armed {
+				deferT.Reset(every)
+				armed = true
+			}
 			deferC = deferT.C
 		}
 		var retryC <-chan time.Time
@@ -89,11 +101,24 @@ func (e *Endpoint) pollLoop() {
 			}
 			return
 		case <-e.sched:
+		case <-e.stopKick:
+			// A writer stopped on a full UL ring. The device writes
+			// its completions to the event ring at once but, with
+			// BEI and INTMODT, may raise the MSI a millisecond later:
+			// the ring would drain and sit empty meanwhile. Poll
+			// deferred instead, as after a pass that freed buffers
+			// for stopped writers.
+			if e.opts.DeferPoll > 0 && !e.opts.InlinePoll && deferLeft == 0 {
+				deferLeft, every = e.opts.DeferCount, e.opts.DeferPoll
+			}
+			continue
 		case <-retryC:
 			deferT.Stop()
+			armed = false
 			e.refill()
 			continue
 		case <-deferC:
+			armed = false
 			// As the idle check: the CAS keeps one owner of a pass; if
 			// an interrupt won it, its token is in sched.
 			if !e.scheduled.CompareAndSwap(false, true) {
@@ -111,6 +136,7 @@ func (e *Endpoint) pollLoop() {
 			e.stats.missedIRQ.Add(1)
 		}
 		deferT.Stop()
+		armed = false
 		e.inPass.Store(true)
 		e.txWoke = false
 		ok, work := e.run(false)
@@ -124,7 +150,16 @@ func (e *Endpoint) pollLoop() {
 			// RX work, or TX completions that woke stopped writers:
 			// the device is busy, and its next (moderated) MSI may
 			// be a millisecond away.
-			deferLeft = e.opts.DeferCount
+			deferLeft, every = e.opts.DeferCount, e.opts.DeferPoll
+		case e.tx.waiters.Load() > 0:
+			// Writers stopped on a full UL ring and this pass freed
+			// nothing: the device holds their frames and will
+			// complete them, but its MSI may be moderated. Keep
+			// polling, backing off to stopPollMax (a slow or
+			// flow-controlled device costs a few wake-ups per
+			// millisecond, not 20000 a second); the writers
+			// themselves give up at TXTimeout.
+			deferLeft, every = max(deferLeft, 1), min(2*every, stopPollMax)
 		case deferLeft > 0:
 			deferLeft--
 		}

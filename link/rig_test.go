@@ -42,7 +42,8 @@ type rig struct {
 }
 
 type rigOptions struct {
-	profile  string // default qcom-sdx55m
+	profile  string       // default qcom-sdx55m
+	custom   *mhi.Profile // instead of profile
 	fn       sim.Function
 	sim      sim.Options
 	link     link.Options
@@ -53,7 +54,7 @@ type rigOptions struct {
 func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
 	lr, err := linktest.Start(linktest.Options{
-		Options:  mhitest.Options{ProfileName: o.profile, Sim: o.sim, Controller: mhi.Options{Timeout: o.timeout}},
+		Options:  mhitest.Options{ProfileName: o.profile, Profile: o.custom, Sim: o.sim, Controller: mhi.Options{Timeout: o.timeout}},
 		Link:     o.link,
 		Function: o.fn,
 	})

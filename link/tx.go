@@ -447,6 +447,10 @@ func (e *Endpoint) waitTX(deadline *time.Time, forRing bool) bool {
 			return true
 		}
 		t.mu.Unlock()
+		select {
+		case e.stopKick <- struct{}{}:
+		default:
+		}
 		if e.opts.InlinePoll && e.inlineRun.Load() {
 			left = min(left, inlineReapInterval)
 		}
