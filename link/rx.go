@@ -1,8 +1,6 @@
 package link
 
 import (
-	"sync/atomic"
-
 	"github.com/mhistack/mhistack/link/framing"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -46,11 +44,6 @@ type rxState struct {
 	spans   []framing.Span
 	cursor  int
 	reasm   []byte // contiguous copy of a chained head frame
-	// shared is the gVisor buffer the head frame was copied into, which
-	// its packets share (nil: each packet is copied on its own).
-	shared    *rxChunk
-	chunks    []*rxChunk
-	nextChunk int // the chunk last taken, where the search starts
 
 	// freed collects buffers for the pool; returned once per pass.
 	freed []*pci.Buffer
@@ -67,48 +60,6 @@ func (r *rxState) init(budget, maxPieces, poolSize int) {
 	r.spans = make([]framing.Span, 0, 64)
 	r.reasm = make([]byte, framing.MaxFrame)
 	r.freed = make([]*pci.Buffer, 0, poolSize)
-	r.chunks = make([]*rxChunk, rxChunks)
-	for i := range r.chunks {
-		c := &rxChunk{v: buffer.NewView(framing.MaxFrame)}
-		c.release = func() { c.held.Add(-1) }
-		r.chunks[i] = c
-	}
-}
-
-// rxChunks is how many frame-sized gVisor buffers an endpoint keeps for
-// aggregated frames (64 KiB each).
-const rxChunks = 8
-
-// rxChunk is a frame-sized gVisor buffer that an aggregated frame is
-// copied into, once, straight out of its DMA buffers; each packet of the
-// frame is a clone of its view (gVisor's reference-counted chunk
-// sharing, the way PacketBuffer.Clone shares data), so the packets cost
-// no copy and no buffer of their own. The chunk is reused for a later
-// frame only when the stack has released every packet of the last one
-// (held, counted through PacketBufferOptions.OnRelease). Even if a
-// clone outlives its PacketBuffer (gVisor cloning a packet for a raw
-// socket), reuse is safe: View.Write copies a chunk that is still shared
-// before writing (copy on write), so the clone keeps its bytes.
-type rxChunk struct {
-	v       *buffer.View
-	held    atomic.Int32 // packets delivered from v that the stack holds
-	release func()       // OnRelease of those packets: held--
-}
-
-// takeChunk returns an idle chunk, or nil when the stack holds packets
-// of every chunk. It tries the last chunk taken first: when the stack
-// keeps up, one chunk serves every frame and stays in the CPU's cache.
-func (r *rxState) takeChunk() *rxChunk {
-	for range len(r.chunks) {
-		c := r.chunks[r.nextChunk]
-		if c.held.Load() == 0 {
-			return c
-		}
-		if r.nextChunk++; r.nextChunk == len(r.chunks) {
-			r.nextChunk = 0
-		}
-	}
-	return nil
 }
 
 func (r *rxState) next(i int) int {
@@ -205,9 +156,9 @@ func (r *rxState) deliver(e *Endpoint, limit int) int {
 			case s.ID == e.session:
 				// The endpoint's own session: the single-session fast
 				// path, through GRO.
-				e.deliverPacket(p, s.Off, s.CsumValid, nil)
+				e.deliverPacket(p, s.CsumValid, nil)
 			default:
-				e.deliverSession(s.ID, p, s.Off, s.CsumValid)
+				e.deliverSession(s.ID, p, s.CsumValid)
 			}
 			n++
 		}
@@ -215,7 +166,7 @@ func (r *rxState) deliver(e *Endpoint, limit int) int {
 			break // budget spent inside the frame: continue next pass
 		}
 		r.dropPieces(f)
-		r.decoded, r.data, r.cursor, r.shared = false, nil, 0, nil
+		r.decoded, r.data, r.cursor = false, nil, 0
 		r.spans = r.spans[:0]
 		r.head = r.next(r.head)
 	}
@@ -225,14 +176,13 @@ func (r *rxState) deliver(e *Endpoint, limit int) int {
 // decode makes the head frame contiguous and finds its packets. Spans
 // outside the frame (a framing bug on device-written input) are dropped.
 //
-// A frame of several packets is copied out of its DMA buffers into an
-// idle rxChunk that its packets share, and the buffers go back to the
-// pool at once; a chain goes straight into the chunk, which makes it
-// contiguous on the way. Otherwise (one packet, or every chunk still held
-// by the stack) each packet is copied on its own as it is delivered, a
-// chain first reassembled in r.reasm.
+// Each packet is then copied out of DMA memory into a gVisor buffer of its
+// own as it is delivered (deliverPacket). Packets cannot share one copy of
+// their frame: gVisor's buffer.PullUp, which every header parse calls,
+// clones the whole chunk of a view whose chunk is shared, so a frame of n
+// packets sharing one chunk costs n copies of the frame (docs/LINK.md, "RX
+// buffer ownership").
 func (r *rxState) decode(e *Endpoint, f *frame) {
-	r.shared = nil
 	switch len(f.pieces) {
 	case 0:
 		r.data = nil
@@ -240,25 +190,13 @@ func (r *rxState) decode(e *Endpoint, f *frame) {
 		p := f.pieces[0]
 		r.data = p.buf.Mem[:p.n]
 	default:
-		// OVERFLOW chain: the device MTU exceeds the MRU. Framings
-		// decode contiguous frames.
-		if c := r.takeChunk(); c != nil {
-			r.shared = c
-			c.v.Reset()
-			for _, p := range f.pieces {
-				_, _ = c.v.Write(p.buf.Mem[:p.n])
-			}
-			r.data = c.v.AsSlice()
-			r.dropPieces(f)
-			e.pass.rxFrameCopies++
-			break
-		}
+		// OVERFLOW chain: the device MTU exceeds the MRU. One extra
+		// copy: framings decode contiguous frames.
 		off := 0
 		for _, p := range f.pieces {
 			off += copy(r.reasm[off:], p.buf.Mem[:p.n])
 		}
 		r.data = r.reasm[:off]
-		e.pass.rxCopyFallback++
 	}
 	spans, err := e.framing.Decode(r.data, r.spans[:0])
 	if err != nil {
@@ -275,19 +213,6 @@ func (r *rxState) decode(e *Endpoint, f *frame) {
 	r.spans = valid
 	r.cursor = 0
 	r.decoded = true
-	if r.shared == nil && len(f.pieces) == 1 && len(valid) > 1 {
-		// An aggregated frame in one buffer: copy it once.
-		if c := r.takeChunk(); c != nil {
-			r.shared = c
-			c.v.Reset()
-			_, _ = c.v.Write(r.data)
-			r.data = c.v.AsSlice()
-			r.dropPieces(f)
-			e.pass.rxFrameCopies++
-		} else {
-			e.pass.rxCopyFallback++
-		}
-	}
 }
 
 // returnBuffers gives the pass's freed buffers back to the pool.
@@ -308,14 +233,8 @@ func (r *rxState) releaseAll(e *Endpoint) {
 		r.frames[i].oversize = false
 	}
 	r.head, r.tail = 0, 0
-	r.decoded, r.data, r.cursor, r.shared = false, nil, 0, nil
+	r.decoded, r.data, r.cursor = false, nil, 0
 	r.returnBuffers(e)
-	// The stack may still hold packets of the chunks: each keeps its
-	// chunk alive until gVisor releases it.
-	for _, c := range r.chunks {
-		c.v.Release()
-	}
-	r.chunks = nil
 }
 
 // rxRelease is the DL channel's Release: buffers still queued when the
@@ -323,12 +242,11 @@ func (r *rxState) releaseAll(e *Endpoint) {
 // reset it.
 func (e *Endpoint) rxRelease(b *pci.Buffer) { e.rxPool.put(b) }
 
-// deliverPacket hands one IP packet p, at offset off of the head frame's
-// data, to GRO, or, for another session (sess non-nil), straight to that
-// session's dispatcher: as a clone of the frame's shared gVisor buffer, or
-// else copied out of DMA memory into a buffer of its own. devCsum says
-// the modem validated the transport checksum (Span.CsumValid).
-func (e *Endpoint) deliverPacket(p []byte, off int, devCsum bool, sess *SessionEndpoint) {
+// deliverPacket copies one IP packet out of DMA memory into a gVisor
+// buffer (the only RX copy) and hands it to GRO, or, for another session
+// (sess non-nil), straight to that session's dispatcher. devCsum says the
+// modem validated the transport checksum (Span.CsumValid).
+func (e *Endpoint) deliverPacket(p []byte, devCsum bool, sess *SessionEndpoint) {
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(p) {
 	case header.IPv4Version:
@@ -364,21 +282,9 @@ func (e *Endpoint) deliverPacket(p []byte, off int, devCsum bool, sess *SessionE
 	}
 	e.pass.rxPackets++
 	e.pass.rxBytes += uint64(len(p))
-	var pkt *stack.PacketBuffer
-	if c := e.rx.shared; c != nil {
-		v := c.v.Clone()
-		v.TrimFront(off)
-		v.CapLength(len(p))
-		c.held.Add(1)
-		pkt = stack.NewPacketBuffer(stack.PacketBufferOptions{
-			Payload:   buffer.MakeWithView(v),
-			OnRelease: c.release,
-		})
-	} else {
-		pkt = stack.NewPacketBuffer(stack.PacketBufferOptions{
-			Payload: buffer.MakeWithView(buffer.NewViewWithData(p)),
-		})
-	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		Payload: buffer.MakeWithView(buffer.NewViewWithData(p)),
+	})
 	pkt.NetworkProtocolNumber = proto
 	pkt.RXChecksumValidated = e.rxCsum
 	if sess != nil {

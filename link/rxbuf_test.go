@@ -85,8 +85,7 @@ func flatten(pkt *stack.PacketBuffer) []byte {
 
 // Packets the stack holds keep their bytes while the endpoint goes on:
 // their frames' DMA buffers go back to the device and are written again,
-// the shared gVisor buffers of later frames are reused (or, all held,
-// packets are copied one by one), a device scribbles over every RX buffer
+// a device scribbles over every RX buffer
 // it ever had, and a SYS_ERR resets the channels and recovers; then the
 // held packets are released and traffic is still right. Every RX buffer is
 // home at the end (the rig's Close check), none came back twice (the
@@ -108,14 +107,9 @@ func TestRXPacketsHeldByTheStackKeepTheirBytes(t *testing.T) {
 	h := &holder{hold: 20 * perFrame, want: func(k int) []byte { return pkts[(k-base)%len(pkts)] }}
 	r.ep.Attach(h)
 
-	// 20 frames held (more than the endpoint's shared buffers), 60 more
-	// through the same DMA buffers and shared buffers.
+	// 20 frames held, 60 more through the same DMA buffers.
 	g.Add(80)
 	waitUntil(t, time.Minute, "80 frames delivered", func() bool { return h.count() == 80*perFrame })
-	st := r.ep.Stats()
-	if st.RXFrameCopies == 0 || st.RXCopyFallback == 0 {
-		t.Fatalf("%d frames through shared buffers, %d copied packet by packet: want both", st.RXFrameCopies, st.RXCopyFallback)
-	}
 	h.check(t, "after 80 frames")
 	link.ScribbleRXBuffersForTest(r.ep, 0xa5)
 	h.check(t, "after the device scribbled over its buffers")
@@ -138,7 +132,4 @@ func TestRXPacketsHeldByTheStackKeepTheirBytes(t *testing.T) {
 	g.Add(40)
 	waitUntil(t, time.Minute, "40 frames after recovery", func() bool { return h.count() == base+40*perFrame })
 	h.check(t, "after recovery and release")
-	if st := r.ep.Stats(); st.RXFrameCopies < 40 {
-		t.Errorf("%d frames through shared buffers in all; the released buffers were not reused", st.RXFrameCopies)
-	}
 }

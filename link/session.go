@@ -63,13 +63,13 @@ func (e *Endpoint) NewSessionEndpoint(id uint8) (*SessionEndpoint, error) {
 
 // deliverSession hands a packet of another session to its endpoint (on
 // the poller).
-func (e *Endpoint) deliverSession(id uint8, p []byte, off int, devCsum bool) {
+func (e *Endpoint) deliverSession(id uint8, p []byte, devCsum bool) {
 	s := e.sessions[id].Load()
 	if s == nil {
 		e.pass.dropSession++
 		return
 	}
-	e.deliverPacket(p, off, devCsum, s)
+	e.deliverPacket(p, devCsum, s)
 }
 
 // deliver runs on the poller with a packet it built for s.

@@ -18,12 +18,6 @@ type Stats struct {
 	// buffers than the DL ring had free descriptors (Linux rx_alloc_fail
 	// in spirit): the refiller retries with back-off.
 	RXAllocFail uint64
-	// RXFrameCopies counts aggregated frames copied out of DMA memory in
-	// one piece into a gVisor buffer that their packets share (see
-	// docs/LINK.md, "RX buffer ownership"). RXCopyFallback counts those
-	// whose packets were copied one by one instead, because the stack
-	// still held packets of every shared buffer.
-	RXFrameCopies, RXCopyFallback uint64
 
 	TXPackets, TXBytes uint64 // IP packets queued to the device
 	TXFrames           uint64 // UL transfers queued
@@ -121,7 +115,6 @@ type counters struct {
 	interrupts, polls, exhausted, rearms, rearmRaces       atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges  atomic.Uint64
 	missedIRQ, deferredPolls, rxCsumDevice, inlineHandoffs atomic.Uint64
-	rxFrameCopies, rxCopyFallback                          atomic.Uint64
 }
 
 // passCounts is what one poll pass counted.
@@ -129,7 +122,7 @@ type passCounts struct {
 	rxPackets, rxBytes, rxFrames, rxErrors                      uint64
 	dropOversize, dropTruncated, dropProto, dropCsum, dropNoAtt uint64
 	dropBacklog, groIn, groOut, dropSession, control            uint64
-	rxCsumDevice, rxFrameCopies, rxCopyFallback                 uint64
+	rxCsumDevice                                                uint64
 }
 
 func (c *counters) publish(p *passCounts) {
@@ -151,8 +144,6 @@ func (c *counters) publish(p *passCounts) {
 	add(&c.dropSession, p.dropSession)
 	add(&c.control, p.control)
 	add(&c.rxCsumDevice, p.rxCsumDevice)
-	add(&c.rxFrameCopies, p.rxFrameCopies)
-	add(&c.rxCopyFallback, p.rxCopyFallback)
 	if p.groIn > p.groOut {
 		// Packets GRO holds at the end of a pass are flushed in it, so
 		// in − out is what it merged.
@@ -167,7 +158,6 @@ func (e *Endpoint) Stats() Stats {
 	return Stats{
 		RXPackets: c.rxPackets.Load(), RXBytes: c.rxBytes.Load(), RXFrames: c.rxFrames.Load(),
 		RXErrors: c.rxErrors.Load(), RXAllocFail: c.rxAllocFail.Load(), RXChecksumDevice: c.rxCsumDevice.Load(),
-		RXFrameCopies: c.rxFrameCopies.Load(), RXCopyFallback: c.rxCopyFallback.Load(),
 		RXDrops: RXDrops{
 			Oversize: c.dropOversize.Load(), Truncated: c.dropTruncated.Load(),
 			Protocol: c.dropProto.Load(), Checksum: c.dropCsum.Load(),
