@@ -46,6 +46,6 @@ END {
 			delete a; for (i = 1; i <= m; i++) a[i] = s[k, i]
 			med[w] = median(a, m); lo[w] = a[1]; hi[w] = a[m]
 		}
-		printf "| %s | %.0f (%.0f–%.0f) | %.0f (%.0f–%.0f) | %.2f |\n", c, med[0], lo[0], hi[0], med[1], lo[1], hi[1], med[1] / med[0]
+		printf "| %s | %.0f (%.0f–%.0f) | %.0f (%.0f–%.0f) | %.2f |\n", c, med[0], lo[0], hi[0], med[1], lo[1], hi[1], med[1] / med[0] | "sort"
 	}
-}' "$tmp/samples" | sort
+}' "$tmp/samples"

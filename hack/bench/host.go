@@ -54,10 +54,15 @@ type hostResult struct {
 
 // hostPaths are table 8's rows, in order.
 var hostPaths = []struct{ name, key string }{
-	{"mhistack: stack.Open over vfio-user → mhictl sim serve (modem + carrier network, CPU 1) → host socket", "vfio-user"},
+	{"mhistack: stack.Open over vfio-user → mhictl sim serve (modem + carrier network, CPU 1) → host socket; raw IP, one packet per transfer", "vfio-user"},
+	{"the same with QMAPv5 (a QMI session: rmnet's framing, DL aggregated by the carrier, UL within the WDA limits)", "vfio-user QMAPv5"},
 	{"two stacks, channel.Endpoint + pumps (wireguard-go), both in the host process", "chanpair"},
 	{"Linux TCP over a veth pair into a netns", "veth"},
 }
+
+// hostVFIORows is how many of hostPaths' first rows are mhistack over
+// vfio-user (the rest are the references on the host's one CPU).
+const hostVFIORows = 2
 
 // hostWorks are table 8's columns: the stack under test receiving
 // (download: the host socket sends) and sending (upload).
@@ -166,7 +171,8 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 	t := &table{
 		title: "8. Host cost: the modem in another process, the host on one CPU",
 		intro: fmt.Sprintf("The bench process runs pinned to CPU %d (its whole process: GOMAXPROCS 1); `mhictl sim serve "+
-			"-function IP_HW0=carrier` runs as its own process pinned to CPU %d, and `stack.Open` drives it over vfio-user "+
+			"-function IP_HW0=carrier` (and, for the QMAPv5 row, a second one with `IP_HW0=carrier-qmap5`) runs as its own "+
+			"process pinned to CPU %d, and `stack.Open` drives it over vfio-user "+
 			"(`-device vfio-user:PATH`: memfd DMA arena, eventfd MSIs, posted doorbells; docs/VFIO.md §9). "+
 			"One TCP stream, 64 KiB writes: **download** is the host socket on 127.0.0.1 sending through the carrier "+
 			"network and the modem to the stack, **upload** the stack sending. The host socket is in the bench process too, "+
@@ -180,9 +186,9 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 		header: []string{"path", "download Mbit/s", "upload Mbit/s", "host CPU ms per Gbit/s (down / up)",
 			"host process CPU ms/s (down / up)", "server process CPU ms/s (down / up)",
 			"host's CPU busy ms/s, every process (down / up)", "run-queue wait ms/s, host / server (download)",
-			"vfio-user ÷ this (down / up)"},
+			"÷ the channel pair's Mbit/s (down / up)"},
 	}
-	ref := func(wk string) float64 { return get(hostPaths[0].name, wk).med("mbps") }
+	ref := func(wk string) float64 { return get(hostPaths[hostVFIORows].name, wk).med("mbps") }
 	for _, p := range hostPaths {
 		dn, up := get(p.name, "download"), get(p.name, "upload")
 		if len(dn) == 0 || len(up) == 0 {
@@ -197,10 +203,10 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 			dn.medRange("cpu_gbit", 0) + " / " + up.medRange("cpu_gbit", 0),
 			dn.medRange("proc_ms", 0) + " / " + up.medRange("proc_ms", 0), srv,
 			dn.medRange("busy0", 0) + " / " + up.medRange("busy0", 0), wait,
-			ratioText(ref("download"), dn.med("mbps")) + " / " + ratioText(ref("upload"), up.med("mbps"))})
+			ratioText(dn.med("mbps"), ref("download")) + " / " + ratioText(up.med("mbps"), ref("upload"))})
 	}
-	for _, wk := range []string{"download", "upload"} {
-		s := get(hostPaths[0].name, wk)
+	for i, wk := range [][2]string{{"download", hostPaths[0].key}, {"upload", hostPaths[0].key}, {"download", hostPaths[1].key}, {"upload", hostPaths[1].key}} {
+		s := get(hostPaths[i/2].name, wk[0])
 		if len(s) == 0 {
 			continue
 		}
@@ -231,18 +237,20 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 			verdict = "neither CPU was saturated: the stream is bound by the hand-offs between the processes (doorbell and " +
 				"MSI latency, moderation), not by CPU"
 		}
-		t.notes = append(t.notes, fmt.Sprintf("vfio-user %s: %.0f Mbit/s, host %.0f ms/s of CPU (%.0f ms per Gbit/s), server %.0f ms/s; "+
+		t.notes = append(t.notes, fmt.Sprintf("%s %s: %.0f Mbit/s, host %.0f ms/s of CPU (%.0f ms per Gbit/s), server %.0f ms/s; "+
 			"CPU %d busy %.0f ms/s, CPU %d %.0f ms/s (every process): %s.",
-			wk, s.med("mbps"), host, s.med("cpu_gbit"), srv, res.HostCPU, b0, res.ServeCPU, b1, verdict))
+			wk[1], wk[0], s.med("mbps"), host, s.med("cpu_gbit"), srv, res.HostCPU, b0, res.ServeCPU, b1, verdict))
 	}
-	for _, p := range hostPaths[1:] {
-		dn, up := get(p.name, "download"), get(p.name, "upload")
-		if len(dn) == 0 || len(up) == 0 {
-			continue
+	for _, v := range hostPaths[:hostVFIORows] {
+		for _, p := range hostPaths[hostVFIORows:] {
+			dn, up := get(p.name, "download"), get(p.name, "upload")
+			if len(dn) == 0 || len(up) == 0 {
+				continue
+			}
+			vd, vu := get(v.name, "download"), get(v.name, "upload")
+			t.notes = append(t.notes, fmt.Sprintf("Host CPU per Gbit/s, %s ÷ %s: download %s, upload %s.",
+				v.key, p.key, ratioText(vd.med("cpu_gbit"), dn.med("cpu_gbit")), ratioText(vu.med("cpu_gbit"), up.med("cpu_gbit"))))
 		}
-		vd, vu := get(hostPaths[0].name, "download"), get(hostPaths[0].name, "upload")
-		t.notes = append(t.notes, fmt.Sprintf("Host CPU per Gbit/s, vfio-user ÷ %s: download %s, upload %s.",
-			p.key, ratioText(vd.med("cpu_gbit"), dn.med("cpu_gbit")), ratioText(vu.med("cpu_gbit"), up.med("cpu_gbit"))))
 	}
 	if res.Veth != "" {
 		t.notes = append(t.notes, "Linux over veth skipped: "+res.Veth+".")
@@ -297,7 +305,7 @@ func hostChild(args []string) {
 		fatal(fmt.Errorf("pinned child sees %d CPUs (%q)", runtime.NumCPU(), allowedCPUs(os.Getpid())))
 	}
 	sock := filepath.Join(*dir, "modem.sock")
-	srv, err := startServer(*bin, sock, serveCPU, hostCPU)
+	srv, err := startServer(*bin, sock, "carrier", serveCPU, hostCPU)
 	if err != nil {
 		fatal(err)
 	}
@@ -322,11 +330,18 @@ func hostChild(args []string) {
 		hostMeasure(c, &res, setups, busy)
 		return
 	}
+	sockQ := filepath.Join(*dir, "modem-qmap5.sock")
+	srvQ, err := startServer(*bin, sockQ, "carrier-qmap5", serveCPU, hostCPU)
+	if err != nil {
+		fatal(err)
+	}
+	defer srvQ.stop()
 	setups := []func() (*altEnv, error){
 		func() (*altEnv, error) { return vfioUserEnv(sock, srv.pid, link.Options{}) },
+		func() (*altEnv, error) { return vfioUserEnvControl(sockQ, srvQ.pid, "qmi") },
 		channelPairEnv,
 	}
-	paths := hostPaths[:2]
+	paths := hostPaths[:hostVFIORows+1]
 	if v, err := newVethNS(); err != nil {
 		res.Veth = fmt.Sprintf("%v (needs root and iproute2)", err)
 	} else {
@@ -450,12 +465,13 @@ type server struct {
 	exited chan struct{}
 }
 
-// startServer starts mhictl sim serve with the carrier network on IP_HW0,
+// startServer starts mhictl sim serve with the carrier network on IP_HW0
+// in framing kind (a -function KIND: carrier, carrier-qmap5),
 // pinned to cpu (-1: not pinned): the fork happens on a thread pinned to
 // cpu, which the child inherits; home is the mask this thread returns to.
 // It returns once the server listens.
-func startServer(bin, sock string, cpu, home int) (*server, error) {
-	cmd := exec.Command(bin, "sim", "serve", "-socket", sock, "-function", "IP_HW0=carrier")
+func startServer(bin, sock, kind string, cpu, home int) (*server, error) {
+	cmd := exec.Command(bin, "sim", "serve", "-socket", sock, "-function", "IP_HW0="+kind)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -618,10 +634,20 @@ func cpuBusy(cpus []int) []time.Duration {
 // with -device vfio-user:sock, the server's CPU read from /proc.
 // lo is the link's options (table 9 varies them).
 func vfioUserEnv(sock string, pid int, lo link.Options) (*altEnv, error) {
+	return vfioUserOpen(mstack.Options{Device: "vfio-user:" + sock, Link: lo}, pid)
+}
+
+// vfioUserEnvControl is vfioUserEnv with the data session on control
+// protocol ctl ("qmi": QMAP, as the server's carrier-qmap5 speaks).
+func vfioUserEnvControl(sock string, pid int, ctl string) (*altEnv, error) {
+	return vfioUserOpen(mstack.Options{Device: "vfio-user:" + sock, Control: ctl}, pid)
+}
+
+func vfioUserOpen(o mstack.Options, pid int) (*altEnv, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := mstack.Open(ctx, mstack.Options{Device: "vfio-user:" + sock,
-		Config: mstack.Config{TXQueueLen: benchTXQueueLen}, Link: lo})
+	o.Config.TXQueueLen = benchTXQueueLen
+	s, err := mstack.Open(ctx, o)
 	if err != nil {
 		return nil, err
 	}
