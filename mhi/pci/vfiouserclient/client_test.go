@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // regModel is a tiny device: BAR 0 is 64 plain registers and records the
 // order of writes; a test drives DMA and MSIs through its Host. A read of
-// register 63 blocks while gate is set (a server stuck in the model).
+// register 63, or a write of register 62, blocks while gate is set (a
+// server stuck in the model: it reads no further message).
 type regModel struct {
 	host    vpci.Host
 	mu      sync.Mutex
@@ -57,6 +59,10 @@ func (m *regModel) MMIORead(bar int, off uint64) uint32 {
 	return 0
 }
 func (m *regModel) MMIOWrite(bar int, off uint64, v uint32) {
+	if off == 62*4 && m.gate != nil {
+		close(m.entered)
+		<-m.gate
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if off/4 < uint64(len(m.regs)) {
@@ -329,6 +335,173 @@ func TestServerDeathFailsBlockedAndLaterCalls(t *testing.T) {
 	}
 }
 
+// hungError checks that err is the error of a connection whose server
+// stopped answering: removal, a timeout, and what was not answered.
+func hungError(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if !errors.Is(err, pci.ErrRemoved) || !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s = %v; want pci.ErrRemoved and os.ErrDeadlineExceeded, saying %q", what, err, want)
+	}
+}
+
+// within waits for ch up to a bound far above any timeout the tests set.
+func within[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: still blocked after 20 s", what)
+		panic("unreachable")
+	}
+}
+
+// A server that stays connected but stops answering (stuck in its model,
+// as a hung or SIGSTOPped process is) fails the call waiting on it after
+// Options.Timeout, the call queued behind it too, and the device reports
+// removal; the reply the server sends later reaches no call.
+func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	r := newRig(t, m, &Options{Timeout: timeout})
+	defer close(m.gate) // before the rig's cleanup closes the server
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.dev.BAR(0)
+	b.Write32(63*4, 0x1234)
+	start := time.Now()
+	hung := make(chan error, 1)
+	go func() {
+		var head [vuwire.RegionAccessSize]byte
+		vuwire.RegionAccess{Offset: 63 * 4, Region: 0, Count: 4}.Put(head[:])
+		var out [vuwire.RegionAccessSize + 4]byte
+		_, err := r.dev.k.roundTrip(vuwire.CmdRegionRead, head[:], nil, nil, out[:])
+		hung <- err
+	}()
+	<-m.entered
+	behind := make(chan uint32, 1)
+	go func() { behind <- b.Read32(0) }()
+	err := within(t, "a call to a hung server", hung)
+	if d := time.Since(start); d < timeout {
+		t.Errorf("the call failed after %v, before the %v timeout", d, timeout)
+	}
+	hungError(t, "the call the server did not answer", err, "did not answer REGION_READ")
+	if !strings.Contains(err.Error(), "within 200ms") {
+		t.Errorf("the error does not say the timeout: %v", err)
+	}
+	if v := within(t, "the read queued behind it", behind); v != 0xFFFFFFFF {
+		t.Errorf("the read queued behind the hung call returned %#x, want all-ones", v)
+	}
+	select {
+	case <-r.dev.RemovalRequested():
+	default:
+		t.Error("RemovalRequested not closed after the server hung")
+	}
+	// The server wakes up and answers: the late reply reaches nobody,
+	// and later calls fail at once.
+	m.gate <- struct{}{}
+	if v := b.Read32(63 * 4); v != 0xFFFFFFFF {
+		t.Errorf("Read32 after the timeout = %#x, want all-ones", v)
+	}
+	err = r.dev.ConfigRead(0, make([]byte, 4))
+	hungError(t, "ConfigRead after the timeout", err, "did not answer REGION_READ")
+	if err := r.dev.Close(); err != nil {
+		t.Errorf("Close after the server hung: %v", err)
+	}
+}
+
+// A server that stops reading: posted doorbell writes fill the socket,
+// and the one that finds no room fails after Options.Timeout instead of
+// blocking the engine forever.
+func TestHungServerThatStopsReadingFailsABlockedPostedWrite(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	r := newRig(t, m, &Options{Timeout: timeout})
+	defer close(m.gate)
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.dev.BAR(0)
+	b.Write32(62*4, 1)
+	<-m.entered
+	wrote := make(chan int, 1)
+	go func() {
+		n := 0
+		for ; ; n++ {
+			select {
+			case <-r.dev.RemovalRequested():
+				wrote <- n
+				return
+			default:
+			}
+			b.Write32(0, uint32(n))
+		}
+	}()
+	n := within(t, "posted writes to a server that stopped reading", wrote)
+	if n == 0 {
+		t.Error("no write went out before the removal")
+	}
+	hungError(t, "ConfigRead after the timeout", r.dev.ConfigRead(0, make([]byte, 4)), "did not read REGION_WRITE")
+}
+
+// A server that answers slowly, but within the timeout, is alive: its
+// reply reaches the call and the connection goes on.
+func TestSlowServerWithinTheTimeoutKeepsTheConnection(t *testing.T) {
+	const timeout = 4 * time.Second
+	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	r := newRig(t, m, &Options{Timeout: timeout})
+	if err := r.dev.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.dev.BAR(0)
+	b.Write32(63*4, 0xfeed)
+	read := make(chan uint32, 1)
+	go func() { read <- b.Read32(63 * 4) }()
+	<-m.entered
+	// Answer once the watchdog has seen the call outstanding at two
+	// checks (a quarter of the timeout apart): it is slow, not hung.
+	for r.dev.k.overdue.Load() == 0 {
+		select {
+		case <-read:
+			t.Fatal("the read returned while the server was stuck")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(m.gate)
+	if v := within(t, "a slow read", read); v != 0xfeed {
+		t.Fatalf("slow read = %#x, want 0xfeed", v)
+	}
+	select {
+	case <-r.dev.RemovalRequested():
+		t.Fatal("a slow but alive server was declared gone")
+	default:
+	}
+	for i := range 100 {
+		b.Write32(4, uint32(i))
+		if v := b.Read32(4); v != uint32(i) {
+			t.Fatalf("read %d after the slow one = %#x", i, v)
+		}
+	}
+}
+
+// New on a server that accepted the connection but never answers (a
+// SIGSTOPped server's socket still accepts) returns the timeout error.
+func TestNewOnAServerThatNeverAnswersFails(t *testing.T) {
+	s, c := socketpair(t)
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() {
+		d, err := New(c, "mute.sock", &Options{Timeout: 100 * time.Millisecond})
+		if d != nil {
+			d.Close()
+		}
+		done <- err
+	}()
+	err := within(t, "New on a mute server", done)
+	hungError(t, "New", err, "did not answer VERSION")
+}
+
 func TestCloseUnmapsTheArenaFromTheServer(t *testing.T) {
 	r := newRig(t, nil, nil)
 	if _, err := r.dev.Interrupts().Enable(2); err != nil {
@@ -391,7 +564,7 @@ func TestBARAccessesDoNotAllocate(t *testing.T) {
 			}
 		}
 	}()
-	d := &Device{path: "echo", k: newConn("echo", c)}
+	d := &Device{path: "echo", k: newConn("echo", c, DefaultTimeout)}
 	b := &bar{d: d, index: 0, size: 4096}
 	b.Read32(0) // warm the call pool
 	if n := testing.AllocsPerRun(200, func() { b.Write32(4, 1) }); n != 0 {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -26,13 +28,26 @@ import (
 //
 // Posted messages (FlagNoReply) join no queue: a doorbell write is one
 // sendmsg and no wait.
+//
+// A server that stays connected but stops answering is caught by one
+// watchdog goroutine (watch), not by a timer per call: while a message is
+// outstanding (a call waits for its reply, or a write waits for room on
+// the socket) it checks every timeout/4 whether the oldest outstanding
+// message is still the one it saw before, and declares the connection
+// dead once the same message has been outstanding for timeout. The hot
+// path adds a counter and an atomic store, and wakes the watchdog only
+// when it was idle.
 type conn struct {
-	name string
-	c    *net.UnixConn
+	name    string
+	c       *net.UnixConn
+	timeout time.Duration // <= 0: no watchdog
 
-	wmu  sync.Mutex // serialises writes; guards id and wbuf
-	id   uint16
+	wmu  sync.Mutex // serialises writes; guards seq and wbuf
+	seq  uint64     // messages sent; a message's id is its seq's low 16 bits
 	wbuf []byte
+	// wmsg is the message being written (its seq<<16 | cmd), 0 when
+	// none: a write blocks when the server stops reading.
+	wmsg atomic.Uint64
 
 	pmu     sync.Mutex // guards pending and err
 	pending []*call
@@ -41,11 +56,17 @@ type conn struct {
 	dead    atomic.Bool
 	gone    chan struct{} // closed when the connection died
 	stopped chan struct{} // closed when readLoop returned
+
+	watching atomic.Bool   // the watchdog's timer runs
+	kick     chan struct{} // wakes an idle watchdog
+	watched  chan struct{} // closed when watch returned
+	overdue  atomic.Int64  // checks that found the oldest message of the check before still outstanding
 }
 
 // call is one request waiting for its reply. Calls are pooled: the hot
 // path (a BAR read) allocates nothing.
 type call struct {
+	seq   uint64
 	id    uint16
 	cmd   uint16
 	reply []byte // where the reply payload goes
@@ -58,9 +79,19 @@ type call struct {
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-func newConn(name string, c *net.UnixConn) *conn {
-	k := &conn{name: name, c: c, wbuf: make([]byte, 0, 256), gone: make(chan struct{}), stopped: make(chan struct{})}
+// newConn starts the reader and, with a positive timeout, the watchdog.
+func newConn(name string, c *net.UnixConn, timeout time.Duration) *conn {
+	k := &conn{
+		name: name, c: c, timeout: timeout, wbuf: make([]byte, 0, 256),
+		gone: make(chan struct{}), stopped: make(chan struct{}),
+		kick: make(chan struct{}, 1), watched: make(chan struct{}),
+	}
 	go k.readLoop()
+	if timeout > 0 {
+		go k.watch()
+	} else {
+		close(k.watched)
+	}
 	return k
 }
 
@@ -78,7 +109,7 @@ func (k *conn) fail(cause error) {
 		k.pmu.Unlock()
 		return
 	}
-	k.err = fmt.Errorf("vfio-user: %s: %w (%v)", k.name, pci.ErrRemoved, cause)
+	k.err = fmt.Errorf("vfio-user: %s: %w (%w)", k.name, pci.ErrRemoved, cause)
 	k.dead.Store(true)
 	pending := k.pending
 	k.pending = nil
@@ -91,10 +122,80 @@ func (k *conn) fail(cause error) {
 	}
 }
 
-// close shuts the connection down and waits for the reader.
+// close shuts the connection down and waits for the reader and the
+// watchdog.
 func (k *conn) close() {
 	k.fail(errors.New("closed by the client"))
 	<-k.stopped
+	<-k.watched
+}
+
+// outstanding is the oldest message the server owes something: the
+// oldest call's request, which it has not answered, or else the message
+// being written, which it has not taken off the socket (a write blocks
+// once the server stops reading and the socket is full). msg is its
+// seq<<16 | cmd (0: none); reply says which.
+func (k *conn) outstanding() (msg uint64, reply bool) {
+	k.pmu.Lock()
+	if len(k.pending) > 0 {
+		c := k.pending[0]
+		msg, reply = c.seq<<16|uint64(c.cmd), true
+	}
+	k.pmu.Unlock()
+	if w := k.wmsg.Load(); msg == 0 || w == msg {
+		msg, reply = w, false
+	}
+	return msg, reply
+}
+
+// watch is the watchdog: it runs until the connection dies, its timer
+// armed only while a message is outstanding.
+func (k *conn) watch() {
+	defer close(k.watched)
+	every := max(k.timeout/4, time.Millisecond)
+	t := time.NewTimer(every)
+	t.Stop()
+	var (
+		seen  uint64    // the oldest outstanding message at the last check
+		since time.Time // when this watchdog first saw it
+	)
+	for {
+		select {
+		case <-k.gone:
+			t.Stop()
+			return
+		case <-k.kick:
+		case <-t.C:
+		}
+		msg, reply := k.outstanding()
+		if msg == 0 {
+			// Idle: stop the timer. A sender that finds
+			// watching false kicks; one that saw it true
+			// published its message before, so the second look
+			// sees it.
+			k.watching.Store(false)
+			if msg, reply = k.outstanding(); msg == 0 || !k.watching.CompareAndSwap(false, true) {
+				seen = 0
+				continue
+			}
+		}
+		now := time.Now()
+		switch {
+		case msg != seen:
+			seen, since = msg, now
+		case now.Sub(since) >= k.timeout:
+			cmd, id := vuwire.CmdName(uint16(msg)), uint16(msg>>16)
+			if reply {
+				k.fail(fmt.Errorf("the server did not answer %s (id %d) within %v: %w", cmd, id, k.timeout, os.ErrDeadlineExceeded))
+			} else {
+				k.fail(fmt.Errorf("the server did not read %s (id %d) off the socket within %v: %w", cmd, id, k.timeout, os.ErrDeadlineExceeded))
+			}
+			return
+		default:
+			k.overdue.Add(1)
+		}
+		t.Reset(every)
+	}
 }
 
 // readLoop receives replies until the connection fails.
@@ -174,17 +275,18 @@ func (k *conn) send(cmd uint16, flags uint32, head, data []byte, fds []int, c *c
 		k.wmu.Unlock()
 		return k.errGone()
 	}
-	k.id++
+	k.seq++
+	id := uint16(k.seq)
 	size := vuwire.HeaderSize + len(head) + len(data)
 	if cap(k.wbuf) < size {
 		k.wbuf = make([]byte, size)
 	}
 	b := k.wbuf[:size]
-	vuwire.Header{ID: k.id, Cmd: cmd, Size: uint32(size), Flags: flags}.Put(b)
+	vuwire.Header{ID: id, Cmd: cmd, Size: uint32(size), Flags: flags}.Put(b)
 	copy(b[vuwire.HeaderSize:], head)
 	copy(b[vuwire.HeaderSize+len(head):], data)
 	if c != nil {
-		c.id, c.cmd = k.id, cmd
+		c.seq, c.id, c.cmd = k.seq, id, cmd
 		k.pmu.Lock()
 		if k.err != nil {
 			k.pmu.Unlock()
@@ -194,12 +296,20 @@ func (k *conn) send(cmd uint16, flags uint32, head, data []byte, fds []int, c *c
 		k.pending = append(k.pending, c)
 		k.pmu.Unlock()
 	}
+	k.wmsg.Store(k.seq<<16 | uint64(cmd))
+	if k.timeout > 0 && !k.watching.Load() && k.watching.CompareAndSwap(false, true) {
+		select {
+		case k.kick <- struct{}{}:
+		default:
+		}
+	}
 	var err error
 	if len(fds) > 0 {
 		_, _, err = k.c.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
 	} else {
 		_, err = k.c.Write(b)
 	}
+	k.wmsg.Store(0)
 	k.wmu.Unlock()
 	if err != nil {
 		k.fail(fmt.Errorf("sending %s: %w", vuwire.CmdName(cmd), err))

@@ -27,6 +27,15 @@
 // call waiting for a reply returns an error wrapping pci.ErrRemoved, BAR
 // reads return all-ones, and RemovalRequested (pci.Removable) is closed, so
 // the engine fails its channels with mhi.ErrRemoved.
+//
+// A server that stays connected but stops answering (hung, or stopped
+// with SIGSTOP) is declared gone the same way once a request has waited
+// Options.Timeout (default DefaultTimeout) for its reply, or a write as
+// long for room on the socket; the error then also wraps
+// os.ErrDeadlineExceeded and says which request was not answered. A hung
+// server is noticed only while the client waits for it (the MHI engine's
+// liveness check reads a register every second). One watchdog goroutine
+// per connection does it, with no timer per call (docs/VFIO.md §9).
 package vfiouserclient
 
 import (
@@ -37,6 +46,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -62,7 +72,19 @@ type Options struct {
 	// IOVABase is the device address of the arena (default 1 MiB). The
 	// arena must end at or below 4 GiB.
 	IOVABase uint64
+	// Timeout bounds how long the server may leave a request
+	// unanswered, or a message unread on a full socket, before the
+	// connection is declared dead as if the server had closed it
+	// (default DefaultTimeout; negative: wait forever). It covers every
+	// round trip, Open's included: a BAR read, a config access,
+	// DMA_MAP, DEVICE_RESET.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is Options.Timeout's default: a server that has not
+// answered in 5 s is taken as hung. Every request the server handles
+// takes microseconds (docs/VFIO.md §9).
+const DefaultTimeout = 5 * time.Second
 
 const (
 	defaultDMASize  = 16 << 20
@@ -118,7 +140,10 @@ func New(c *net.UnixConn, name string, o *Options) (*Device, error) {
 	if opts.IOVABase == 0 {
 		opts.IOVABase = defaultIOVABase
 	}
-	d := &Device{path: name, k: newConn(name, c), memfd: -1}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	d := &Device{path: name, k: newConn(name, c, opts.Timeout), memfd: -1}
 	if err := d.setup(opts); err != nil {
 		d.k.close()
 		d.freeArena()
