@@ -3,6 +3,7 @@ package mhi_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,5 +194,70 @@ func TestRemovalRequestResetsReleasesAndEndsABlockedRecv(t *testing.T) {
 		case <-time.After(time.Second):
 			t.Fatal("no EventRemoved")
 		}
+	}
+}
+
+// removedAtRead is the emulated function surprise-removed as the host
+// reads register at of BAR 0 (the first time): that read and every later
+// access read all-ones, as a vfio-user device does once its server was
+// declared gone.
+type removedAtRead struct {
+	*vpci.Device
+	bar *removedAtBAR
+}
+
+func (d removedAtRead) BAR(i int) (pci.BAR, error) {
+	if i != 0 {
+		return d.Device.BAR(i)
+	}
+	return d.bar, nil
+}
+
+type removedAtBAR struct {
+	pci.BAR
+	dev *vpci.Device
+	at  uint64
+	hit atomic.Bool
+}
+
+func (b *removedAtBAR) Read32(off uint64) uint32 {
+	if off == b.at && !b.hit.Swap(true) {
+		b.dev.Remove()
+	}
+	return b.BAR.Read32(off)
+}
+
+// A device removed while PowerUp reads the doorbell offsets fails PowerUp
+// with ErrRemoved: before, the all-ones CHDBOFF/ERDBOFF were reported as
+// a protocol error (a vfio-user server that hung during stack.Open).
+func TestRemovalWhilePowerUpReadsTheDoorbellOffsetsIsErrRemoved(t *testing.T) {
+	for _, reg := range []struct {
+		name string
+		off  uint64
+	}{{"CHDBOFF", mhi.RegCHDBOFF}, {"ERDBOFF", mhi.RegERDBOFF}} {
+		t.Run(reg.name, func(t *testing.T) {
+			var d removedAtRead
+			r := mhitest.New(t, mhitest.Options{ProfileName: "foxconn-sdx55",
+				Wrap: func(dev *vpci.Device) (pci.Device, error) {
+					bar, err := dev.BAR(0)
+					if err != nil {
+						return nil, err
+					}
+					d = removedAtRead{Device: dev, bar: &removedAtBAR{BAR: bar, dev: dev, at: reg.off}}
+					return d, nil
+				},
+				Controller: mhi.Options{LivenessInterval: -1},
+				NoPowerUp:  true,
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := r.Controller.PowerUp(ctx)
+			if !d.bar.hit.Load() {
+				t.Fatalf("PowerUp never read %s (%v)", reg.name, err)
+			}
+			if !errors.Is(err, mhi.ErrRemoved) {
+				t.Fatalf("PowerUp with the device removed at %s = %v, want ErrRemoved", reg.name, err)
+			}
+		})
 	}
 }

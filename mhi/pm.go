@@ -204,6 +204,9 @@ func (c *Controller) programMMIO() error {
 	n := c.bar.Len()
 	c.chdbOff = uint64(c.read(RegCHDBOFF))
 	c.erdbOff = uint64(c.read(RegERDBOFF))
+	if (c.chdbOff == 0xFFFFFFFF || c.erdbOff == 0xFFFFFFFF) && c.confirmRemoved() {
+		return fmt.Errorf("mhi: %s: registers read all-ones: %w", c.name, ErrRemoved)
+	}
 	if c.chdbOff%4 != 0 || c.chdbOff+MaxChannels*DoorbellStride > n {
 		return fmt.Errorf("mhi: %s: CHDBOFF %#x leaves no room for %d doorbells in the %d-byte BAR: %w", c.name, c.chdbOff, MaxChannels, n, ErrProtocol)
 	}

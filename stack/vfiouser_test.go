@@ -15,12 +15,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
+	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -31,6 +34,12 @@ import (
 // socket, as mhictl sim serve -function IP_HW0=carrier does, and returns
 // the socket's path and the server.
 func serveSim(t *testing.T) (string, *vfiouser.Server) {
+	t.Helper()
+	return serveSimWith(t, nil)
+}
+
+// serveSimWith is serveSim with the server's model wrapped by wrap.
+func serveSimWith(t *testing.T, wrap func(vpci.Model) vpci.Model) (string, *vfiouser.Server) {
 	t.Helper()
 	p, _ := mhi.Lookup("qcom-sdx55m")
 	cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{})
@@ -46,7 +55,11 @@ func serveSim(t *testing.T) (string, *vfiouser.Server) {
 		cn.Close()
 		t.Fatal(err)
 	}
-	srv, err := vfiouser.New(m, vfiouser.WithFaultHandler(func(f vpci.Fault) { t.Error("DMA fault:", f) }))
+	var model vpci.Model = m
+	if wrap != nil {
+		model = wrap(m)
+	}
+	srv, err := vfiouser.New(model, vfiouser.WithFaultHandler(func(f vpci.Fault) { t.Error("DMA fault:", f) }))
 	if err != nil {
 		cn.Close()
 		t.Fatal(err)
@@ -129,6 +142,56 @@ func TestOpenVFIOUserWithoutAServerFails(t *testing.T) {
 	}
 }
 
+// stallModel hangs its server: the at-th BAR read blocks until release is
+// closed, and the server, which handles one message at a time, answers
+// nothing more (a hung or SIGSTOPped mhictl sim serve).
+type stallModel struct {
+	vpci.Model
+	at      int64
+	reads   atomic.Int64
+	stalled chan struct{}
+	release chan struct{}
+}
+
+func (m *stallModel) MMIORead(bar int, off uint64) uint32 {
+	if m.reads.Add(1) == m.at {
+		close(m.stalled)
+		<-m.release
+	}
+	return m.Model.MMIORead(bar, off)
+}
+
+// A server that hangs in the middle of the bring-up: Open returns an
+// error once the register read it waits on passes the vfio-user client's
+// timeout (vfiouserclient.DefaultTimeout), not the much later end of its
+// context, and does not hang.
+func TestOpenVFIOUserOnAServerThatHangsDuringPowerUpFails(t *testing.T) {
+	m := &stallModel{at: 8, stalled: make(chan struct{}), release: make(chan struct{})}
+	path, _ := serveSimWith(t, func(in vpci.Model) vpci.Model { m.Model = in; return m })
+	t.Cleanup(func() { close(m.release) }) // before the server closes
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	start := time.Now()
+	s, err := stack.Open(ctx, stack.Options{Device: "vfio-user:" + path})
+	took := time.Since(start)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open on a server that hung succeeded")
+	}
+	select {
+	case <-m.stalled:
+	default:
+		t.Fatalf("the server never hung (fewer than %d register reads); Open: %v", m.at, err)
+	}
+	if !errors.Is(err, mhi.ErrRemoved) && !errors.Is(err, pci.ErrRemoved) {
+		t.Errorf("Open = %v, want the device removed", err)
+	}
+	if limit := 4 * vfiouserclient.DefaultTimeout; took > limit {
+		t.Errorf("Open returned after %v, more than %v", took, limit)
+	}
+	t.Logf("Open returned after %v: %v", took, err)
+}
+
 // TestOpenVFIOUserOnMhictlSimServe runs the server as its own process: the
 // mhictl binary, built here, with the carrier network on IP_HW0.
 func TestOpenVFIOUserOnMhictlSimServe(t *testing.T) {
@@ -189,6 +252,28 @@ func TestOpenVFIOUserOnMhictlSimServe(t *testing.T) {
 		t.Errorf("the server stopped listening after the client left: %v", err)
 	} else {
 		c.Close()
+	}
+	// Stopped with SIGSTOP, the server's socket still accepts (the
+	// kernel queues the connection) but nothing answers: Open fails
+	// with the client's timeout instead of hanging.
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Signal(syscall.SIGCONT) // before the SIGTERM above
+	ctx, cancel = context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	start := time.Now()
+	s, err = stack.Open(ctx, stack.Options{Device: "vfio-user:" + sock})
+	took := time.Since(start)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open on a stopped server succeeded")
+	}
+	if !errors.Is(err, pci.ErrRemoved) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("Open on a stopped server = %v, want pci.ErrRemoved and os.ErrDeadlineExceeded", err)
+	}
+	if took < vfiouserclient.DefaultTimeout || took > 4*vfiouserclient.DefaultTimeout {
+		t.Errorf("Open on a stopped server returned after %v, want %v to %v", took, vfiouserclient.DefaultTimeout, 4*vfiouserclient.DefaultTimeout)
 	}
 	_ = os.Remove(sock)
 }
