@@ -147,14 +147,20 @@ func TestOpenVFIOUserWithoutAServerFails(t *testing.T) {
 // nothing more (a hung or SIGSTOPped mhictl sim serve).
 type stallModel struct {
 	vpci.Model
-	at      int64
+	at      atomic.Int64
 	reads   atomic.Int64
 	stalled chan struct{}
 	release chan struct{}
 }
 
+func newStallModel(at int64) *stallModel {
+	m := &stallModel{stalled: make(chan struct{}), release: make(chan struct{})}
+	m.at.Store(at)
+	return m
+}
+
 func (m *stallModel) MMIORead(bar int, off uint64) uint32 {
-	if m.reads.Add(1) == m.at {
+	if m.reads.Add(1) == m.at.Load() {
 		close(m.stalled)
 		<-m.release
 	}
@@ -166,7 +172,7 @@ func (m *stallModel) MMIORead(bar int, off uint64) uint32 {
 // timeout (vfiouserclient.DefaultTimeout), not the much later end of its
 // context, and does not hang.
 func TestOpenVFIOUserOnAServerThatHangsDuringPowerUpFails(t *testing.T) {
-	m := &stallModel{at: 8, stalled: make(chan struct{}), release: make(chan struct{})}
+	m := newStallModel(8)
 	path, _ := serveSimWith(t, func(in vpci.Model) vpci.Model { m.Model = in; return m })
 	t.Cleanup(func() { close(m.release) }) // before the server closes
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -181,7 +187,7 @@ func TestOpenVFIOUserOnAServerThatHangsDuringPowerUpFails(t *testing.T) {
 	select {
 	case <-m.stalled:
 	default:
-		t.Fatalf("the server never hung (fewer than %d register reads); Open: %v", m.at, err)
+		t.Fatalf("the server never hung (fewer than %d register reads); Open: %v", m.at.Load(), err)
 	}
 	if !errors.Is(err, mhi.ErrRemoved) && !errors.Is(err, pci.ErrRemoved) {
 		t.Errorf("Open = %v, want the device removed", err)
@@ -190,6 +196,50 @@ func TestOpenVFIOUserOnAServerThatHangsDuringPowerUpFails(t *testing.T) {
 		t.Errorf("Open returned after %v, more than %v", took, limit)
 	}
 	t.Logf("Open returned after %v: %v", took, err)
+}
+
+// A server that hangs under an idle stack: the engine's liveness check
+// reads a register, the read times out, the device is gone and the link
+// goes down; Close does not hang.
+func TestVFIOUserServerThatHangsUnderAnOpenStackTakesTheLinkDown(t *testing.T) {
+	m := newStallModel(-1)
+	path, _ := serveSimWith(t, func(in vpci.Model) vpci.Model { m.Model = in; return m })
+	t.Cleanup(func() { close(m.release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := stack.Open(ctx, stack.Options{Device: "vfio-user:" + path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.at.Store(m.reads.Load() + 1) // the next register read hangs
+	start := time.Now()
+	deadline := time.After(60 * time.Second)
+	for down := false; !down; {
+		select {
+		case e := <-s.Events():
+			t.Logf("%v after %v", e, time.Since(start))
+			down = e.Kind == stack.EventLinkDown
+		case <-deadline:
+			t.Fatal("no link-down 60 s after the server hung")
+		}
+	}
+	select {
+	case <-m.stalled:
+	default:
+		t.Fatal("the link went down but the server never hung")
+	}
+	took := time.Since(start)
+	if took < vfiouserclient.DefaultTimeout {
+		t.Errorf("the link went down %v after the server hung, before the client's %v timeout", took, vfiouserclient.DefaultTimeout)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("link down after %v; Close: %v", took, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close on a stack whose server hung did not return")
+	}
 }
 
 // TestOpenVFIOUserOnMhictlSimServe runs the server as its own process: the
