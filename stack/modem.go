@@ -15,6 +15,7 @@ import (
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 )
@@ -98,6 +99,7 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() { err = removalCause(err, dev) }()
 	if opts.Channel == "" {
 		opts.Channel = dataChannel(p)
 	}
@@ -127,6 +129,24 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	m.closers = closers
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
+}
+
+// removalCause adds to an error that says the device was removed why,
+// when the device knows: a vfio-user server that closed the connection or
+// did not answer in time (vfiouserclient.Device.Err; the engine only sees
+// registers reading all-ones).
+func removalCause(err error, dev pci.Device) error {
+	if err == nil || !errors.Is(err, mhi.ErrRemoved) {
+		return err
+	}
+	d, ok := dev.(interface{ Err() error })
+	if !ok {
+		return err
+	}
+	if cause := d.Err(); cause != nil {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
 }
 
 // Controller returns the modem's MHI controller, for its Stats, Profile

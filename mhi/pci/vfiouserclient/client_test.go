@@ -370,6 +370,9 @@ func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
 	}
 	b, _ := r.dev.BAR(0)
 	b.Write32(63*4, 0x1234)
+	if err := r.dev.Err(); err != nil {
+		t.Fatalf("Err on a connected device = %v", err)
+	}
 	start := time.Now()
 	hung := make(chan error, 1)
 	go func() {
@@ -406,6 +409,7 @@ func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
 	}
 	err = r.dev.ConfigRead(0, make([]byte, 4))
 	hungError(t, "ConfigRead after the timeout", err, "did not answer REGION_READ")
+	hungError(t, "Err", r.dev.Err(), "did not answer REGION_READ")
 	if err := r.dev.Close(); err != nil {
 		t.Errorf("Close after the server hung: %v", err)
 	}

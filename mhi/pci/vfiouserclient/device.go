@@ -362,6 +362,18 @@ func (d *Device) Reset() error {
 	return nil
 }
 
+// Err returns why the connection to the server ended, an error wrapping
+// pci.ErrRemoved (the server closed it, or did not answer within
+// Options.Timeout, which also wraps os.ErrDeadlineExceeded), or nil while
+// it is up. The engine above reports a device that reads all-ones as
+// mhi.ErrRemoved without knowing why; this says why.
+func (d *Device) Err() error {
+	if !d.k.dead.Load() {
+		return nil
+	}
+	return d.k.errGone()
+}
+
 // RemovalRequested is closed when the connection to the server is lost.
 func (d *Device) RemovalRequested() <-chan struct{} { return d.k.gone }
 
