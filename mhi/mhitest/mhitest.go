@@ -23,13 +23,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
@@ -317,31 +313,15 @@ func (r *Rig) serveVFIOUser(so sim.Options) error {
 	if err != nil {
 		return fmt.Errorf("vfio-user server: %w", err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	sconn, cconn, err := vfiouser.Socketpair()
 	if err != nil {
-		return fmt.Errorf("socketpair: %w", err)
-	}
-	var conns [2]*net.UnixConn
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "vfio-user")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			for _, c := range conns[:i] {
-				c.Close()
-			}
-			if i == 0 {
-				unix.Close(fds[1])
-			}
-			return fmt.Errorf("socketpair: %w", err)
-		}
-		conns[i] = c.(*net.UnixConn)
+		return err
 	}
 	r.Modem, r.Server, r.served = m, srv, make(chan error, 1)
-	go func() { r.served <- srv.ServeConn(conns[0]) }()
-	dev, err := vfiouserclient.New(conns[1], "socketpair", nil)
+	go func() { r.served <- srv.ServeConn(sconn) }()
+	dev, err := vfiouserclient.New(cconn, "socketpair", nil)
 	if err != nil {
-		conns[1].Close()
+		cconn.Close()
 		srv.Close()
 		<-r.served
 		return fmt.Errorf("vfio-user client: %w", err)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
@@ -86,24 +85,6 @@ type rig struct {
 	dev    *Device
 }
 
-func socketpair(t testing.TB) (a, b *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conv := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "sock")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return conv(fds[0]), conv(fds[1])
-}
-
 func newRig(t testing.TB, m *regModel, o *Options) *rig {
 	t.Helper()
 	if m == nil {
@@ -113,7 +94,10 @@ func newRig(t testing.TB, m *regModel, o *Options) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, c := socketpair(t)
+	s, c, err := vfiouser.Socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &rig{model: m, srv: srv, sconn: s, served: make(chan error, 1)}
 	go func() { r.served <- srv.ServeConn(s) }()
 	r.dev, err = New(c, "test.sock", o)
@@ -492,7 +476,10 @@ func TestSlowServerWithinTheTimeoutKeepsTheConnection(t *testing.T) {
 // New on a server that accepted the connection but never answers (a
 // SIGSTOPped server's socket still accepts) returns the timeout error.
 func TestNewOnAServerThatNeverAnswersFails(t *testing.T) {
-	s, c := socketpair(t)
+	s, c, err := vfiouser.Socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	done := make(chan error, 1)
 	go func() {
@@ -502,7 +489,7 @@ func TestNewOnAServerThatNeverAnswersFails(t *testing.T) {
 		}
 		done <- err
 	}()
-	err := within(t, "New on a mute server", done)
+	err = within(t, "New on a mute server", done)
 	hungError(t, "New", err, "did not answer VERSION")
 }
 
@@ -539,7 +526,10 @@ func TestCloseUnmapsTheArenaFromTheServer(t *testing.T) {
 // bare echo loop that allocates nothing (the server allocates per reply,
 // and AllocsPerRun counts every goroutine).
 func TestBARAccessesDoNotAllocate(t *testing.T) {
-	s, c := socketpair(t)
+	s, c, err := vfiouser.Socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
 	echoed := make(chan struct{})
 	go func() {
 		defer close(echoed)

@@ -36,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 )
@@ -179,6 +181,34 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("vfiouser: %w", err)
 	}
 	return l, nil
+}
+
+// Socketpair returns the two ends of a connected AF_UNIX stream socket
+// pair, for a client in the same process: ServeConn one end, give the
+// other to the client (mhi/pci/vfiouserclient.New). It is what
+// mhi/mhitest's vfio-user rig and the tests of this package and of
+// vfiouserclient serve over.
+func Socketpair() (server, client *net.UnixConn, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("vfiouser: socketpair: %w", err)
+	}
+	var conns [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "vfio-user")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			if i == 0 {
+				unix.Close(fds[1])
+			} else {
+				conns[0].Close()
+			}
+			return nil, nil, fmt.Errorf("vfiouser: socketpair: %w", err)
+		}
+		conns[i] = c.(*net.UnixConn)
+	}
+	return conns[0], conns[1], nil
 }
 
 // Serve accepts clients on l and serves them one after the other (QEMU

@@ -81,20 +81,11 @@ type rig struct {
 
 func socketpair(t *testing.T) (a, b *net.UnixConn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	a, b, err := Socketpair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	conv := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "sock")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return conv(fds[0]), conv(fds[1])
+	return a, b
 }
 
 func newRig(t *testing.T) *rig {
