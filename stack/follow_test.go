@@ -181,49 +181,84 @@ func followAddressChange(t *testing.T, profile string) {
 	}
 }
 
-func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
-	car := simnet.DefaultCarrier()
-	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
-	s := openWith(t, fn, car)
-	ctx := ctxT(t, 20*time.Second)
+// outage is a session-loss scenario: a stack open on the default
+// carrier with a TCP connection to a host echo server that has echoed
+// once; lose and restore take the network away and give it back.
+type outage struct {
+	car simnet.Carrier
+	fn  *simnet.MBIMFunction
+	s   *stack.Stack
+	ctx context.Context
+	dst string   // the echo server, through the modem
+	c   net.Conn // connected before the outage
+}
+
+// newOutage opens the stack, runs tune on it (nil: nothing) before it
+// dials, and echoes "before" on the connection.
+func newOutage(t *testing.T, tune func(*stack.Stack)) *outage {
+	t.Helper()
+	o := &outage{car: simnet.DefaultCarrier()}
+	o.fn = simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: o.car})
+	o.s = openWith(t, o.fn, o.car)
+	if tune != nil {
+		tune(o.s)
+	}
+	o.ctx = ctxT(t, 20*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
-	c, err := s.DialContext(ctx, "tcp4", dst)
+	o.dst = netip.AddrPortFrom(simnet.TestAddr4, port).String()
+	c, err := o.s.DialContext(o.ctx, "tcp4", o.dst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	o.c = c
 	echoOnce(t, c, "before")
+	return o
+}
 
-	// The network detaches the modem and keeps it out of service: the
-	// session is lost and cannot come back yet.
-	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
-	fn.NetworkLost()
-	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+// lose has the network detach the modem and keep it out of service (the
+// session is lost and cannot come back yet) and waits for link-down.
+func (o *outage) lose(t *testing.T) {
+	t.Helper()
+	o.fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
+	o.fn.NetworkLost()
+	waitEvent(t, o.s.Events(), "link-down", kindIs(stack.EventLinkDown))
+}
+
+// restore puts the modem back in service, where the session reconnects
+// on its own, and waits for link-up; it returns the events before it.
+func (o *outage) restore(t *testing.T) []stack.Event {
+	t.Helper()
+	o.fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
+	o.fn.Reregister()
+	return waitEvent(t, o.s.Events(), "link-up", kindIs(stack.EventLinkUp))
+}
+
+func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
+	o := newOutage(t, nil)
+	s := o.s
+	o.lose(t)
 	if s.LinkUp() {
 		t.Fatal("LinkUp after link-down")
 	}
-	if _, err := s.DialContext(ctx, "tcp4", dst); !errors.Is(err, syscall.ENETUNREACH) {
+	if _, err := s.DialContext(o.ctx, "tcp4", o.dst); !errors.Is(err, syscall.ENETUNREACH) {
 		t.Fatalf("dial while down: %v, want ENETUNREACH", err)
 	}
 	// The addresses stay: if the network gives them back, connections
 	// survive the outage, as on a kernel interface.
-	if !slices.Contains(s.Addresses(), car.IPv4) {
+	if !slices.Contains(s.Addresses(), o.car.IPv4) {
 		t.Fatalf("addresses while down: %v", s.Addresses())
 	}
 
-	// Back in service: the session reconnects on its own.
-	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
-	fn.Reregister()
-	seen := waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
+	seen := o.restore(t)
 	if !slices.ContainsFunc(seen, func(e stack.Event) bool { return e.Kind == stack.EventSession && e.Session == "attaching" }) {
 		t.Errorf("no session steps before link-up: %v", seen)
 	}
 	if !s.LinkUp() {
 		t.Fatal("link down after link-up")
 	}
-	echoOnce(t, c, "the same connection, after the outage")
-	c2, err := s.DialContext(ctx, "tcp4", dst)
+	echoOnce(t, o.c, "the same connection, after the outage")
+	c2, err := s.DialContext(o.ctx, "tcp4", o.dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,25 +292,14 @@ func TestOpenReconnectsAfterANetworkDetach(t *testing.T) {
 // the segment, which only a retransmission timeout repaired: with a 10 s
 // minimum RTO, the echo below did not come back within 5 s.
 func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
-	car := simnet.DefaultCarrier()
-	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
-	s := openWith(t, fn, car)
-	minRTO := tcpip.TCPMinRTOOption(10 * time.Second)
-	if err := s.GVisor().SetTransportProtocolOption(tcp.ProtocolNumber, &minRTO); err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxT(t, 20*time.Second)
-	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	echoOnce(t, c, "before")
-
-	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
-	fn.NetworkLost()
-	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+	o := newOutage(t, func(s *stack.Stack) {
+		minRTO := tcpip.TCPMinRTOOption(10 * time.Second)
+		if err := s.GVisor().SetTransportProtocolOption(tcp.ProtocolNumber, &minRTO); err != nil {
+			t.Fatal(err)
+		}
+	})
+	s, c := o.s, o.c
+	o.lose(t)
 	msg := "written while the session is down"
 	if _, err := c.Write([]byte(msg)); err != nil {
 		t.Fatal(err)
@@ -284,9 +308,7 @@ func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
 	// which under load can come after the session is back. Wait until the
 	// link holds it, the case this test is about.
 	waitFor(t, func() bool { return s.Stats().Link.TXHeld > 0 })
-	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
-	fn.Reregister()
-	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
+	o.restore(t)
 	got := make([]byte, len(msg))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
@@ -305,22 +327,9 @@ func TestOpenBridgesALostSessionWithoutLosingWhatTCPSent(t *testing.T) {
 // retransmits once the session is back).
 func TestOpenEndsTheBridgeOfALongOutage(t *testing.T) {
 	defer stack.SetBridgeTimeForTest(50 * time.Millisecond)()
-	car := simnet.DefaultCarrier()
-	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
-	s := openWith(t, fn, car)
-	ctx := ctxT(t, 20*time.Second)
-	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
-	c, err := s.DialContext(ctx, "tcp4", dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	echoOnce(t, c, "before")
-
-	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
-	fn.NetworkLost()
-	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+	o := newOutage(t, nil)
+	s, c := o.s, o.c
+	o.lose(t)
 	if _, err := c.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -334,12 +343,10 @@ func TestOpenEndsTheBridgeOfALongOutage(t *testing.T) {
 	if st := s.Stats(); st.Link.TXDrops.Held == 0 || s.LinkUp() {
 		t.Errorf("after the bridge: link held and dropped %d, LinkUp %v; want some, false", st.Link.TXDrops.Held, s.LinkUp())
 	}
-	if _, err := s.DialContext(ctx, "tcp4", dst); !errors.Is(err, syscall.ENETUNREACH) {
+	if _, err := s.DialContext(o.ctx, "tcp4", o.dst); !errors.Is(err, syscall.ENETUNREACH) {
 		t.Fatalf("dial while down: %v, want ENETUNREACH", err)
 	}
-	fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
-	fn.Reregister()
-	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
+	o.restore(t)
 	got := make([]byte, 1)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, got); err != nil || string(got) != "x" {
