@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -351,28 +352,32 @@ func (f *MBIMFunction) Stop() {
 // run is the function's goroutine for one Start..Stop.
 func (f *MBIMFunction) run(in <-chan []byte, quit <-chan struct{}) {
 	dec := mbim.Decoder{}
-	for {
+	// stopped: Stop came during a Delay; the rest of the chunk is not
+	// answered (the run ends with it).
+	stopped := false
+	handle := func(m *mbim.Message) {
+		if stopped {
+			return
+		}
+		if !f.wait(quit) {
+			stopped = true
+			return
+		}
+		f.mu.Lock()
+		f.handleLocked(m)
+		f.mu.Unlock()
+	}
+	bad := func(err error) {
+		if !stopped {
+			f.malformed(err)
+		}
+	}
+	for !stopped {
 		select {
 		case <-quit:
 			return
 		case td := <-in:
-			dec.Write(td)
-		}
-		for {
-			m, err := dec.Next()
-			if err != nil {
-				f.malformed(err)
-				continue
-			}
-			if m == nil {
-				break
-			}
-			if !f.wait(quit) {
-				return
-			}
-			f.mu.Lock()
-			f.handleLocked(m)
-			f.mu.Unlock()
+			ctrlstream.Feed(&dec, td, handle, bad)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/mhistack/mhistack/internal/ctrlstream"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -229,29 +230,31 @@ func (f *QMIFunction) Serve(rw io.ReadWriteCloser) error {
 }
 
 func (f *QMIFunction) run(in <-chan []byte, quit <-chan struct{}) {
+	// The decoder is the run's own; the lock guards the state the
+	// answers read and change (shared with the MBIM function, its timers
+	// and the exported methods). It is taken per message, not per chunk:
+	// an answer may wait in Port.Send for DL buffers (up to its
+	// SendTimeout), and the device goroutine, which provides them, takes
+	// the lock when it starts or stops a function (this one, the MBIM
+	// function): holding it across every answer of a chunk would
+	// multiply that wait.
 	var dec qmi.Decoder
+	handle := func(m *qmi.Message) {
+		f.net.mu.Lock()
+		f.handleLocked(m)
+		f.net.mu.Unlock()
+	}
+	bad := func(err error) {
+		f.net.mu.Lock()
+		f.malformedLocked(err)
+		f.net.mu.Unlock()
+	}
 	for {
 		select {
 		case <-quit:
 			return
 		case td := <-in:
-			dec.Write(td)
-		}
-		for {
-			m, err := dec.Next()
-			f.net.mu.Lock()
-			if err != nil {
-				f.malformedLocked(err)
-				f.net.mu.Unlock()
-				continue
-			}
-			if m != nil {
-				f.handleLocked(m)
-			}
-			f.net.mu.Unlock()
-			if m == nil {
-				break
-			}
+			ctrlstream.Feed(&dec, td, handle, bad)
 		}
 	}
 }
