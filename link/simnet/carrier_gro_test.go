@@ -2,10 +2,8 @@ package simnet
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"io"
-	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -13,10 +11,8 @@ import (
 	"go.uber.org/goleak"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	gcsum "gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/internal/segment"
@@ -146,53 +142,25 @@ func TestCarrierGROFlushDeliversEveryHeldSegment(t *testing.T) {
 // host's loopback through the carrier and checks what the server got.
 func (h *carrierHost) upload(t testing.TB, size int) {
 	t.Helper()
-	data := make([]byte, size)
-	rng := rand.New(rand.NewPCG(uint64(size), 11))
-	for i := range data {
-		data[i] = byte(rng.Uint32())
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	type result struct {
-		sum [32]byte
-		n   int64
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			got <- result{err: err}
-			return
-		}
-		defer c.Close()
+	data := testData(size, 11)
+	var sum [32]byte
+	var n int64
+	conn, served := h.dialHost(t, func(c net.Conn) error {
 		c.SetReadDeadline(time.Now().Add(time.Minute))
 		hs := sha256.New()
-		n, err := io.Copy(hs, c)
-		var r result
-		r.n, r.err = n, err
-		copy(r.sum[:], hs.Sum(nil))
-		got <- r
-	}()
-	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := gonet.DialContextTCP(ctx, h.s, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(TestAddr4.As4()), Port: port}, ipv4.ProtocolNumber)
-	if err != nil {
-		t.Fatal(err)
-	}
+		var err error
+		n, err = io.Copy(hs, c)
+		copy(sum[:], hs.Sum(nil))
+		return err
+	})
 	defer conn.Close()
 	conn.SetWriteDeadline(time.Now().Add(time.Minute))
 	if _, err := conn.Write(data); err != nil {
 		t.Fatalf("upload: %v", err)
 	}
 	conn.CloseWrite()
-	r := <-got
-	if r.err != nil || r.n != int64(size) || r.sum != sha256.Sum256(data) {
-		t.Fatalf("server got %d bytes (%v), sha256 %x; sent %d, sha256 %x", r.n, r.err, r.sum, size, sha256.Sum256(data))
+	if err := served(); err != nil || n != int64(size) || sum != sha256.Sum256(data) {
+		t.Fatalf("server got %d bytes (%v), sha256 %x; sent %d, sha256 %x", n, err, sum, size, sha256.Sum256(data))
 	}
 }
 

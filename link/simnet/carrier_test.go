@@ -121,45 +121,65 @@ func newCarrierHostWith(t testing.TB, k carrierPair, opts CarrierOptions, v6 boo
 	return &carrierHost{cn: cn, s: s, ep: ep}
 }
 
-// download fetches size bytes from a server on the host's loopback
-// through the carrier (TestAddr4 is mapped to 127.0.0.1) and checks them.
-func (h *carrierHost) download(t *testing.T, size int) {
-	t.Helper()
+// testData is size pseudo-random bytes drawn from seed.
+func testData(size int, seed uint64) []byte {
 	data := make([]byte, size)
-	rng := rand.New(rand.NewPCG(uint64(size), 7))
+	rng := rand.New(rand.NewPCG(uint64(size), seed))
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
+	return data
+}
+
+// dialHost dials, from the host's stack through the carrier, a server on
+// the host's loopback (TestAddr4 is mapped to 127.0.0.1) that runs serve
+// on the connection it accepts, on a goroutine of its own, and closes
+// that connection after it. It returns the host stack's end and a wait
+// for serve's result (or the accept's error).
+func (h *carrierHost) dialHost(t testing.TB, serve func(net.Conn) error) (*gonet.TCPConn, func() error) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	served := make(chan error, 1)
 	go func() {
 		c, err := l.Accept()
+		l.Close()
 		if err != nil {
 			served <- err
 			return
 		}
 		defer c.Close()
-		_, err = c.Write(data)
-		served <- err
+		served <- serve(c)
 	}()
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := gonet.DialContextTCP(ctx, h.s, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(TestAddr4.As4()), Port: port}, ipv4.ProtocolNumber)
 	if err != nil {
+		l.Close() // the server's goroutine ends
 		t.Fatalf("dial %v: %v", netip.AddrPortFrom(TestAddr4, port), err)
 	}
+	return conn, func() error { return <-served }
+}
+
+// download fetches size bytes from a server on the host's loopback
+// through the carrier and checks them.
+func (h *carrierHost) download(t testing.TB, size int) {
+	t.Helper()
+	data := testData(size, 7)
+	conn, served := h.dialHost(t, func(c net.Conn) error {
+		_, err := c.Write(data)
+		return err
+	})
 	defer conn.Close()
 	conn.SetReadDeadline(time.Now().Add(time.Minute))
 	got, err := io.ReadAll(conn)
 	if err != nil {
 		t.Fatalf("download: %v after %d bytes", err, len(got))
 	}
-	if err := <-served; err != nil {
+	if err := served(); err != nil {
 		t.Fatalf("server: %v", err)
 	}
 	if !bytes.Equal(got, data) {
