@@ -1,6 +1,7 @@
 package simnet
 
 import (
+	"encoding/binary"
 	"sync"
 	"testing"
 	"time"
@@ -73,6 +74,62 @@ func TestMBIMFunctionAnswersCommandsOnlyWhenOpen(t *testing.T) {
 	if len(got) != 4 || got[1].Type != mbim.TypeOpenDone || got[2].Type != mbim.TypeCommandDone || got[2].Status != mbim.StatusNone ||
 		got[3].Status != mbim.StatusNoDeviceSupport {
 		t.Fatalf("answers %v", got)
+	}
+}
+
+// TestMBIMFunctionReportsAMalformedMessageAndAnswersTheRest: one UL
+// transfer holds OPEN, a command whose fragment header is broken and a
+// command: the run answers OPEN, answers the broken one FUNCTION_ERROR
+// for its transaction (counted as malformed) and answers the last.
+func TestMBIMFunctionReportsAMalformedMessageAndAnswersTheRest(t *testing.T) {
+	f := NewMBIMFunction(MBIMConfig{})
+	c := &mbimCapture{}
+	f.startWith(c.send)
+	defer f.Stop()
+	f.Receive(brokenTransfer())
+	got := exchange(t, f, c, 3)
+	if len(got) != 3 || got[0].Type != mbim.TypeOpenDone || got[0].TID != 1 ||
+		got[1].Type != mbim.TypeFunctionError || got[1].TID != 2 || got[1].Error != mbim.ProtoLengthMismatch ||
+		got[2].Type != mbim.TypeCommandDone || got[2].TID != 3 || got[2].Status != mbim.StatusNone {
+		t.Fatalf("answers %v", got)
+	}
+	if s := f.Stats(); s.Malformed != 1 || s.FunctionErrors != 1 {
+		t.Errorf("stats %+v: want 1 malformed, 1 FUNCTION_ERROR", s)
+	}
+}
+
+// brokenTransfer is OPEN (TID 1), a DEVICE_CAPS command whose
+// TotalFragments is 0 (TID 2) and a DEVICE_CAPS command (TID 3), in one
+// UL transfer.
+func brokenTransfer() []byte {
+	b := (&mbim.Message{Type: mbim.TypeOpen, TID: 1, MaxControlTransfer: 4096}).Encode()
+	bad := (&mbim.Message{Type: mbim.TypeCommand, TID: 2, Service: mbim.ServiceBasicConnect, CID: mbim.CIDDeviceCaps}).Encode()
+	binary.LittleEndian.PutUint32(bad[12:], 0)
+	b = append(b, bad...)
+	return append(b, (&mbim.Message{Type: mbim.TypeCommand, TID: 3, Service: mbim.ServiceBasicConnect, CID: mbim.CIDDeviceCaps}).Encode()...)
+}
+
+// TestMBIMFunctionStopDuringADelayEndsTheTransfer: Stop while an answer
+// is held back (Delay) ends the run at once; the rest of the transfer,
+// a malformed message included, is neither answered nor counted.
+func TestMBIMFunctionStopDuringADelayEndsTheTransfer(t *testing.T) {
+	f := NewMBIMFunction(MBIMConfig{Delay: time.Hour})
+	c := &mbimCapture{}
+	f.startWith(c.send)
+	f.Receive(brokenTransfer())
+	// Once the run took the transfer, it waits out the Delay of OPEN.
+	for {
+		f.q.mu.Lock()
+		n := len(f.q.in)
+		f.q.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.Stop() // returns once the run ended: not after an hour
+	if s := f.Stats(); s.Commands != 0 || s.Malformed != 0 || s.Dropped != 0 || len(c.bytes()) != 0 {
+		t.Errorf("after Stop during the Delay: stats %+v, %d bytes sent; want nothing", s, len(c.bytes()))
 	}
 }
 

@@ -1,8 +1,11 @@
 package simnet
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mhistack/mhistack/link/qmi"
 )
@@ -17,6 +20,53 @@ func (c *qmiCapture) send(b []byte) error {
 	c.out = append(c.out, append([]byte(nil), b...))
 	c.mu.Unlock()
 	return nil
+}
+
+// TestQMIFunctionAnswersAMalformedRequestAndTheRest: one UL transfer
+// holds a request, a CTL request whose TLV length is wrong and a request:
+// the run answers the first, reports the broken one as a host violation
+// and answers it MALFORMED_MESSAGE, then answers the last.
+func TestQMIFunctionAnswersAMalformedRequestAndTheRest(t *testing.T) {
+	fn := NewQMIFunction(QMIConfig{})
+	c := &qmiCapture{}
+	var violations atomic.Int32
+	fn.startWith(c.send, func(rule, detail string) { violations.Add(1) }, 0, false)
+	defer fn.Stop()
+	var td []byte
+	for i, m := range []*qmi.Message{
+		qmi.NewRequest(qmi.ServiceCTL, qmi.CTLGetVersionInfo),
+		qmi.AllocateCIDRequest(qmi.ServiceWDS), // broken below
+		qmi.NewRequest(qmi.ServiceCTL, qmi.CTLGetVersionInfo),
+	} {
+		m.TID = uint16(i + 1)
+		b, err := m.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			b[qmi.QMUXHeaderLen+4]++ // the CTL header's TLV length
+		}
+		td = append(td, b...)
+	}
+	fn.Receive(td)
+	var out [][]byte
+	for deadline := time.Now().Add(5 * time.Second); len(out) < 3 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		out = slices.Clone(c.out)
+		c.mu.Unlock()
+	}
+	if len(out) != 3 {
+		t.Fatalf("%d answers, want 3", len(out))
+	}
+	for i, want := range []qmi.ErrorCode{qmi.ErrNone, qmi.ErrMalformedMessage, qmi.ErrNone} {
+		m, err := qmi.Parse(out[i])
+		if err != nil || m.TID != uint16(i+1) || qmi.ErrorCodeOf(m.Result()) != want {
+			t.Errorf("answer %d: %v, %v; want TID %d, %v", i, m, err, i+1, want)
+		}
+	}
+	if n, s := violations.Load(), fn.Stats(); n != 1 || s.Violations != 1 {
+		t.Errorf("%d violations reported, %d counted; want 1", n, s.Violations)
+	}
 }
 
 // FuzzQMIFunction feeds an arbitrary host byte stream to the emulated QMI
