@@ -10,8 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,76 +17,24 @@ import (
 
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
-	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vpcitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// regModel is a tiny device: BAR 0 is 64 plain registers and records the
-// order of writes; a test drives DMA and MSIs through its Host. A read of
-// register 63, or a write of register 62, blocks while gate is set (a
-// server stuck in the model: it reads no further message).
-type regModel struct {
-	host    vpci.Host
-	mu      sync.Mutex
-	regs    [64]uint32
-	writes  []uint32 // values written, in order
-	resets  atomic.Int32
-	gate    chan struct{}
-	entered chan struct{}
-}
-
-func (m *regModel) Identity() pci.Identity {
-	id := pci.Identity{Vendor: 0x17cb, Device: 0x0306, SubVendor: 0x1eac, SubDev: 0x1002, Class: pci.ClassWirelessOther, MSIVectors: 4}
-	id.BARSize[0] = 4096
-	return id
-}
-func (m *regModel) Attach(h vpci.Host) { m.host = h }
-func (m *regModel) MMIORead(bar int, off uint64) uint32 {
-	if off == 63*4 && m.gate != nil {
-		close(m.entered)
-		<-m.gate
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if off/4 < uint64(len(m.regs)) {
-		return m.regs[off/4]
-	}
-	return 0
-}
-func (m *regModel) MMIOWrite(bar int, off uint64, v uint32) {
-	if off == 62*4 && m.gate != nil {
-		close(m.entered)
-		<-m.gate
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if off/4 < uint64(len(m.regs)) {
-		m.regs[off/4] = v
-	}
-	m.writes = append(m.writes, v)
-}
-func (m *regModel) Reset() {
-	m.mu.Lock()
-	m.regs = [64]uint32{}
-	m.mu.Unlock()
-	m.resets.Add(1)
-}
-func (m *regModel) Detach() {}
-
 type rig struct {
-	model  *regModel
+	model  *vpcitest.Regs
 	srv    *vfiouser.Server
 	sconn  *net.UnixConn // the server's end
 	served chan error
 	dev    *Device
 }
 
-func newRig(t testing.TB, m *regModel, o *Options) *rig {
+func newRig(t testing.TB, m *vpcitest.Regs, o *Options) *rig {
 	t.Helper()
 	if m == nil {
-		m = &regModel{}
+		m = &vpcitest.Regs{}
 	}
 	srv, err := vfiouser.New(m)
 	if err != nil {
@@ -151,9 +97,7 @@ func TestPostedWritesTakeEffectInOrderBeforeALaterRead(t *testing.T) {
 	if got := b.Read32(8); got != n-1 {
 		t.Fatalf("read after %d posted writes = %d, want %d", n, got, n-1)
 	}
-	r.model.mu.Lock()
-	w := append([]uint32(nil), r.model.writes...)
-	r.model.mu.Unlock()
+	w := r.model.Writes()
 	if len(w) != n {
 		t.Fatalf("%d writes reached the model, want %d", len(w), n)
 	}
@@ -185,19 +129,19 @@ func TestDMAReachesTheMemfdArenaAndNothingElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := bytes.Repeat([]byte("device wrote this "), 100)
-	if err := r.model.host.DMAWrite(buf.IOVA+100, data); err != nil {
+	if err := r.model.Host.DMAWrite(buf.IOVA+100, data); err != nil {
 		t.Fatalf("DMA write into the arena: %v", err)
 	}
 	if !bytes.Equal(buf.Mem[100:100+len(data)], data) {
 		t.Fatal("the device's write is not in the client's buffer")
 	}
 	buf.Store32(0, 0xfeedf00d)
-	if v, err := r.model.host.DMARead32(buf.IOVA); err != nil || v != 0xfeedf00d {
+	if v, err := r.model.Host.DMARead32(buf.IOVA); err != nil || v != 0xfeedf00d {
 		t.Fatalf("DMA read of the client's word = %#x, %v", v, err)
 	}
 	iova, size := r.dev.Arena()
 	for _, at := range []uint64{iova - 4, iova + size, iova + size - 2, 0} {
-		if err := r.model.host.DMAWrite(at, []byte{1, 2, 3, 4}); err == nil {
+		if err := r.model.Host.DMAWrite(at, []byte{1, 2, 3, 4}); err == nil {
 			t.Errorf("DMA write at %#x, outside the arena %#x+%#x, was allowed", at, iova, size)
 		}
 	}
@@ -225,8 +169,8 @@ func TestMSIsArriveOnEventfdsUntilDisable(t *testing.T) {
 	if len(vecs) != 3 {
 		t.Fatalf("%d vectors, want 3", len(vecs))
 	}
-	r.model.host.RaiseMSI(2)
-	r.model.host.RaiseMSI(2)
+	r.model.Host.RaiseMSI(2)
+	r.model.Host.RaiseMSI(2)
 	got := uint64(0)
 	for got < 2 {
 		n, err := vecs[2].Wait()
@@ -243,7 +187,7 @@ func TestMSIsArriveOnEventfdsUntilDisable(t *testing.T) {
 	if err := <-waited; !errors.Is(err, pci.ErrClosed) {
 		t.Fatalf("Wait after Disable = %v, want pci.ErrClosed", err)
 	}
-	r.model.host.RaiseMSI(0)
+	r.model.Host.RaiseMSI(0)
 	if st := r.srv.Stats(); st.MSIDelivered != 2 || st.MSIDropped != 1 {
 		t.Errorf("MSIs delivered %d dropped %d, want 2 and 1 (after Disable)", st.MSIDelivered, st.MSIDropped)
 	}
@@ -259,8 +203,8 @@ func TestResetResetsTheFunction(t *testing.T) {
 	if err := r.dev.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	if r.model.resets.Load() != 1 {
-		t.Fatalf("model reset %d times, want 1", r.model.resets.Load())
+	if r.model.Resets.Load() != 1 {
+		t.Fatalf("model reset %d times, want 1", r.model.Resets.Load())
 	}
 	var cmd [2]byte
 	if err := r.dev.ConfigRead(pci.CfgCommand, cmd[:]); err != nil {
@@ -272,7 +216,7 @@ func TestResetResetsTheFunction(t *testing.T) {
 }
 
 func TestServerDeathFailsBlockedAndLaterCalls(t *testing.T) {
-	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	m := &vpcitest.Regs{Gate: make(chan struct{}), Entered: make(chan struct{})}
 	r := newRig(t, m, nil)
 	if err := r.dev.SetBusMaster(true); err != nil {
 		t.Fatal(err)
@@ -284,7 +228,7 @@ func TestServerDeathFailsBlockedAndLaterCalls(t *testing.T) {
 	b, _ := r.dev.BAR(0)
 	read := make(chan uint32, 1)
 	go func() { read <- b.Read32(63 * 4) }()
-	<-m.entered
+	<-m.Entered
 	// The server's end goes away with the read in flight.
 	r.sconn.Close()
 	select {
@@ -295,7 +239,7 @@ func TestServerDeathFailsBlockedAndLaterCalls(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a read blocked on a dead server did not return")
 	}
-	close(m.gate)
+	close(m.Gate)
 	select {
 	case <-r.dev.RemovalRequested():
 	default:
@@ -346,9 +290,9 @@ func within[T any](t *testing.T, what string, ch <-chan T) T {
 // removal; the reply the server sends later reaches no call.
 func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	m := &vpcitest.Regs{Gate: make(chan struct{}), Entered: make(chan struct{})}
 	r := newRig(t, m, &Options{Timeout: timeout})
-	defer close(m.gate) // before the rig's cleanup closes the server
+	defer close(m.Gate) // before the rig's cleanup closes the server
 	if err := r.dev.SetBusMaster(true); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +310,7 @@ func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
 		_, err := r.dev.k.roundTrip(vuwire.CmdRegionRead, head[:], nil, nil, out[:])
 		hung <- err
 	}()
-	<-m.entered
+	<-m.Entered
 	behind := make(chan uint32, 1)
 	go func() { behind <- b.Read32(0) }()
 	err := within(t, "a call to a hung server", hung)
@@ -387,7 +331,7 @@ func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
 	}
 	// The server wakes up and answers: the late reply reaches nobody,
 	// and later calls fail at once.
-	m.gate <- struct{}{}
+	m.Gate <- struct{}{}
 	if v := b.Read32(63 * 4); v != 0xFFFFFFFF {
 		t.Errorf("Read32 after the timeout = %#x, want all-ones", v)
 	}
@@ -404,15 +348,15 @@ func TestHungServerFailsPendingCallsAndRemovesTheDevice(t *testing.T) {
 // blocking the engine forever.
 func TestHungServerThatStopsReadingFailsABlockedPostedWrite(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	m := &vpcitest.Regs{Gate: make(chan struct{}), Entered: make(chan struct{})}
 	r := newRig(t, m, &Options{Timeout: timeout})
-	defer close(m.gate)
+	defer close(m.Gate)
 	if err := r.dev.SetBusMaster(true); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := r.dev.BAR(0)
 	b.Write32(62*4, 1)
-	<-m.entered
+	<-m.Entered
 	wrote := make(chan int, 1)
 	go func() {
 		n := 0
@@ -437,7 +381,7 @@ func TestHungServerThatStopsReadingFailsABlockedPostedWrite(t *testing.T) {
 // reply reaches the call and the connection goes on.
 func TestSlowServerWithinTheTimeoutKeepsTheConnection(t *testing.T) {
 	const timeout = 4 * time.Second
-	m := &regModel{gate: make(chan struct{}), entered: make(chan struct{})}
+	m := &vpcitest.Regs{Gate: make(chan struct{}), Entered: make(chan struct{})}
 	r := newRig(t, m, &Options{Timeout: timeout})
 	if err := r.dev.SetBusMaster(true); err != nil {
 		t.Fatal(err)
@@ -446,7 +390,7 @@ func TestSlowServerWithinTheTimeoutKeepsTheConnection(t *testing.T) {
 	b.Write32(63*4, 0xfeed)
 	read := make(chan uint32, 1)
 	go func() { read <- b.Read32(63 * 4) }()
-	<-m.entered
+	<-m.Entered
 	// Answer once the watchdog has seen the call outstanding at two
 	// checks (a quarter of the timeout apart): it is slow, not hung.
 	for r.dev.k.overdue.Load() == 0 {
@@ -456,7 +400,7 @@ func TestSlowServerWithinTheTimeoutKeepsTheConnection(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	close(m.gate)
+	close(m.Gate)
 	if v := within(t, "a slow read", read); v != 0xfeed {
 		t.Fatalf("slow read = %#x, want 0xfeed", v)
 	}

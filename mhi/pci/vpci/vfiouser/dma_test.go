@@ -19,7 +19,7 @@ import (
 // a DMA over two page windows faulted, and the range unmap was ENOENT.
 func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	c.enableDevice()
 	const (
@@ -112,7 +112,7 @@ func TestVIOMMUPageMapsAndRangeUnmapsFollowType1(t *testing.T) {
 // and DMA over the hole is refused.
 func TestContiguousPageMapsMergeAndAnUnmapSplitsThem(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	c.enableDevice()
 	fd, ram := memfd(t, 64*vuwire.PageSize)

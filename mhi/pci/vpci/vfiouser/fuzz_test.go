@@ -5,6 +5,7 @@ import (
 
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vpcitest"
 )
 
 // FuzzMessages feeds arbitrary byte streams to the message decoder and the
@@ -36,7 +37,7 @@ func FuzzMessages(f *testing.F) {
 	f.Add(msg(vuwire.CmdDMAUnmap, 0, unmapReq(vuwire.DMAUnmapAll, 0, 0)))
 
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		m := &regModel{}
+		m := &vpcitest.Regs{}
 		srv, err := New(m)
 		if err != nil {
 			t.Fatal(err)

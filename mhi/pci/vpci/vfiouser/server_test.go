@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,50 +17,10 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci"
 	"github.com/mhistack/mhistack/mhi/pci/internal/vuwire"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vpcitest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// regModel is a tiny device model: BAR 0 is 64 plain registers, and the
-// test drives DMA and MSIs through the Host it was attached to.
-type regModel struct {
-	host     vpci.Host
-	mu       sync.Mutex
-	regs     [64]uint32
-	writes   []uint64 // offsets written, in order
-	resets   atomic.Int32
-	detached atomic.Bool
-}
-
-func (m *regModel) Identity() pci.Identity {
-	id := pci.Identity{Vendor: 0x17cb, Device: 0x0306, Class: pci.ClassWirelessOther, MSIVectors: 4}
-	id.BARSize[0] = 4096
-	return id
-}
-func (m *regModel) Attach(h vpci.Host) { m.host = h }
-func (m *regModel) MMIORead(bar int, off uint64) uint32 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if off/4 < uint64(len(m.regs)) {
-		return m.regs[off/4]
-	}
-	return 0
-}
-func (m *regModel) MMIOWrite(bar int, off uint64, v uint32) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if off/4 < uint64(len(m.regs)) {
-		m.regs[off/4] = v
-	}
-	m.writes = append(m.writes, off)
-}
-func (m *regModel) Reset() {
-	m.mu.Lock()
-	m.regs = [64]uint32{}
-	m.mu.Unlock()
-	m.resets.Add(1)
-}
-func (m *regModel) Detach() { m.detached.Store(true) }
 
 // client is the test's vfio-user client: the QEMU side of the socket.
 type client struct {
@@ -73,7 +32,7 @@ type client struct {
 // rig is a server with a model, serving one end of a socketpair.
 type rig struct {
 	srv    *Server
-	model  *regModel
+	model  *vpcitest.Regs
 	cl     *client
 	done   chan error
 	faults chan vpci.Fault
@@ -90,7 +49,7 @@ func socketpair(t *testing.T) (a, b *net.UnixConn) {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	r := &rig{model: &regModel{}, done: make(chan error, 1), faults: make(chan vpci.Fault, 64)}
+	r := &rig{model: &vpcitest.Regs{}, done: make(chan error, 1), faults: make(chan vpci.Fault, 64)}
 	srv, err := New(r.model, WithFaultHandler(func(f vpci.Fault) {
 		select {
 		case r.faults <- f:
@@ -105,7 +64,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() {
 		r.cl.c.Close()
 		srv.Close()
-		if !r.model.detached.Load() {
+		if !r.model.Detached.Load() {
 			t.Error("model not detached by Close")
 		}
 	})
@@ -378,7 +337,7 @@ func TestConfigSpaceHasIDsMSICapabilityNoPinAndBARSizing(t *testing.T) {
 
 func TestD3hotStopsBARDecodingAndMSIsUntilD0(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	c.enableDevice()
 	e := eventfd(t)
@@ -413,9 +372,7 @@ func TestD3hotStopsBARDecodingAndMSIsUntilD0(t *testing.T) {
 func TestBARAccessesReachTheModelOnlyWithMemoryDecoding(t *testing.T) {
 	r := newRig(t)
 	c := r.cl
-	r.model.mu.Lock()
-	r.model.regs[1] = 0x1234
-	r.model.mu.Unlock()
+	r.model.Set(1, 0x1234)
 	if got := c.read32(0, 4); got != 0xffffffff {
 		t.Errorf("read with memory decoding off %#x, want all-ones", got)
 	}
@@ -502,7 +459,7 @@ func (r *rig) expectFault(t *testing.T, err error, reason string) {
 
 func TestDMAGoesToTheMappedMemfdAndIsCheckedLikeTheVirtualBus(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	fd, ram := memfd(t, 0x4000)
 	// Guest RAM at IOVA 0x100000 from file offset 0x1000; a ROM with no
@@ -595,7 +552,7 @@ func irqSetReq(flags, index, start, cnt uint32, bools ...byte) []byte {
 
 func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	c.enableDevice()
 	h.RaiseMSI(0) // no eventfd yet: dropped
@@ -681,7 +638,7 @@ func TestMSIsGoToTheInstalledEventfdsWithSharedVectorAliasing(t *testing.T) {
 
 func TestDeviceResetResetsModelConfigAndInterruptsButKeepsDMA(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	fd, _ := memfd(t, 0x1000)
 	c.call(vuwire.CmdDMAMap, mapReq(vuwire.DMAFlagRead|vuwire.DMAFlagWrite, 0, 0x10000, 0x1000), fd)
@@ -690,8 +647,8 @@ func TestDeviceResetResetsModelConfigAndInterruptsButKeepsDMA(t *testing.T) {
 	c.call(vuwire.CmdSetIRQs, irqSetReq(vuwire.IRQSetDataEventfd|vuwire.IRQSetActionTrig, vuwire.IRQMSI, 0, 1), e)
 	c.write32(0, 0, 5)
 	c.call(vuwire.CmdDeviceReset, nil)
-	if r.model.resets.Load() != 1 {
-		t.Errorf("model reset %d times, want 1", r.model.resets.Load())
+	if r.model.Resets.Load() != 1 {
+		t.Errorf("model reset %d times, want 1", r.model.Resets.Load())
 	}
 	if cmd := le.Uint16(c.read(vuwire.RegionConfig, pci.CfgCommand, 2)); cmd != 0 {
 		t.Errorf("command register %#x after reset, want 0", cmd)
@@ -770,13 +727,13 @@ func TestBrokenFramingDropsTheClientAndTheNextOneStartsFromPowerOn(t *testing.T)
 		t.Fatal("server kept the connection after a framing error")
 	}
 	c.c.Close()
-	if r.model.resets.Load() != 1 {
-		t.Errorf("model reset %d times on disconnect, want 1", r.model.resets.Load())
+	if r.model.Resets.Load() != 1 {
+		t.Errorf("model reset %d times on disconnect, want 1", r.model.Resets.Load())
 	}
 	r.connect(t)
 	r.cl.negotiate()
 	r.cl.enableDevice()
-	if err := r.model.host.DMAWrite(0x10000, []byte{1}); !errors.Is(err, vpci.ErrDMAFault) {
+	if err := r.model.Host.DMAWrite(0x10000, []byte{1}); !errors.Is(err, vpci.ErrDMAFault) {
 		t.Errorf("DMA through the previous client's map: %v, want a fault", err)
 	}
 	<-r.faults
@@ -788,7 +745,7 @@ func TestBrokenFramingDropsTheClientAndTheNextOneStartsFromPowerOn(t *testing.T)
 }
 
 func TestServeOverAListenerAndCloseWithAClientConnected(t *testing.T) {
-	m := &regModel{}
+	m := &vpcitest.Regs{}
 	srv, err := New(m)
 	if err != nil {
 		t.Fatal(err)
@@ -819,7 +776,7 @@ func TestServeOverAListenerAndCloseWithAClientConnected(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Errorf("Serve after Close: %v, want ErrClosed", err)
 	}
-	if !m.detached.Load() {
+	if !m.Detached.Load() {
 		t.Error("model not detached")
 	}
 	if err := srv.Serve(l); !errors.Is(err, ErrClosed) {
@@ -835,7 +792,7 @@ func TestServeOverAListenerAndCloseWithAClientConnected(t *testing.T) {
 
 func TestConcurrentDMAAndUnmapNeverTouchUnmappedMemory(t *testing.T) {
 	r := newRig(t)
-	c, h := r.cl, r.model.host
+	c, h := r.cl, r.model.Host
 	c.negotiate()
 	c.enableDevice()
 	fd, _ := memfd(t, 0x10000)
