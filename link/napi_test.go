@@ -132,6 +132,17 @@ func TestBlockedWriterWakesOnTXCompletionNotOnATimer(t *testing.T) {
 // (every 100 ms) whenever the device had not completed anything within
 // two deferred polls of the writer's stop.
 func TestStoppedWriterResumesBeforeTheModeratedInterrupt(t *testing.T) {
+	// Threaded and inline polling alike: with InlinePoll no inline pass
+	// runs while RX is idle, and the poller goroutine polls for the
+	// stopped writer.
+	for _, inline := range []bool{false, true} {
+		t.Run(map[bool]string{false: "threaded", true: "inline"}[inline], func(t *testing.T) {
+			stoppedWriterResumes(t, inline)
+		})
+	}
+}
+
+func stoppedWriterResumes(t *testing.T, inline bool) {
 	base, _ := mhi.Lookup("qcom-sdx55m")
 	p := *base
 	p.Channels = slices.Clone(base.Channels)
@@ -151,7 +162,7 @@ func TestStoppedWriterResumesBeforeTheModeratedInterrupt(t *testing.T) {
 	// It never gives up polling for doorbell mode (whose DB_MODE event
 	// would raise an MSI at once).
 	r := newRig(t, rigOptions{custom: &p, fn: g, sim: sim.Options{PollInterval: 2 * time.Millisecond, PollSpin: time.Microsecond, BurstIdle: time.Minute},
-		link: link.Options{NoGRO: true, TXTimeout: 20 * time.Second}})
+		link: link.Options{NoGRO: true, TXTimeout: 20 * time.Second, InlinePoll: inline}})
 	ulCh, _ := r.ep.Channels()
 	const rings = 20
 	n := rings * ulCh.Elements()

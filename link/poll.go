@@ -47,8 +47,10 @@ const (
 // notify schedules it, then runs passes until one does less than a budget
 // of work and the re-check after re-arming finds nothing. While idle it
 // checks the rings every missedIRQInterval for events whose MSI was lost.
-// With InlinePoll it is the ksoftirqd of the inline passes: it runs only
-// what an inline run handed over (and the idle checks), never defers.
+// With InlinePoll it is the ksoftirqd of the inline passes: it runs what
+// an inline run handed over, the idle checks, and the deferred polls for
+// writers stopped on a full UL ring (no inline pass runs for them while
+// RX is idle), but no deferred polling for RX.
 func (e *Endpoint) pollLoop() {
 	defer e.wg.Done()
 	defer e.workers.Add(-1)
@@ -108,7 +110,7 @@ func (e *Endpoint) pollLoop() {
 			// the ring would drain and sit empty meanwhile. Poll
 			// deferred instead, as after a pass that freed buffers
 			// for stopped writers.
-			if e.opts.DeferPoll > 0 && !e.opts.InlinePoll && deferLeft == 0 {
+			if e.opts.DeferPoll > 0 && deferLeft == 0 {
 				deferLeft, every = e.opts.DeferCount, e.opts.DeferPoll
 			}
 			continue
@@ -145,12 +147,16 @@ func (e *Endpoint) pollLoop() {
 			return
 		}
 		switch {
-		case e.opts.DeferPoll <= 0 || e.opts.InlinePoll:
-		case work > 0 || e.txWoke:
+		case e.opts.DeferPoll <= 0:
+		case !e.opts.InlinePoll && (work > 0 || e.txWoke):
 			// RX work, or TX completions that woke stopped writers:
 			// the device is busy, and its next (moderated) MSI may
 			// be a millisecond away.
 			deferLeft, every = e.opts.DeferCount, e.opts.DeferPoll
+		case e.opts.InlinePoll && e.txWoke:
+			// Inline, RX passes run on interrupts; the poller
+			// defers only for writers that stop again.
+			deferLeft, every = 1, e.opts.DeferPoll
 		case e.tx.waiters.Load() > 0:
 			// Writers stopped on a full UL ring and this pass freed
 			// nothing: the device holds their frames and will
