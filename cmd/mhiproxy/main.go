@@ -104,7 +104,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.open.APNPassword, "apn-password", "", "APN password")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:1080", "`address` for SOCKS5 and HTTP proxy clients (one port serves both); a non-loopback address requires -auth")
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
-	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108;\n"+
+		"it covers every session and device: each series is labelled device=N (the -device index), a session's and\n"+
+		"its listener's also listen=ADDR (the listener's address)")
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet on the modem link to this pcap `file`")
 	fs.Var(&socketNameFlag{&c.mbimProxy, mbim.ProxySocket}, "mbim-proxy", "serve libmbim's proxy protocol on the abstract Unix socket @mbim-proxy, the fixed name\n"+
 		"mbimcli -p and ModemManager connect to, so they share the modem (-mbim-proxy=NAME: another abstract name)")
@@ -416,10 +418,12 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 	modems := map[int]network{0: nw}
 	ssrvs := make([]*proxy.Server, len(cfg.sessions))
 	snws := make([]network, len(cfg.sessions))
+	metrics := sessionMetrics(nw, srv, 0, ln.Addr(), true)
 	for i, ss := range cfg.sessions {
 		octx, cancel := context.WithTimeout(ctx, bringUpTimeout)
 		var snw network
-		if m := modems[ss.device]; m != nil {
+		m := modems[ss.device]
+		if m != nil {
 			snw, err = m.OpenSession(octx, ss)
 		} else {
 			oo := openOptions{Device: cfg.devices[ss.device], APN: ss.apn, APNUser: ss.user, APNPassword: ss.password, Logger: log}
@@ -434,6 +438,7 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		snws[i] = snw
 		ssrvs[i] = &proxy.Server{Logger: log, Credentials: srv.Credentials}
 		useNetwork(ssrvs[i], snw)
+		metrics = append(metrics, sessionMetrics(snw, ssrvs[i], ss.device, slns[i].Addr(), m == nil)...)
 	}
 
 	if cfg.pcap != "" {
@@ -474,9 +479,8 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 	}
 	var msrv *http.Server
 	if mln != nil {
-		sources := append(nw.Metrics(), metricSource{name: "proxy", stats: func() any { return srv.Stats() }, kind: proxyKind})
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", metricsHandler(sources))
+		mux.Handle("/metrics", metricsHandler(metrics))
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
@@ -513,6 +517,29 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// sessionMetrics are the -metrics sources of one session: its stack's
+// (nw.Metrics) and its listener's, labelled with the index of its -device
+// flag and the listener's address; and, when the session brought its
+// modem up (ownsDevice), the modem's MHI counters, labelled with the
+// device only, so that they appear once per modem, not once per session.
+func sessionMetrics(nw network, srv *proxy.Server, device int, listen net.Addr, ownsDevice bool) []metricSource {
+	dev := strconv.Itoa(device)
+	var srcs []metricSource
+	for _, src := range nw.Metrics() {
+		switch {
+		case !src.perDevice:
+			src.labels = metricLabels("device", dev, "listen", listen.String())
+		case ownsDevice:
+			src.labels = metricLabels("device", dev)
+		default:
+			continue
+		}
+		srcs = append(srcs, src)
+	}
+	return append(srcs, metricSource{name: "proxy", stats: func() any { return srv.Stats() }, kind: proxyKind,
+		labels: metricLabels("device", dev, "listen", listen.String())})
 }
 
 // useNetwork makes srv reach targets through nw.

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +28,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // so that everything but the bring-up is tested here.
 type hostNetwork struct {
 	net.Dialer
-	closed bool
+	closed atomic.Bool
+	dials  atomic.Uint64 // for its stack metrics
+}
+
+func (h *hostNetwork) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	h.dials.Add(1)
+	return h.Dialer.DialContext(ctx, network, address)
 }
 
 func (h *hostNetwork) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
@@ -44,9 +54,14 @@ func (h *hostNetwork) Metrics() []metricSource {
 	type linkStats struct{ RXPackets, TXPackets uint64 }
 	type stackStats struct {
 		ActiveTCPConns int
+		Dialed         uint64
 		Link           *linkStats
 	}
-	return []metricSource{{name: "stack", stats: func() any { return stackStats{3, &linkStats{10, 20}} }}}
+	type mhiStats struct{ Interrupts uint64 }
+	return []metricSource{
+		{name: "stack", stats: func() any { return stackStats{3, h.dials.Load(), &linkStats{10, 20}} }},
+		{name: "mhi", stats: func() any { return mhiStats{42} }, perDevice: true},
+	}
 }
 func (h *hostNetwork) CapturePcap(w io.Writer) (func() error, error) {
 	return func() error { return nil }, nil
@@ -60,7 +75,7 @@ func (h *hostNetwork) ServeQMIProxy(string) (func() error, error) {
 func (h *hostNetwork) OpenSession(context.Context, sessionSpec) (network, error) {
 	return &hostNetwork{}, nil
 }
-func (h *hostNetwork) Close() error { h.closed = true; return nil }
+func (h *hostNetwork) Close() error { h.closed.Store(true); return nil }
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -146,10 +161,17 @@ func startProxy(t *testing.T, args ...string) (stdout *syncBuffer, proxyAddr, me
 	var stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	nw := &hostNetwork{}
+	// One host network per device (a later -device opens its own).
+	var mu sync.Mutex
+	var nws []*hostNetwork
 	go func() {
 		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0"}, args...), stdout, &stderr,
-			func(context.Context, openOptions) (network, error) { return nw, nil })
+			func(context.Context, openOptions) (network, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				nws = append(nws, &hostNetwork{})
+				return nws[len(nws)-1], nil
+			})
 	}()
 	ready := regexp.MustCompile(`listening on (\S+) via host/test, ip 10\.0\.0\.7, metrics http://(\S+)/metrics`)
 	deadline := time.Now().Add(5 * time.Second)
@@ -170,8 +192,10 @@ func startProxy(t *testing.T, args ...string) (stdout *syncBuffer, proxyAddr, me
 		once.Do(func() {
 			cancel()
 			code = <-done
-			if !nw.closed {
-				t.Error("network not closed on shutdown")
+			for i, nw := range nws {
+				if !nw.closed.Load() {
+					t.Errorf("network %d not closed on shutdown", i)
+				}
 			}
 		})
 		return code
@@ -199,21 +223,18 @@ func TestServesProxyAndMetricsThenShutsDownCleanly(t *testing.T) {
 		t.Errorf("through the proxy: %q", b)
 	}
 
-	resp, err := http.Get("http://" + maddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	m := scrape(t, maddr)
+	main := `{device="0",listen="` + addr + `"}`
 	for _, want := range []string{
-		"# TYPE mhiproxy_proxy_socks_connects counter\nmhiproxy_proxy_socks_connects 1\n",
+		"# TYPE mhiproxy_proxy_socks_connects counter\nmhiproxy_proxy_socks_connects" + main + " 1\n",
 		"# TYPE mhiproxy_proxy_conns_active gauge\n",
-		"mhiproxy_proxy_bytes_down ",
-		"mhiproxy_stack_active_tcp_conns 3\n",
-		"mhiproxy_stack_link_rx_packets 10\n",
+		"mhiproxy_proxy_bytes_down" + main + " ",
+		"mhiproxy_stack_active_tcp_conns" + main + " 3\n",
+		"mhiproxy_stack_link_rx_packets" + main + " 10\n",
+		"mhiproxy_mhi_interrupts{device=\"0\"} 42\n",
 	} {
-		if !strings.Contains(string(m), want) {
-			t.Errorf("metrics lack %q:\n%s", want, m)
+		if !strings.Contains(m.text, want) {
+			t.Errorf("metrics lack %q:\n%s", want, m.text)
 		}
 	}
 	if code := stop(); code != 0 {
@@ -251,6 +272,174 @@ func TestSnakeCaseMetricNames(t *testing.T) {
 		if got := snake(in); got != want {
 			t.Errorf("snake(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestMetricsCoverEverySessionAndDevice: with a second session on the
+// first device and a session on a second device, one scrape has every
+// listener's proxy series and every session's stack series, labelled with
+// the device index and the listener's address, and each device's MHI
+// series once; it is valid text format (each family once, not
+// interleaved); and a connection through the second listener moves that
+// listener's and session's counters only.
+func TestMetricsCoverEverySessionAndDevice(t *testing.T) {
+	tg, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	stdout, addr, maddr, _ := startProxy(t, "-device", "sim", "-device", "sim",
+		"-session", "apn=ims,listen=127.0.0.1:0", "-session", "device=1,apn=corp,listen=127.0.0.1:0")
+	var ls []string
+	for _, m := range regexp.MustCompile(`listening on (\S+) via host/test, apn \S+, ip`).FindAllStringSubmatch(stdout.String(), -1) {
+		ls = append(ls, m[1])
+	}
+	if len(ls) != 2 {
+		t.Fatalf("session ready lines: %q", stdout.String())
+	}
+	labels := []string{
+		`{device="0",listen="` + addr + `"}`,
+		`{device="0",listen="` + ls[0] + `"}`,
+		`{device="1",listen="` + ls[1] + `"}`,
+	}
+	before := scrape(t, maddr)
+	for _, l := range labels {
+		for _, name := range []string{"mhiproxy_proxy_socks_connects", "mhiproxy_proxy_conns_accepted", "mhiproxy_stack_dialed", "mhiproxy_stack_link_rx_packets"} {
+			if _, ok := before.series[name+l]; !ok {
+				t.Errorf("no %s%s in\n%s", name, l, before.text)
+			}
+		}
+	}
+	before.checkOncePerDevice(t, "mhiproxy_mhi_interrupts", 2)
+
+	conn, err := (&proxy.Client{Proxy: ls[0]}).DialContext(context.Background(), "tcp", tg.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	// The server counts the CONNECT once its reply is written: the client
+	// may see the reply first.
+	after := scrape(t, maddr)
+	for deadline := time.Now().Add(10 * time.Second); after.series["mhiproxy_proxy_socks_connects"+labels[1]] == "0" && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		after = scrape(t, maddr)
+	}
+	for _, l := range labels {
+		for _, name := range []string{"mhiproxy_proxy_socks_connects", "mhiproxy_stack_dialed"} {
+			moved := after.series[name+l] != before.series[name+l]
+			if wantMoved := l == labels[1]; moved != wantMoved {
+				t.Errorf("%s%s: %s before, %s after a connection through %s", name, l, before.series[name+l], after.series[name+l], ls[0])
+			}
+		}
+	}
+	if got := after.series["mhiproxy_proxy_socks_connects"+labels[1]]; got != "1" {
+		t.Errorf("second listener's socks_connects %s, want 1", got)
+	}
+}
+
+// exposition is one scrape: its text and its series ("name{labels}" →
+// value).
+type exposition struct {
+	text   string
+	series map[string]string
+}
+
+// checkOncePerDevice checks that family has one series per device,
+// labelled with the device only.
+func (e exposition) checkOncePerDevice(t *testing.T, family string, devices int) {
+	t.Helper()
+	var got, want []string
+	for k := range e.series {
+		if strings.HasPrefix(k, family+"{") || k == family {
+			got = append(got, k)
+		}
+	}
+	for i := range devices {
+		want = append(want, fmt.Sprintf(`%s{device="%d"}`, family, i))
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s series %q, want %q (once per device)", family, got, want)
+	}
+}
+
+// scrape fetches /metrics from maddr and checks it is valid Prometheus text
+// format (version 0.0.4) as mhiproxy writes it: every sample's family
+// declared by a TYPE line right before its series, each family once and
+// its series together, no series twice.
+func scrape(t *testing.T, maddr string) exposition {
+	t.Helper()
+	resp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := exposition{text: string(b), series: map[string]string{}}
+	if err := parseExposition(e.text, e.series); err != nil {
+		t.Fatalf("invalid exposition: %v\n%s", err, e.text)
+	}
+	return e
+}
+
+var (
+	typeLine   = regexp.MustCompile(`^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|untyped)$`)
+	sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)?\})? (-?[0-9][0-9.e+-]*)$`)
+)
+
+func parseExposition(text string, series map[string]string) error {
+	if !strings.HasSuffix(text, "\n") {
+		return errors.New("does not end in a newline")
+	}
+	declared := map[string]bool{}
+	family := ""
+	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if m := typeLine.FindStringSubmatch(line); m != nil {
+			if declared[m[1]] {
+				return fmt.Errorf("line %d: family %s declared again", i+1, m[1])
+			}
+			declared[m[1]], family = true, m[1]
+			continue
+		}
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil {
+			return fmt.Errorf("line %d: %q is neither a TYPE line nor a sample", i+1, line)
+		}
+		if m[1] != family {
+			return fmt.Errorf("line %d: %s sample outside its family (under %q)", i+1, m[1], family)
+		}
+		if _, dup := series[m[1]+m[2]]; dup {
+			return fmt.Errorf("line %d: series %s%s twice", i+1, m[1], m[2])
+		}
+		series[m[1]+m[2]] = m[3]
+	}
+	return nil
+}
+
+func TestExpositionCheckerCatchesBadText(t *testing.T) {
+	for _, bad := range []string{
+		"# TYPE a counter\na 1\n# TYPE b counter\nb 1\na{x=\"1\"} 2\n", // interleaved
+		"# TYPE a counter\na 1\n# TYPE a counter\na{x=\"1\"} 2\n",      // declared twice
+		"# TYPE a counter\na 1\na 2\n",                                 // series twice
+		"a 1\n",                                                        // no TYPE
+		"# TYPE a counter\na{x=1} 1\n",                                 // unquoted label
+	} {
+		if err := parseExposition(bad, map[string]string{}); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	good := "# TYPE a counter\na{d=\"0\",l=\"[::1]:80\"} 1\na{d=\"1\",l=\"q\\\"\"} 2\n# TYPE b gauge\nb 3\n"
+	if err := parseExposition(good, map[string]string{}); err != nil {
+		t.Errorf("rejected %q: %v", good, err)
+	}
+}
+
+func TestMetricLabelsEscapeValues(t *testing.T) {
+	if got, want := metricLabels("device", "0", "listen", "a\"b\\c\nd"), `{device="0",listen="a\"b\\c\nd"}`; got != want {
+		t.Errorf("got %s, want %s", got, want)
 	}
 }
 

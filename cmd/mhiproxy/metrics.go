@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net/http"
 	"reflect"
 	"sort"
@@ -21,7 +20,35 @@ type metricSource struct {
 	// kind tells counters from gauges by field name; nil means the
 	// source's fields are exported as untyped.
 	kind func(field string) string
+	// perDevice marks the modem's own counters (the MHI controller's),
+	// which every session of that modem shares: they are exported once
+	// per device, labelled with the device only.
+	perDevice bool
+	// labels are the series' labels, e.g. {device="0",listen="…"}
+	// (metricLabels); serve sets them.
+	labels string
 }
+
+// metricLabels renders Prometheus labels from name, value pairs, with
+// the values escaped as the text format wants.
+func metricLabels(kv ...string) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[i])
+		b.WriteString(`="`)
+		b.WriteString(labelEscaper.Replace(kv[i+1]))
+		b.WriteByte('"')
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "{" + b.String() + "}"
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 // proxyKind: the proxy's Stats mark gauges with an "Active" suffix.
 func proxyKind(field string) string {
@@ -36,20 +63,45 @@ func proxyKind(field string) string {
 // every metric is a plain number read from a Stats struct, which the text
 // format expresses in a few lines, and the module stays free of
 // client_golang's dependency tree.
+//
+// The format wants each metric family once: one TYPE line, then all its
+// series together. Several sources share names (every session has its
+// mhiproxy_stack_dialed), so a scrape collects every source's samples
+// first and writes them grouped by name, sorted, each family's series in
+// the order of sources.
 func metricsHandler(sources []metricSource) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		bw := bufio.NewWriter(w)
+		fams := map[string]*metricFamily{}
 		for _, src := range sources {
-			writeMetrics(bw, "mhiproxy_"+src.name, src.stats(), src.kind)
+			collectMetrics(fams, "mhiproxy_"+src.name, src.labels, src.stats(), src.kind)
+		}
+		names := make([]string, 0, len(fams))
+		for n := range fams {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		bw := bufio.NewWriter(w)
+		for _, n := range names {
+			f := fams[n]
+			fmt.Fprintf(bw, "# TYPE %s %s\n", n, f.typ)
+			for _, s := range f.series {
+				fmt.Fprintf(bw, "%s%s %s\n", n, s.labels, s.value)
+			}
 		}
 		bw.Flush()
 	})
 }
 
-// writeMetrics walks v's exported numeric fields, descending into nested
-// structs and non-nil pointers to structs.
-func writeMetrics(w io.Writer, prefix string, v any, kind func(string) string) {
+// A metricFamily is one metric name's type and series.
+type metricFamily struct {
+	typ    string
+	series []struct{ labels, value string }
+}
+
+// collectMetrics adds v's exported numeric fields to fams, descending into
+// nested structs and non-nil pointers to structs.
+func collectMetrics(fams map[string]*metricFamily, prefix, labels string, v any, kind func(string) string) {
 	rv := reflect.ValueOf(v)
 	for rv.Kind() == reflect.Pointer {
 		if rv.IsNil() {
@@ -60,11 +112,6 @@ func writeMetrics(w io.Writer, prefix string, v any, kind func(string) string) {
 	if rv.Kind() != reflect.Struct {
 		return
 	}
-	type metric struct {
-		name, kind string
-		value      string
-	}
-	var ms []metric
 	rt := rv.Type()
 	for i := range rt.NumField() {
 		f := rt.Field(i)
@@ -73,30 +120,35 @@ func writeMetrics(w io.Writer, prefix string, v any, kind func(string) string) {
 		}
 		fv := rv.Field(i)
 		name := prefix + "_" + snake(f.Name)
+		var value string
 		switch fv.Kind() {
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			ms = append(ms, metric{name, f.Name, fmt.Sprint(fv.Uint())})
+			value = fmt.Sprint(fv.Uint())
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			ms = append(ms, metric{name, f.Name, fmt.Sprint(fv.Int())})
+			value = fmt.Sprint(fv.Int())
 		case reflect.Float32, reflect.Float64:
-			ms = append(ms, metric{name, f.Name, fmt.Sprint(fv.Float())})
+			value = fmt.Sprint(fv.Float())
 		case reflect.Bool:
-			b := 0
+			value = "0"
 			if fv.Bool() {
-				b = 1
+				value = "1"
 			}
-			ms = append(ms, metric{name, f.Name, fmt.Sprint(b)})
 		case reflect.Struct, reflect.Pointer:
-			writeMetrics(w, name, fv.Interface(), nil)
+			collectMetrics(fams, name, labels, fv.Interface(), nil)
+			continue
+		default:
+			continue
 		}
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].name < ms[j].name })
-	for _, m := range ms {
-		typ := "untyped"
-		if kind != nil {
-			typ = kind(m.kind)
+		fam := fams[name]
+		if fam == nil {
+			typ := "untyped"
+			if kind != nil {
+				typ = kind(f.Name)
+			}
+			fam = &metricFamily{typ: typ}
+			fams[name] = fam
 		}
-		fmt.Fprintf(w, "# TYPE %s %s\n%s %s\n", m.name, typ, m.name, m.value)
+		fam.series = append(fam.series, struct{ labels, value string }{labels, value})
 	}
 }
 

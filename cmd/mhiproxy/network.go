@@ -32,7 +32,9 @@ type network interface {
 	Describe() string
 	// Addresses are the data session's addresses.
 	Addresses() []netip.Prefix
-	// Metrics are the link, MHI and stack counters for -metrics.
+	// Metrics are the link, MHI and stack counters for -metrics; the
+	// modem's own (MHI) are marked perDevice, since every session of the
+	// modem returns them.
 	Metrics() []metricSource
 	// CapturePcap writes every packet on the link to w until stop.
 	CapturePcap(w io.Writer) (stop func() error, err error)
@@ -222,7 +224,7 @@ func (m *modem) Metrics() []metricSource {
 	// they become mhiproxy_stack_link_*.
 	srcs := []metricSource{{name: "stack", stats: func() any { return m.Stats() }, kind: stackKind}}
 	if c := m.Controller(); c != nil {
-		srcs = append(srcs, metricSource{name: "mhi", stats: func() any { return c.Stats() }, kind: func(f string) string {
+		srcs = append(srcs, metricSource{name: "mhi", stats: func() any { return c.Stats() }, perDevice: true, kind: func(f string) string {
 			if f == "LastRecovery" {
 				return "gauge"
 			}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,21 +98,17 @@ func TestOnTheEmulatedModem(t *testing.T) {
 		uc.Close()
 	}
 
-	mresp, err := http.Get("http://" + maddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
+	mb := scrape(t, maddr).text
+	main := regexp.QuoteMeta(`{device="0",listen="` + addr + `"}`)
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^mhiproxy_proxy_socks_connects 2$`),
-		regexp.MustCompile(`(?m)^mhiproxy_proxy_http_connects 1$`),
-		regexp.MustCompile(`(?m)^mhiproxy_stack_dialed [1-9]`),
+		regexp.MustCompile(`(?m)^mhiproxy_proxy_socks_connects` + main + ` 2$`),
+		regexp.MustCompile(`(?m)^mhiproxy_proxy_http_connects` + main + ` 1$`),
+		regexp.MustCompile(`(?m)^mhiproxy_stack_dialed` + main + ` [1-9]`),
 		regexp.MustCompile(`(?m)^# TYPE mhiproxy_stack_active_tcp_conns gauge$`),
-		regexp.MustCompile(`(?m)^mhiproxy_stack_link_rx_bytes [1-9][0-9]{6}`),
-		regexp.MustCompile(`(?m)^mhiproxy_mhi_interrupts [1-9]`),
+		regexp.MustCompile(`(?m)^mhiproxy_stack_link_rx_bytes` + main + ` [1-9][0-9]{6}`),
+		regexp.MustCompile(`(?m)^mhiproxy_mhi_interrupts\{device="0"\} [1-9]`),
 	} {
-		if !want.Match(mb) {
+		if !want.MatchString(mb) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
@@ -238,7 +235,10 @@ func getThrough(t *testing.T, ctx context.Context, addr, port string) string {
 // same modem (the Foxconn T99W175's MBIM session 1 on APN ims) on its own
 // listener, and a second -device (an emulated Telit FN980 v1, QMI) serves
 // its session on a third; each listener's ready line names its session's
-// own addresses, and an HTTP fetch through each reaches the host.
+// own addresses, and an HTTP fetch through each reaches the host. One
+// -metrics scrape then has each listener's proxy and session's stack and
+// link counters, labelled with the device and the listener, moved by its
+// fetch, and each modem's MHI counters once.
 func TestSessionsAndDevices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up two emulated modems")
@@ -250,27 +250,53 @@ func TestSessionsAndDevices(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-profile", "foxconn-t99w175", "-apn", "internet",
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-profile", "foxconn-t99w175", "-apn", "internet",
 			"-device", "sim", "-device", "sim:telit-fn980-hwv1",
 			"-session", "apn=ims,listen=127.0.0.1:0",
 			"-session", "device=1,apn=corp.mhistack,listen=127.0.0.1:0", "-log-level", "warn"}, &stdout, &stderr, openModem)
 	}()
-	m := waitReady(t, `(?s)listening on (\S+) via sim/foxconn-t99w175, ip (\S+) \S+\n`+
+	m := waitReady(t, `(?s)listening on (\S+) via sim/foxconn-t99w175, ip (\S+) \S+, metrics http://(\S+)/metrics\n`+
 		`listening on (\S+) via sim/foxconn-t99w175, apn ims, ip (\S+) \S+\n`+
 		`listening on (\S+) via sim:telit-fn980-hwv1/telit-fn980-hwv1, apn corp.mhistack, ip (\S+)\n`, done, &stdout, &stderr)
 	t.Log(strings.TrimSpace(stdout.String()))
 	apns := simnet.DefaultAPNs()
 	want := []string{apns[0].Carrier.IPv4.Addr().String(), apns[1].Carrier.ForSession(1).IPv4.Addr().String(), apns[2].Carrier.IPv4.Addr().String()}
+	maddr := m[3]
+	m = slices.Delete(m, 3, 4)
 	for i, w := range want {
 		if m[2+2*i] != w {
 			t.Errorf("listener %d: ready line says ip %s, want %s", i, m[2+2*i], w)
 		}
 	}
-	for _, addr := range []string{m[1], m[3], m[5]} {
+	labels := []string{
+		`{device="0",listen="` + m[1] + `"}`,
+		`{device="0",listen="` + m[3] + `"}`,
+		`{device="1",listen="` + m[5] + `"}`,
+	}
+	before := scrape(t, maddr)
+	for i, addr := range []string{m[1], m[3], m[5]} {
 		if got := getThrough(t, ctx, addr, port); !strings.HasPrefix(got, "hello via") {
 			t.Errorf("through %s: %q", addr, got)
 		}
+		// Each fetch moves its own session's counters, not the others'.
+		after := scrape(t, maddr)
+		for j, l := range labels {
+			for _, name := range []string{"mhiproxy_proxy_socks_connects", "mhiproxy_stack_dialed", "mhiproxy_stack_link_rx_packets"} {
+				b, ok := before.series[name+l]
+				if !ok {
+					t.Fatalf("no %s%s in\n%s", name, l, before.text)
+				}
+				// Another session's link may see unrelated packets (router
+				// advertisements): only its connection counters must stay.
+				moved := after.series[name+l] != b
+				if moved != (i == j) && (i == j || name != "mhiproxy_stack_link_rx_packets") {
+					t.Errorf("fetch through %s: %s%s %s → %s", addr, name, l, b, after.series[name+l])
+				}
+			}
+		}
+		before = after
 	}
+	before.checkOncePerDevice(t, "mhiproxy_mhi_interrupts", 2)
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d; stderr %q", code, stderr.String())
