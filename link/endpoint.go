@@ -232,7 +232,7 @@ type Endpoint struct {
 	txFn     func(mhi.Completion) // e.txComplete, bound once
 	resetRX  atomic.Bool          // SYS_ERR: drop the partial chain
 	kicked   bool                 // the last pass woke the refiller
-	txWoke   bool                 // a pass since run began freed TX buffers for stopped writers
+	txWoke   bool                 // the last pass freed TX buffers for stopped writers
 	groSink  groSink
 	rxCsum   bool
 	txBudget int

@@ -140,20 +140,19 @@ func (e *Endpoint) pollLoop() {
 		deferT.Stop()
 		armed = false
 		e.inPass.Store(true)
-		e.txWoke = false
-		ok, work := e.run(false)
+		ok, work, woke := e.run(false)
 		e.inPass.Store(false)
 		if !ok {
 			return
 		}
 		switch {
 		case e.opts.DeferPoll <= 0:
-		case !e.opts.InlinePoll && (work > 0 || e.txWoke):
+		case !e.opts.InlinePoll && (work > 0 || woke):
 			// RX work, or TX completions that woke stopped writers:
 			// the device is busy, and its next (moderated) MSI may
 			// be a millisecond away.
 			deferLeft, every = e.opts.DeferCount, e.opts.DeferPoll
-		case e.opts.InlinePoll && e.txWoke:
+		case e.opts.InlinePoll && woke:
 			// Inline, RX passes run on interrupts; the poller
 			// defers only for writers that stop again.
 			deferLeft, every = 1, e.opts.DeferPoll
@@ -186,17 +185,20 @@ func (e *Endpoint) pollInline() {
 }
 
 // run does poll passes while the poller is scheduled. It returns false if
-// the endpoint is stopping, and the RX work done. An inline run (on an
+// the endpoint is stopping, the RX work done, and whether a pass's TX
+// completions woke stopped writers (read here, while this run owns the
+// passes: with InlinePoll another goroutine's run may follow at once). An inline run (on an
 // interrupt goroutine) is bounded like a softirq: see inlineSlice.
-func (e *Endpoint) run(inline bool) (ok bool, total int) {
+func (e *Endpoint) run(inline bool) (ok bool, total int, woke bool) {
 	var since time.Time // last yield (or the start)
 	start, passes := time.Now(), 0
 	for {
 		if e.stopped.Load() {
-			return false, total
+			return false, total, woke
 		}
 		work, end := e.poll()
 		total += work
+		woke = woke || e.txWoke
 		passes++
 		if since.IsZero() {
 			since = end
@@ -209,7 +211,7 @@ func (e *Endpoint) run(inline bool) (ok bool, total int) {
 			case e.sched <- struct{}{}:
 			default:
 			}
-			return true, total
+			return true, total, woke
 		}
 		if work >= e.budget {
 			// The device has more: poll again without waiting for an
@@ -231,13 +233,13 @@ func (e *Endpoint) run(inline bool) (ok bool, total int) {
 		e.stats.rearms.Add(1)
 		e.scheduled.Store(false)
 		if !e.rx.pending() && !e.dlER.Pending() && !e.ulER.Pending() {
-			return true, total
+			return true, total, woke
 		}
 		e.stats.rearmRaces.Add(1)
 		if !e.scheduled.CompareAndSwap(false, true) {
 			// An interrupt got in between and scheduled a poll: its
 			// token (or, inline, its goroutine) takes over.
-			return true, total
+			return true, total, woke
 		}
 	}
 }
@@ -248,7 +250,7 @@ func (e *Endpoint) run(inline bool) (ok bool, total int) {
 // when the pass ended; e.kicked says whether it woke the refiller.
 func (e *Endpoint) poll() (int, time.Time) {
 	start := time.Now()
-	e.kicked = false
+	e.kicked, e.txWoke = false, false
 	e.stats.polls.Add(1)
 	// Writers stopped on a full UL ring make the TX completions of this
 	// pass work worth deferred polling for (see pollLoop).
