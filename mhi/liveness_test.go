@@ -197,22 +197,10 @@ func TestRemovalRequestResetsReleasesAndEndsABlockedRecv(t *testing.T) {
 	}
 }
 
-// removedAtRead is the emulated function surprise-removed as the host
-// reads register at of BAR 0 (the first time): that read and every later
+// removedAtBAR is BAR 0 of an emulated function surprise-removed as the
+// host reads register at (the first time): that read and every later
 // access read all-ones, as a vfio-user device does once its server was
-// declared gone.
-type removedAtRead struct {
-	*vpci.Device
-	bar *removedAtBAR
-}
-
-func (d removedAtRead) BAR(i int) (pci.BAR, error) {
-	if i != 0 {
-		return d.Device.BAR(i)
-	}
-	return d.bar, nil
-}
-
+// declared gone. It is used through bar0Device.
 type removedAtBAR struct {
 	pci.BAR
 	dev *vpci.Device
@@ -236,15 +224,15 @@ func TestRemovalWhilePowerUpReadsTheDoorbellOffsetsIsErrRemoved(t *testing.T) {
 		off  uint64
 	}{{"CHDBOFF", mhi.RegCHDBOFF}, {"ERDBOFF", mhi.RegERDBOFF}} {
 		t.Run(reg.name, func(t *testing.T) {
-			var d removedAtRead
+			var bar0 *removedAtBAR
 			r := mhitest.New(t, mhitest.Options{ProfileName: "foxconn-sdx55",
 				Wrap: func(dev *vpci.Device) (pci.Device, error) {
 					bar, err := dev.BAR(0)
 					if err != nil {
 						return nil, err
 					}
-					d = removedAtRead{Device: dev, bar: &removedAtBAR{BAR: bar, dev: dev, at: reg.off}}
-					return d, nil
+					bar0 = &removedAtBAR{BAR: bar, dev: dev, at: reg.off}
+					return bar0Device{Device: dev, bar0: bar0}, nil
 				},
 				Controller: mhi.Options{LivenessInterval: -1},
 				NoPowerUp:  true,
@@ -252,7 +240,7 @@ func TestRemovalWhilePowerUpReadsTheDoorbellOffsetsIsErrRemoved(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err := r.Controller.PowerUp(ctx)
-			if !d.bar.hit.Load() {
+			if !bar0.hit.Load() {
 				t.Fatalf("PowerUp never read %s (%v)", reg.name, err)
 			}
 			if !errors.Is(err, mhi.ErrRemoved) {

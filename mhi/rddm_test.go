@@ -92,22 +92,11 @@ func powerUpCrashed(t *testing.T, wrap func(*vpci.Device) pci.Device) (*rig, []b
 	return r, img
 }
 
-// staleRXStatus is a backend whose BAR holds back the host's RXVECDB ring
-// until the host first polls RXVECSTATUS, and answers that poll with a
-// completed status of another transfer (another non-zero sequence): an
-// earlier upload whose status lands after the host rang.
-type staleRXStatus struct {
-	*vpci.Device
-	bar *staleBAR
-}
-
-func (d staleRXStatus) BAR(i int) (pci.BAR, error) {
-	if i != 0 {
-		return d.Device.BAR(i)
-	}
-	return d.bar, nil
-}
-
+// staleBAR is the BAR 0 of a backend (through bar0Device) that holds
+// back the host's RXVECDB ring until the host first polls RXVECSTATUS, and
+// answers that poll with a completed status of another transfer (another
+// non-zero sequence): an earlier upload whose status lands after the host
+// rang.
 type staleBAR struct {
 	pci.BAR
 
@@ -167,7 +156,7 @@ func TestCrashDumpWaitsForItsOwnTransferStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		bar = &staleBAR{BAR: inner}
-		return staleRXStatus{d, bar}
+		return bar0Device{d, bar}
 	})
 	bar.mu.Lock()
 	served := bar.served

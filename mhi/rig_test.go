@@ -326,3 +326,18 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// bar0Device is an emulated function whose BAR 0 a test replaces (a BAR
+// that fails, lies or holds writes back); its other BARs and everything
+// else are the function's.
+type bar0Device struct {
+	*vpci.Device
+	bar0 pci.BAR
+}
+
+func (d bar0Device) BAR(i int) (pci.BAR, error) {
+	if i != 0 {
+		return d.Device.BAR(i)
+	}
+	return d.bar0, nil
+}
