@@ -110,7 +110,9 @@ type Options struct {
 	// DL ring full and stalled until the next interrupt. Defaults: 50 µs
 	// and 2 (docs/LINK.md has the measurements); a negative DeferPoll
 	// turns it off (every pass then waits for an interrupt). Idle, the
-	// poller still sleeps until an interrupt.
+	// poller still sleeps until an interrupt. While a writer is stopped
+	// on a full UL ring the poller also polls every DeferPoll, backing
+	// off to 1 ms, until TX completions free room (with InlinePoll too).
 	DeferPoll  time.Duration
 	DeferCount int
 	// LockOSThread pins the dedicated poller to an OS thread.
