@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -450,7 +451,16 @@ touch ` + dir + `/stall-watcher-stop
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := exec.CommandContext(ctx, bb, "sh", "-c", sh).Run(); err != nil {
+	cmd := exec.CommandContext(ctx, bb, "sh", "-c", sh)
+	// The watcher is a grandchild the script cannot wait for; if it
+	// misses the stop file before t.TempDir goes, it would loop on for
+	// good: its process group goes with the script.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil {
 		t.Fatalf("the script failed (%v; a \"wait\" waiting for the watcher times out)", err)
 	}
 	b, err := os.ReadFile(out)
