@@ -60,6 +60,10 @@ var hostPaths = []struct{ name, key string }{
 	{"Linux TCP over a veth pair into a netns", "veth"},
 }
 
+// benchServeFlags are extra flags for the mhictl sim serve processes of
+// tables 8 and 9 (-serve-flags), split at spaces.
+var benchServeFlags string
+
 // hostVFIORows is how many of hostPaths' first rows are mhistack over
 // vfio-user (the rest are the references on the host's one CPU).
 const hostVFIORows = 2
@@ -117,7 +121,7 @@ func (c *config) hostRun(variants bool) (*table, error) {
 		return nil, err
 	}
 	d, w := min(c.dur, time.Second), min(c.warm, 300*time.Millisecond)
-	child := exec.Command(exe, hostChildArg, "-mhictl", bin, "-dir", dir, "-runs", strconv.Itoa(c.runs),
+	child := exec.Command(exe, hostChildArg, "-mhictl", bin, "-dir", dir, "-runs", strconv.Itoa(c.runs), "-serve-flags", benchServeFlags,
 		"-duration", d.String(), "-warm", w.String(), "-variants="+strconv.FormatBool(variants))
 	child.Stderr = c.progress
 	out, err := child.Output()
@@ -255,6 +259,9 @@ func hostReport(res hostResult, d, w time.Duration) *table {
 	if res.Veth != "" {
 		t.notes = append(t.notes, "Linux over veth skipped: "+res.Veth+".")
 	}
+	if benchServeFlags != "" {
+		t.notes = append(t.notes, "`mhictl sim serve` ran with `"+benchServeFlags+"` (-serve-flags).")
+	}
 	if res.ServeCPU < 0 {
 		t.notes = append(t.notes, "Only one CPU was available: the server shared CPU 0 with the host.")
 	}
@@ -271,6 +278,7 @@ func hostChild(args []string) {
 	runs := fs.Int("runs", 5, "runs")
 	dur := fs.Duration("duration", time.Second, "window")
 	warm := fs.Duration("warm", 300*time.Millisecond, "warm-up")
+	fs.StringVar(&benchServeFlags, "serve-flags", "", "extra mhictl sim serve flags")
 	variants := fs.Bool("variants", false, "table 9: the link variants over vfio-user instead of table 8's paths")
 	fs.Parse(args)
 	var all unix.CPUSet
@@ -471,7 +479,8 @@ type server struct {
 // cpu, which the child inherits; home is the mask this thread returns to.
 // It returns once the server listens.
 func startServer(bin, sock, kind string, cpu, home int) (*server, error) {
-	cmd := exec.Command(bin, "sim", "serve", "-socket", sock, "-function", "IP_HW0="+kind)
+	cmd := exec.Command(bin, append([]string{"sim", "serve", "-socket", sock, "-function", "IP_HW0=" + kind},
+		strings.Fields(benchServeFlags)...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -77,6 +77,7 @@ func main() {
 	verbose := flag.Bool("v", false, "print how long each run took")
 	flag.IntVar(&benchTXQueueLen, "txqueuelen", 0, "package stack's Config.TXQueueLen for the stack.Open rows (0: its default)")
 	flag.DurationVar(&benchTXTimeout, "txtimeout", 0, "the link's Options.TXTimeout for the stack.Open rows (0: its default)")
+	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	flag.Parse()
