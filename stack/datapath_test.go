@@ -3,13 +3,11 @@ package stack_test
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mhistack/mhistack/link"
-	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
@@ -48,13 +46,7 @@ func TestOpenOnAForcedDataPair(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	port := hostEcho(t, "tcp4", "127.0.0.1:0")
-	c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	echoOnce(t, c, "over IP_SW0")
+	shaThroughTCP(t, ctx, s, 64<<10)
 	if ls := s.Stats().Link; ls == nil || ls.RXPackets == 0 {
 		t.Errorf("link stats %+v: nothing received", ls)
 	}

@@ -51,8 +51,8 @@ type expect struct {
 	absent  []string
 	ports   []string // /dev/wwan0 + this ("mbim0", "at0", …)
 	netdevs []string
-	// pingDev is where the ping check runs: raw IP mhi_hwip0 if the
-	// profile has IP_HW0, else the MBIM interface.
+	// pingDev is where the ping check runs: the interface of the data
+	// path's pair (expectFor), raw IP mhi_hwip0 or MBIM wwan0; "" none.
 	pingDev string
 	// loseFirmware: the modem comes back in PBL after a crash (PBL runs).
 	loseFirmware bool
