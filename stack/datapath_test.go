@@ -34,8 +34,7 @@ func TestOpenDataPathSelection(t *testing.T) {
 
 // TestOpenOnAForcedDataPair: Link.Channel moves the session to another
 // pair the profile has (IP_SW0 on the SDX55, raw IP), the emulated
-// carrier network with it (the only function on a data pair: the echo
-// can only come back through IP_SW0).
+// carrier network with it.
 func TestOpenOnAForcedDataPair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -47,6 +46,9 @@ func TestOpenOnAForcedDataPair(t *testing.T) {
 	}
 	defer s.Close()
 	shaThroughTCP(t, ctx, s, 64<<10)
+	if _, _, err := s.Controller().ChannelPair(mhi.ChannelIPSW0, mhi.ChannelOptions{}, mhi.ChannelOptions{}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("IP_SW0 is not the link's pair: claiming it gave %v", err)
+	}
 	if ls := s.Stats().Link; ls == nil || ls.RXPackets == 0 {
 		t.Errorf("link stats %+v: nothing received", ls)
 	}
