@@ -12,10 +12,7 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/mhistack/mhistack/hack/internal/gendoc"
@@ -33,32 +30,7 @@ var markers = gendoc.Section{Begin: Begin, End: End}
 // Doc is the document the section lives in, relative to the module root.
 const Doc = "docs/ARCHITECTURE.md"
 
-func main() {
-	write := flag.Bool("w", false, "rewrite the section in "+Doc+" instead of printing it")
-	root := flag.String("root", ".", "the module's root directory")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/pkggraph [-w] [-root DIR]\n\nPrints the package graph section of %s; -w writes it there.\n\n", Doc)
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() != 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	section, err := Generate(*root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pkggraph:", err)
-		os.Exit(1)
-	}
-	if !*write {
-		os.Stdout.WriteString(section)
-		return
-	}
-	if err := markers.Rewrite(filepath.Join(*root, Doc), section); err != nil {
-		fmt.Fprintln(os.Stderr, "pkggraph:", err)
-		os.Exit(1)
-	}
-}
+func main() { markers.Main("pkggraph", "package graph", Doc, Generate) }
 
 // Generate lists the module's packages in root and renders the section.
 func Generate(root string) (string, error) {

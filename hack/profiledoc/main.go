@@ -12,10 +12,7 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -36,26 +33,7 @@ const Doc = "docs/PROTOCOL.md"
 var markers = gendoc.Section{Begin: Begin, End: End}
 
 func main() {
-	write := flag.Bool("w", false, "rewrite the section in "+Doc+" instead of printing it")
-	root := flag.String("root", ".", "the module's root directory")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/profiledoc [-w] [-root DIR]\n\nPrints the modem table section of %s; -w writes it there.\n\n", Doc)
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() != 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	section := Render(mhi.Profiles())
-	if !*write {
-		os.Stdout.WriteString(section)
-		return
-	}
-	if err := markers.Rewrite(filepath.Join(*root, Doc), section); err != nil {
-		fmt.Fprintln(os.Stderr, "profiledoc:", err)
-		os.Exit(1)
-	}
+	markers.Main("profiledoc", "modem table", Doc, func(string) (string, error) { return Render(mhi.Profiles()), nil })
 }
 
 // Check returns an error when doc's section is not what Render(profiles)

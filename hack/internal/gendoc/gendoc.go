@@ -8,8 +8,10 @@ package gendoc
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 )
 
@@ -63,4 +65,33 @@ func (s Section) locate(doc []byte) (i, j int, err error) {
 		j++
 	}
 	return i, j, nil
+}
+
+// Main is a generator's main function: it parses the command line
+// (-w, -root DIR), calls generate with the module's root directory and
+// prints the section, or with -w rewrites it in doc (relative to the
+// root). tool is the generator's name ("pkggraph"), what says what the
+// section holds ("package graph").
+func (s Section) Main(tool, what, doc string, generate func(root string) (string, error)) {
+	write := flag.Bool("w", false, "rewrite the section in "+doc+" instead of printing it")
+	root := flag.String("root", ".", "the module's root directory")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/%s [-w] [-root DIR]\n\nPrints the %s section of %s; -w writes it there.\n\n", tool, what, doc)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	text, err := generate(*root)
+	if err == nil && !*write {
+		_, err = os.Stdout.WriteString(text)
+	} else if err == nil {
+		err = s.Rewrite(filepath.Join(*root, doc), text)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, tool+":", err)
+		os.Exit(1)
+	}
 }
