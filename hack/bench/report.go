@@ -254,14 +254,14 @@ const method = `## Method
   (stability within a run); "stdev across runs" and the ranges in brackets are the spread over runs.
   Cells are "median (min–max)" over the runs unless they say mean ± stdev. Runs of all the
   configurations of a table are interleaved, so that a change in outside load hits them alike.
-* **CPU per role.** ` + "`link.Options.ThreadHook`" + ` runs the poller and the refiller (and
-  ` + "`link.NewWorkerWithHook`" + ` the shared worker) each locked to an OS thread
+* **CPU per role.** ` + "`experiment.Options.ThreadHook`" + ` (package ` + "`link/experiment`" + `) runs the poller and the refiller (and
+  ` + "`experiment.NewWorker`" + ` the shared worker) each locked to an OS thread
   (` + "`runtime.LockOSThread`" + `); the hook reads ` + "`CLOCK_THREAD_CPUTIME_ID`" + ` on that thread and
   records its thread id, and the bench reads the same per-thread clock by id
   (` + "`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`" + `, what ` + "`pthread_getcpuclockid`" + ` returns) at
   both ends of the window, so the reading does not wake the role. Reported as ms of CPU per second
   of traffic, as powertop does. The lock itself costs a thread hand-off per wake-up; every
-  configuration pays it alike. ` + "`InlinePoll`" + ` polls on the controller's interrupt goroutines, which
+  configuration pays it alike. ` + "`experiment.Options.InlinePoll`" + ` polls on the controller's interrupt goroutines, which
   are not locked; its poller column, if any, holds only the inline runs handed to the
   poller goroutine after their softirq slice (2 ms or 10 passes).
 * **allocs/pkt** is ` + "`runtime.MemStats.Mallocs`" + ` over the window divided by the packets; it covers the
