@@ -25,15 +25,7 @@ type storm struct {
 
 func sysErrFault(n int) storm {
 	return storm{fmt.Sprintf("SYS_ERR #%d", n), func(t TB, p *pipeline, release func()) {
-		recovered := make(chan struct{}, 1)
-		unsub := p.ctrl.Subscribe(func(e mhi.Event) {
-			if e.Kind == mhi.EventRecovered {
-				select {
-				case recovered <- struct{}{}:
-				default:
-				}
-			}
-		})
+		recovered, unsub := onRecovered(p.ctrl)
 		defer unsub()
 		if err := p.modem.TriggerSysErr(); err != nil {
 			t.Fatal(err)
@@ -45,6 +37,21 @@ func sysErrFault(n int) storm {
 			t.Fatal("no recovery within 30 s of SYS_ERR")
 		}
 	}}
+}
+
+// onRecovered returns a channel that receives when ctrl reports
+// EventRecovered, until unsub.
+func onRecovered(ctrl *mhi.Controller) (recovered <-chan struct{}, unsub func()) {
+	ch := make(chan struct{}, 1)
+	unsub = ctrl.Subscribe(func(e mhi.Event) {
+		if e.Kind == mhi.EventRecovered {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+	return ch, unsub
 }
 
 func msiLossFault(d time.Duration) storm {

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/mhistack/mhistack/mhi"
 )
 
 // sysErrFaults is how many SYS_ERRs TestSysErrTCPResumesBothWays injects:
@@ -137,15 +135,7 @@ func TestSysErrTCPResumesBothWays(t *testing.T) {
 	for k := 1; k <= sysErrFaults; k++ {
 		// Both streams at full speed again after the last fault.
 		waitBoth(fmt.Sprintf("before SYS_ERR #%d", k), downBytes.Load(), upBytes.Load(), 4*step)
-		recovered := make(chan struct{}, 1)
-		unsub := p.ctrl.Subscribe(func(e mhi.Event) {
-			if e.Kind == mhi.EventRecovered {
-				select {
-				case recovered <- struct{}{}:
-				default:
-				}
-			}
-		})
+		recovered, unsub := onRecovered(p.ctrl)
 		cBefore, sBefore := tcpCountersOf(p.carrier.GVisor()), tcpCountersOf(p.st.GVisor())
 		t0 := time.Now()
 		if err := p.modem.TriggerSysErr(); err != nil {
