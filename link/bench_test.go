@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
@@ -87,23 +88,23 @@ func BenchmarkRXOptions(b *testing.B) {
 		{"default", link.Options{}},
 		{"budget-8", link.Options{Budget: 8}},
 		{"budget-256", link.Options{Budget: 256}},
-		{"tx-in-budget", link.Options{TXInBudget: true}},
-		{"refill-inline", link.Options{Refill: link.RefillInline}},
-		{"refill-shared", link.Options{Refill: link.RefillShared}},
-		{"refill-level-50pct", link.Options{RefillLevel: 63}},
-		{"refill-level-1", link.Options{RefillLevel: 1}},
-		{"inline-poll", link.Options{InlinePoll: true}},
-		{"locked-thread", link.Options{LockOSThread: true}},
+		{"tx-in-budget", link.Options{Experiments: &experiment.Options{TXInBudget: true}}},
+		{"refill-inline", link.Options{Experiments: &experiment.Options{Refill: experiment.RefillInline}}},
+		{"refill-shared", link.Options{Experiments: &experiment.Options{Refill: experiment.RefillShared}}},
+		{"refill-level-50pct", link.Options{Experiments: &experiment.Options{RefillLevel: 63}}},
+		{"refill-level-1", link.Options{Experiments: &experiment.Options{RefillLevel: 1}}},
+		{"inline-poll", link.Options{Experiments: &experiment.Options{InlinePoll: true}}},
+		{"locked-thread", link.Options{Experiments: &experiment.Options{LockOSThread: true}}},
 		{"mru-4096", link.Options{MRU: 4096}},
 		{"no-gro-no-csum", link.Options{NoGRO: true, NoChecksumOffload: true}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			o := c.o
-			if o.Refill == link.RefillShared {
-				w := link.NewWorker()
+			if x := o.Experiments; x != nil && x.Refill == experiment.RefillShared {
+				w := experiment.NewWorker(nil)
 				defer w.Close()
-				o.Worker = w
+				o.Experiments = &experiment.Options{Refill: experiment.RefillShared, Worker: w}
 			}
 			benchRX(b, 1400, 1, o)
 		})
@@ -138,12 +139,12 @@ func BenchmarkRXCost(b *testing.B) {
 			b.Run(fmt.Sprintf("%s-%dx%dB", f.name, s.perFrame, s.size), func(b *testing.B) {
 				o := f.o
 				var tid atomic.Int64
-				o.ThreadHook = func(role string) func() {
-					if role == link.RolePoller {
+				o.Experiments = &experiment.Options{ThreadHook: func(role string) func() {
+					if role == experiment.RolePoller {
 						tid.Store(int64(unix.Gettid()))
 					}
 					return nil
-				}
+				}}
 				benchRXClock(b, s.size, s.perFrame, o, f.devCsum, func() time.Duration {
 					return threadCPU(int(tid.Load()))
 				})

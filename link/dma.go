@@ -7,14 +7,14 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 )
 
-// DMABytes returns an upper bound of the DMA memory, in bytes, an
+// DMASize returns an upper bound of the DMA memory, in bytes, an
 // Endpoint made with o on a controller for p allocates: the fixed RX pool
 // (Options.RXBuffers buffers of the MRU) and the TX buffers (Options.
 // TXBuffers of Options.TXBufferSize), each counted with its alignment
 // padding (mhi.DMAFootprint). The channel rings are the engine's
-// (mhi.DMABytes). An MTU of 0 counts DefaultMTU: a caller that lets the
+// (mhi.DMASize). An MTU of 0 counts DefaultMTU: a caller that lets the
 // data session choose the MTU later must pass the largest it accepts.
-func DMABytes(p *mhi.Profile, o Options) (int, error) {
+func DMASize(p *mhi.Profile, o Options) (int, error) {
 	ch := o.Channel
 	if ch == "" {
 		ch = DefaultChannel

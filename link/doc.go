@@ -17,23 +17,23 @@
 // function, which sets the "scheduled" bit and wakes the poller
 // (napi_schedule). The endpoint owns two goroutines, both stopped by Close:
 //
-//   - The poller (threaded NAPI; Options.LockOSThread pins it). One pass:
+//   - The poller (threaded NAPI). One pass:
 //     drain the UL event ring and free TX buffers (outside the budget:
 //     TX liberation is cheap and frees what writers wait for; on an event
 //     ring that UL and DL share only DL events are charged); deliver up
 //     to Budget RX packets, polling the DL event ring once; feed each
 //     packet, copied once out of DMA memory into a gVisor buffer, to
 //     gVisor's GRO; flush GRO once; return the DMA buffers to the pool in
-//     one batch; wake the refiller if the DL ring has RefillLevel free
-//     descriptors. A pass that used its whole budget is followed by
+//     one batch; wake the refiller if the DL ring has a quarter of its
+//     descriptors free. A pass that used its whole budget is followed by
 //     another without sleeping (with 1 ms interrupt moderation the next
 //     MSI may be a millisecond away), yielding the P only when the pass
 //     woke the refiller or the poller has run for a slice (yieldSlice,
 //     100 µs); otherwise the poller clears
 //     "scheduled", re-checks both rings for events that raced in, and
 //     sleeps.
-//     With Options.InlinePoll passes run on the interrupt goroutine
-//     instead (softirq NAPI); one that keeps exhausting the budget for
+//     With experiment.Options.InlinePoll passes run on the interrupt
+//     goroutine instead (softirq NAPI); one that keeps exhausting the budget for
 //     2 ms or 10 passes hands the rest to the poller goroutine, which then
 //     plays ksoftirqd, so that control events on a shared vector still
 //     run.
@@ -70,19 +70,21 @@
 //
 // # Options
 //
-// Every choice argued in the Linux netdev threads behind this design is a
-// switch, so it can be measured (BenchmarkRXOptions): Budget, TXInBudget,
-// Refill (dedicated goroutine, shared Worker, inline in the pass),
-// RefillLevel, InlinePoll (poll on the interrupt goroutine, softirq style,
-// instead of the dedicated poller), DeferPoll and DeferCount (poll again
-// shortly after a busy pass instead of waiting for the modem's moderated
-// interrupt, like Linux's gro_flush_timeout), MRU. GRO, RX checksum offload (the
+// The zero Options are the design: Budget 64 (NAPI_POLL_WEIGHT), deferred
+// polling (DeferPoll and DeferCount: poll again shortly after a busy pass
+// instead of waiting for the modem's moderated interrupt, like Linux's
+// gro_flush_timeout), the channel's MRU. GRO, RX checksum offload (the
 // endpoint validates IPv4/TCP/UDP checksums once, or trusts the modem's
-// QMAPv5 csum_valid for TCP/UDP, and tells gVisor so) and
-// GSO are on by default: the endpoint advertises host GSO and cuts TCP's
-// 64 KiB segments into MSS-sized packets itself while copying them into
-// DMA (Options.GSO; GSOGVisor lets TCP split them instead). See
-// docs/LINK.md for the measurements.
+// QMAPv5 csum_valid for TCP/UDP, and tells gVisor so) and GSO are on: the
+// endpoint advertises host GSO and cuts TCP's 64 KiB segments into
+// MSS-sized packets itself while copying them into DMA (Options.GSO;
+// GSOGVisor lets TCP split them instead). The alternatives argued in the
+// Linux netdev threads behind this design (TX completions in the budget,
+// shared or inline refill, the refill level, polling on the interrupt
+// goroutine) are switches in package link/experiment, reached through
+// Options.Experiments, so that hack/bench and BenchmarkRXOptions can
+// measure them; a user leaves it nil. See docs/LINK.md for the
+// measurements.
 //
 // SetTap writes both directions to a pcap file (link type RAW) for
 // tcpdump, tshark or Wireshark. Stats returns the counters.

@@ -14,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci"
@@ -31,46 +32,10 @@ const (
 	DefaultDeferPoll = 50 * time.Microsecond // gro_flush_timeout
 )
 
-// RefillMode selects who queues RX buffers (netdev thread "[PATCH v2 3/3]
-// net: mhi: Add dedicated alloc thread", Dec 2020).
-type RefillMode int
-
-const (
-	// RefillDedicated: a goroutine per endpoint, woken at the refill
-	// level (the mhi-net-rx kthread).
-	RefillDedicated RefillMode = iota
-	// RefillShared: a Worker shared by several endpoints (the system
-	// workqueue the kthread replaced). Options.Worker is required.
-	RefillShared
-	// RefillInline: the poller refills at the end of its pass, no
-	// goroutine hop (not with InlinePoll).
-	RefillInline
-)
-
-func (m RefillMode) String() string {
-	switch m {
-	case RefillDedicated:
-		return "dedicated"
-	case RefillShared:
-		return "shared"
-	case RefillInline:
-		return "inline"
-	}
-	return fmt.Sprintf("RefillMode(%d)", int(m))
-}
-
-// Roles of the endpoint's goroutines, as Options.ThreadHook and
-// NewWorkerWithHook name them.
-const (
-	RolePoller   = "poller"
-	RoleRefiller = "refiller"
-	RoleWorker   = "refill-worker"
-)
-
 // Options configure an Endpoint. The zero value is the default design:
-// IP_HW0, raw IP, MTU 1500, budget 64, TX completions outside the budget, a
-// dedicated refill goroutine, a threaded poller with deferred polling
-// (50 µs), GRO and RX checksum offload on, host-style GSO segmented in
+// IP_HW0, raw IP, MTU 1500, budget 64, a threaded poller with deferred
+// polling (50 µs), TX completions outside the budget, a dedicated refill
+// goroutine, GRO and RX checksum offload on, host-style GSO segmented in
 // WritePackets.
 type Options struct {
 	// Channel names the data channel pair (default mhi.ChannelIPHW0;
@@ -92,21 +57,9 @@ type Options struct {
 	// MTU of the link (default 1500).
 	MTU uint32
 
-	// Budget is the most RX packets one poll pass delivers (default 64).
+	// Budget is the most RX packets one poll pass delivers (default 64,
+	// Linux's NAPI_POLL_WEIGHT).
 	Budget int
-	// TXInBudget counts TX completions against the budget (the stmmac
-	// patch that netdev rejected: "[PATCH 13/17] net: stmmac: Implement
-	// NAPI for TX", Feb 2017) instead of draining them first and for free.
-	// Without it, a pair whose UL and DL share an event ring charges only
-	// DL events.
-	TXInBudget bool
-	// InlinePoll polls on the controller's interrupt goroutine (softirq
-	// NAPI) instead of a dedicated poller goroutine (threaded NAPI,
-	// as in "[v2] ath10k: snoc: enable threaded napi on WCN3990"). Like
-	// a softirq, an inline run that keeps exhausting the budget for 2 ms
-	// or 10 passes hands the rest to the poller goroutine (ksoftirqd), so
-	// that the interrupt goroutine gets back to control events.
-	InlinePoll bool
 	// DeferPoll and DeferCount are Linux's gro_flush_timeout and
 	// napi_defer_hard_irqs for the dedicated poller: after a pass that
 	// found work it polls again DeferPoll later without waiting for an
@@ -117,28 +70,9 @@ type Options struct {
 	// turns it off (every pass then waits for an interrupt). Idle, the
 	// poller still sleeps until an interrupt. While a writer is stopped
 	// on a full UL ring the poller also polls every DeferPoll, backing
-	// off to 1 ms, until TX completions free room (with InlinePoll too).
+	// off to 1 ms, until TX completions free room.
 	DeferPoll  time.Duration
 	DeferCount int
-	// LockOSThread pins the dedicated poller to an OS thread.
-	LockOSThread bool
-	// ThreadHook, when set, locks the dedicated poller and refiller
-	// goroutines each to an OS thread of its own and calls ThreadHook on
-	// each of them as it starts, with its role (RolePoller,
-	// RoleRefiller); the function it returns, if any, runs on the same
-	// goroutine as it exits. It exists so that a benchmark can read each
-	// role's per-thread CPU clock (hack/bench): with the goroutine locked,
-	// the thread's CPU time is the role's. Locking costs a thread
-	// hand-off per wake-up, so leave it nil outside measurements.
-	ThreadHook func(role string) (exit func())
-
-	// Refill selects who queues RX buffers; Worker is the shared worker
-	// for RefillShared.
-	Refill RefillMode
-	Worker *Worker
-	// RefillLevel is the number of free DL descriptors at which the
-	// poller wakes the refiller (default a quarter of the ring).
-	RefillLevel int
 	// MRU is the RX buffer size (default the channel's MRU, usually the
 	// profile's 32768; "[PATCH] bus: mhi: pci-generic: configurable
 	// network interface MRU", net-next 5c2c85315948).
@@ -173,19 +107,22 @@ type Options struct {
 	// endpoint cuts TCP's large segments itself as it copies them into
 	// DMA), GSOGVisor (TCP splits them before the link) or GSOOff.
 	GSO GSOMode
-	// NoGSO turns GSO off (as GSO: GSOOff).
-	NoGSO bool
 	// GSOMaxSize is the largest segment TCP hands over (default 65536).
 	GSOMaxSize uint32
 
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
+
+	// Experiments are switches for design comparisons (hack/bench,
+	// docs/LINK.md "Design comparisons"); leave nil.
+	Experiments *experiment.Options
 }
 
 // Endpoint is a stack.LinkEndpoint over one MHI data channel pair, NAPI
 // style. See the package documentation for its goroutines.
 type Endpoint struct {
 	opts    Options
+	x       experiment.Options // *opts.Experiments, or the defaults
 	c       *mhi.Controller
 	ul, dl  *mhi.Channel
 	ulER    *mhi.EventRing
@@ -245,11 +182,11 @@ type Endpoint struct {
 	txBudget int
 
 	// Refill.
-	refillKick   chan struct{}
-	refillMu     sync.Mutex
-	refillBufs   []*pci.Buffer
-	starved      atomic.Bool
-	refillQueued atomic.Bool // RefillShared: submitted to the worker
+	refillKick chan struct{}
+	refillMu   sync.Mutex
+	refillBufs []*pci.Buffer
+	starved    atomic.Bool
+	worker     *experiment.Member // RefillShared: the endpoint's place on the worker
 
 	tap atomic.Pointer[Tap]
 
@@ -323,18 +260,21 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	if e.opts.GSOMaxSize == 0 {
 		e.opts.GSOMaxSize = stack.GVisorGSOMaxSize
 	}
-	switch opts.Refill {
-	case RefillDedicated:
-	case RefillShared:
-		if opts.Worker == nil {
-			return nil, errors.New("link: RefillShared needs Options.Worker")
+	if opts.Experiments != nil {
+		e.x = *opts.Experiments
+	}
+	switch e.x.Refill {
+	case experiment.RefillDedicated:
+	case experiment.RefillShared:
+		if e.x.Worker == nil {
+			return nil, errors.New("link: RefillShared needs Experiments.Worker")
 		}
-	case RefillInline:
-		if opts.InlinePoll {
+	case experiment.RefillInline:
+		if e.x.InlinePoll {
 			return nil, errors.New("link: RefillInline needs the dedicated poller (not InlinePoll)")
 		}
 	default:
-		return nil, fmt.Errorf("link: unknown refill mode %d", opts.Refill)
+		return nil, fmt.Errorf("link: unknown refill mode %d", e.x.Refill)
 	}
 	e.log = e.log.With("link", e.opts.Channel)
 
@@ -355,7 +295,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		return nil, fmt.Errorf("link: MRU %d over the %d-byte TRE limit", e.mru, mhi.MaxTRELen)
 	}
 	slots := dl.Elements() - 1
-	e.level = opts.RefillLevel
+	e.level = e.x.RefillLevel
 	if e.level <= 0 {
 		e.level = max(1, slots/4)
 	}
@@ -378,7 +318,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	e.rxFn = e.rxComplete
 	e.txFn = e.txComplete
 	e.txBudget = ul.Elements()
-	if opts.TXInBudget {
+	if e.x.TXInBudget {
 		e.txBudget = e.budget
 	}
 
@@ -391,6 +331,10 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 		e.freeMemory()
 		return nil, fmt.Errorf("link: %w", err)
 	}
+	if e.x.Refill == experiment.RefillShared {
+		// Before anything can kick the refill.
+		e.worker = e.x.Worker.Join(e.refill)
+	}
 	e.unsub = c.Subscribe(e.onControllerEvent)
 	e.dlER.SetNotify(e.notify)
 	if !e.shared {
@@ -402,13 +346,11 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	e.wg.Add(1)
 	e.workers.Add(1)
 	go e.pollLoop()
-	switch opts.Refill {
-	case RefillDedicated:
+	switch e.x.Refill {
+	case experiment.RefillDedicated:
 		e.wg.Add(1)
 		e.workers.Add(1)
 		go e.refillLoop()
-	case RefillShared:
-		opts.Worker.add(e)
 	}
 	e.kickRefill()
 	// Completions may have been posted before the rings were ours.
@@ -467,7 +409,7 @@ func (e *Endpoint) schedule() bool {
 	if !e.scheduled.CompareAndSwap(false, true) {
 		return false
 	}
-	if e.opts.InlinePoll {
+	if e.x.InlinePoll {
 		e.pollInline()
 		return true
 	}
@@ -547,8 +489,8 @@ func (e *Endpoint) stopWorkers() {
 	e.quitOnce.Do(func() {
 		e.stopped.Store(true)
 		close(e.quit)
-		if e.opts.Refill == RefillShared {
-			e.opts.Worker.remove(e)
+		if e.worker != nil {
+			e.worker.Leave()
 		}
 	})
 }
@@ -598,7 +540,7 @@ func (e *Endpoint) GSOMaxSize() uint32 { return e.opts.GSOMaxSize }
 // WritePackets; with GSOGVisor TCP splits its segments itself.
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
 	switch {
-	case e.opts.NoGSO || e.opts.GSO == GSOOff:
+	case e.opts.GSO == GSOOff:
 		return stack.GSONotSupported
 	case e.opts.GSO == GSOGVisor:
 		return stack.GVisorGSOSupported

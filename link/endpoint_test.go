@@ -19,6 +19,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -429,16 +430,16 @@ func TestAggregatedFramesAreSplitAcrossPassesWithinBudget(t *testing.T) {
 }
 
 func TestOptionsMatrixMovesTrafficIntact(t *testing.T) {
-	w := link.NewWorker()
+	w := experiment.NewWorker(nil)
 	defer w.Close()
 	cases := map[string]link.Options{
-		"refill-shared":   {Refill: link.RefillShared, Worker: w},
-		"refill-inline":   {Refill: link.RefillInline},
-		"inline-poll":     {InlinePoll: true},
-		"tx-in-budget":    {TXInBudget: true},
-		"locked-thread":   {LockOSThread: true},
-		"no-offloads":     {NoGRO: true, NoChecksumOffload: true, NoGSO: true},
-		"refill-level-1":  {RefillLevel: 1},
+		"refill-shared":   {Experiments: &experiment.Options{Refill: experiment.RefillShared, Worker: w}},
+		"refill-inline":   {Experiments: &experiment.Options{Refill: experiment.RefillInline}},
+		"inline-poll":     {Experiments: &experiment.Options{InlinePoll: true}},
+		"tx-in-budget":    {Experiments: &experiment.Options{TXInBudget: true}},
+		"locked-thread":   {Experiments: &experiment.Options{LockOSThread: true}},
+		"no-offloads":     {NoGRO: true, NoChecksumOffload: true, GSO: link.GSOOff},
+		"refill-level-1":  {Experiments: &experiment.Options{RefillLevel: 1}},
 		"mru-1500-budget": {MRU: 1500, Budget: 4},
 	}
 	for name, o := range cases {

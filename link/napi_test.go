@@ -10,6 +10,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -162,7 +163,7 @@ func stoppedWriterResumes(t *testing.T, inline bool) {
 	// It never gives up polling for doorbell mode (whose DB_MODE event
 	// would raise an MSI at once).
 	r := newRig(t, rigOptions{custom: &p, fn: g, sim: sim.Options{PollInterval: 2 * time.Millisecond, PollSpin: time.Microsecond, BurstIdle: time.Minute},
-		link: link.Options{NoGRO: true, TXTimeout: 20 * time.Second, InlinePoll: inline}})
+		link: link.Options{NoGRO: true, TXTimeout: 20 * time.Second, Experiments: &experiment.Options{InlinePoll: inline}}})
 	ulCh, _ := r.ep.Channels()
 	const rings = 20
 	n := rings * ulCh.Elements()
@@ -197,7 +198,7 @@ func stoppedWriterResumes(t *testing.T, inline bool) {
 func TestInlinePollHandsOverAfterItsSliceSoControlEventsRun(t *testing.T) {
 	g := &sim.Generator{Frames: [][]byte{udp4(t, 0, 100)}}
 	r := newRig(t, rigOptions{fn: g, sim: sim.Options{MSIVectors: 1},
-		link: link.Options{InlinePoll: true, Budget: 2, NoGRO: true}})
+		link: link.Options{Budget: 2, NoGRO: true, Experiments: &experiment.Options{InlinePoll: true}}})
 	// Delivery is slower than the modem: every pass uses its budget.
 	var slow atomic.Bool
 	slow.Store(true)

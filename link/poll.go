@@ -3,6 +3,9 @@ package link
 import (
 	"runtime"
 	"time"
+
+	"github.com/mhistack/mhistack/link/experiment"
+	"github.com/mhistack/mhistack/link/internal/backoff"
 )
 
 // missedIRQInterval is how often an idle dedicated poller looks at its
@@ -18,8 +21,8 @@ const missedIRQInterval = 100 * time.Millisecond
 // it yields its P to other goroutines (writers, the stack's timers) even
 // when it woke nobody: Go has no need_resched for cond_resched to test, so
 // a time slice stands in for it. Yielding after every full pass cost a
-// thread hand-off each time on a locked poller (Options.LockOSThread,
-// ThreadHook), ~70 ns per packet with 64-packet passes on the 2-core CI
+// thread hand-off each time on a locked poller (experiment.Options'
+// LockOSThread, ThreadHook), ~70 ns per packet with 64-packet passes on the 2-core CI
 // machine (BenchmarkRXCost, poller-cpu-ns/pkt); a slice of 100 µs bounds
 // what other goroutines on the poller's P wait and costs ≤ a few %.
 const yieldSlice = 100 * time.Microsecond
@@ -54,15 +57,15 @@ const (
 func (e *Endpoint) pollLoop() {
 	defer e.wg.Done()
 	defer e.workers.Add(-1)
-	if e.opts.LockOSThread || e.opts.ThreadHook != nil {
+	if e.x.LockOSThread || e.x.ThreadHook != nil {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	if exit := runHook(e.opts.ThreadHook, RolePoller); exit != nil {
+	if exit := runHook(e.x.ThreadHook, experiment.RolePoller); exit != nil {
 		defer exit()
 	}
 	var retry *time.Timer // RefillInline back-off while the pool is empty
-	var backoff time.Duration
+	var b backoff.Backoff
 	idle := time.NewTicker(missedIRQInterval)
 	defer idle.Stop()
 	// Deferred polling (Linux's gro_flush_timeout + napi_defer_hard_irqs):
@@ -85,16 +88,15 @@ func (e *Endpoint) pollLoop() {
 			deferC = deferT.C
 		}
 		var retryC <-chan time.Time
-		if e.opts.Refill == RefillInline && e.starved.Load() {
-			backoff = nextBackoff(backoff)
+		if e.x.Refill == experiment.RefillInline && e.starved.Load() {
 			if retry == nil {
-				retry = time.NewTimer(backoff)
+				retry = time.NewTimer(b.Next())
 			} else {
-				retry.Reset(backoff)
+				retry.Reset(b.Next())
 			}
 			retryC = retry.C
 		} else {
-			backoff = 0
+			b.Reset()
 		}
 		select {
 		case <-e.quit:
@@ -147,12 +149,12 @@ func (e *Endpoint) pollLoop() {
 		}
 		switch {
 		case e.opts.DeferPoll <= 0:
-		case !e.opts.InlinePoll && (work > 0 || woke):
+		case !e.x.InlinePoll && (work > 0 || woke):
 			// RX work, or TX completions that woke stopped writers:
 			// the device is busy, and its next (moderated) MSI may
 			// be a millisecond away.
 			deferLeft, every = e.opts.DeferCount, e.opts.DeferPoll
-		case e.opts.InlinePoll && woke:
+		case e.x.InlinePoll && woke:
 			// Inline, RX passes run on interrupts; the poller
 			// defers only for writers that stop again.
 			deferLeft, every = 1, e.opts.DeferPoll
@@ -270,7 +272,7 @@ func (e *Endpoint) poll() (int, time.Time) {
 		// TXInBudget measures the other choice.
 		n := e.ulER.Poll(e.txBudget, e.txFn)
 		e.tx.flush()
-		if e.opts.TXInBudget {
+		if e.x.TXInBudget {
 			work = min(n, e.budget)
 		}
 	}
@@ -281,7 +283,7 @@ func (e *Endpoint) poll() (int, time.Time) {
 		// frames it completes fit the backlog. On a ring shared with
 		// UL, the TX completions on it are free too (unless
 		// TXInBudget): only DL events are charged.
-		if e.shared && !e.opts.TXInBudget {
+		if e.shared && !e.x.TXInBudget {
 			e.dlER.PollCharged(e.budget-work, e.dl, e.rxFn)
 		} else {
 			e.dlER.Poll(e.budget-work, e.rxFn)
@@ -298,7 +300,7 @@ func (e *Endpoint) poll() (int, time.Time) {
 		e.stats.maxPass.Store(uint64(work))
 	}
 	if e.dl.FreeCount() >= e.level {
-		if e.opts.Refill == RefillInline {
+		if e.x.Refill == experiment.RefillInline {
 			e.refill()
 		} else {
 			e.kickRefill()

@@ -58,8 +58,9 @@ type Stats struct {
 	// Rearms the times the poller went back to waiting for an
 	// interrupt, RearmRaces the re-checks that found work after re-arming.
 	Polls, BudgetExhausted, Rearms, RearmRaces uint64
-	// InlineHandoffs counts InlinePoll runs that used up their time
-	// slice and handed the rest to the poller goroutine.
+	// InlineHandoffs counts the inline-poll runs (experiment.Options.
+	// InlinePoll) that used up their time slice and handed the rest to the
+	// poller goroutine.
 	InlineHandoffs uint64
 	// MaxPassPackets is the most RX packets one pass delivered (never
 	// more than Budget).

@@ -451,7 +451,7 @@ func (e *Endpoint) waitTX(deadline *time.Time, forRing bool) bool {
 		case e.stopKick <- struct{}{}:
 		default:
 		}
-		if e.opts.InlinePoll && e.inlineRun.Load() {
+		if e.x.InlinePoll && e.inlineRun.Load() {
 			left = min(left, inlineReapInterval)
 		}
 		tm.Reset(left)

@@ -146,7 +146,7 @@ func (c *Controller) sblTransition(ctx context.Context) error {
 	if img == nil {
 		return nil
 	}
-	err := c.waitFor(ctx, c.prof.ReadyWait(), "EE SBL", func() (bool, error) {
+	err := c.waitFor(ctx, c.prof.readyBound(), "EE SBL", func() (bool, error) {
 		if c.pm == pmSysErrProcess || c.devState == StateSysErr {
 			return false, ErrSysErr
 		}
@@ -193,7 +193,7 @@ func (c *Controller) LoadBHI(ctx context.Context, img []byte) error {
 	c.write(b+BHIImgSize, uint32(len(img)))
 	c.write(b+BHIImgTxDB, sessionID())
 	var status uint32
-	err = c.waitFor(ctx, c.timeout, "BHI transfer", func() (bool, error) {
+	err = c.waitFor(ctx, c.stateBound(), "BHI transfer", func() (bool, error) {
 		v := c.read(b + BHIStatus)
 		if v == 0xFFFFFFFF {
 			return false, nil
@@ -349,7 +349,7 @@ func (c *Controller) runBHIe(ctx context.Context, d bhieDir, v *bhieVector) (bhi
 	c.write(b+d.addrLow, uint32(v.table.IOVA))
 	c.write(b+d.size, uint32(v.table.Len()))
 	c.write(b+d.db, SetField(c.read(b+d.db), BHIESeqMask, 0, res.seq))
-	err := c.waitFor(ctx, c.timeout, "BHIe "+d.name+" transfer", func() (bool, error) {
+	err := c.waitFor(ctx, c.stateBound(), "BHIe "+d.name+" transfer", func() (bool, error) {
 		res.status = c.read(b + d.status)
 		if res.status == 0xFFFFFFFF {
 			return false, nil
@@ -409,7 +409,7 @@ func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
 	// as soon as it is seen lost (Linux pci_restore_state), then once
 	// more when the boot ROM is up, in case the reset came after a look.
 	var restoreErr error
-	err := c.waitFor(ctx, c.timeout, "EE EDL after SoC reset", func() (bool, error) {
+	err := c.waitFor(ctx, c.stateBound(), "EE EDL after SoC reset", func() (bool, error) {
 		if c.configLost() {
 			restoreErr = c.restoreConfig()
 		}

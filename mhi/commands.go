@@ -132,7 +132,7 @@ func (c *Controller) chanCommand(ctx context.Context, typ uint8, ch int, ees EEM
 	c.stats.Commands.Add(1)
 
 	var code Code
-	err := c.waitFor(ctx, c.timeout, cmdName(typ)+" completion", func() (bool, error) {
+	err := c.waitFor(ctx, c.stateBound(), cmdName(typ)+" completion", func() (bool, error) {
 		select {
 		case code = <-result:
 			return true, nil

@@ -49,7 +49,9 @@ type Options struct {
 	// Boot configures full-boot-chain download, BHIe segment length and
 	// progress callbacks (boot.go).
 	Boot BootOptions
-	// Timeout overrides the profile's state and command timeout.
+	// Timeout overrides the profile's Timeout: the state and command
+	// waits it bounds (Profile.Timeout). The power-up waits keep the
+	// profile's ReadyTimeout, or its Timeout (Profile.ReadyWait).
 	Timeout time.Duration
 	// PollInterval is how often register waits re-read the device when
 	// no interrupt arrives (Linux polls every 25 ms; default 5 ms).
@@ -146,7 +148,7 @@ type Controller struct {
 	log  *slog.Logger
 	name string
 
-	timeout time.Duration
+	timeout time.Duration // the state and command timeout: Options.Timeout or Profile.Timeout
 	poll    time.Duration
 
 	bhiOff, bhieOff  uint64
@@ -475,13 +477,33 @@ func (c *Controller) broadcast() {
 	c.changed = make(chan struct{})
 }
 
+// bound is how long a wait may take and the setting that says so: a wait
+// that runs out names both, so that the error tells which knob to turn.
+type bound struct {
+	d    time.Duration
+	from string // "profile Timeout", "Options.Timeout", …
+}
+
+// stateBound bounds the waits of the state and command timeout
+// (Profile.Timeout, or Options.Timeout when set).
+func (c *Controller) stateBound() bound {
+	if c.opts.Timeout > 0 {
+		return bound{c.timeout, "Options.Timeout"}
+	}
+	return bound{c.timeout, "profile Timeout"}
+}
+
+// twice is b doubled, for the waits that cover a whole sequence of waits
+// bounded by b.
+func (b bound) twice() bound { return bound{2 * b.d, "twice the " + b.from} }
+
 // waitFor blocks until cond (called with c.mu held) reports done or an
-// error, the timeout passes, or ctx ends. It re-evaluates on every
+// error, the bound passes, or ctx ends. It re-evaluates on every
 // broadcast (interrupts, events) and every poll interval, because a device
 // may change registers without an interrupt. Waits fail fast when the
 // controller is closed or the device is removed.
-func (c *Controller) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.NewTimer(timeout)
+func (c *Controller) waitFor(ctx context.Context, limit bound, what string, cond func() (bool, error)) error {
+	deadline := time.NewTimer(limit.d)
 	defer deadline.Stop()
 	tick := time.NewTicker(c.poll)
 	defer tick.Stop()
@@ -509,7 +531,7 @@ func (c *Controller) waitFor(ctx context.Context, timeout time.Duration, what st
 		case <-tick.C:
 			c.checkAlive()
 		case <-deadline.C:
-			return fmt.Errorf("mhi: %s: %s not reached within %v: %w", c.name, what, timeout, ErrTimeout)
+			return fmt.Errorf("mhi: %s: waited %v for %s (%s): %w", c.name, limit.d, what, limit.from, ErrTimeout)
 		case <-ctx.Done():
 			return fmt.Errorf("mhi: %s: waiting for %s: %w", c.name, what, ctx.Err())
 		}

@@ -4,7 +4,7 @@ package mhi
 // is opened (mhi/pci/vfio), before anything is allocated from it, so the
 // caller must know how much the engine and its clients will need. The
 // engine's share is computed here, from the same constants and profile
-// fields the allocations use; link.DMABytes adds the data path's pools.
+// fields the allocations use; link.DMASize adds the data path's pools.
 
 // DMAUse describes what a controller will stage besides its own rings
 // and control ports.
@@ -20,7 +20,7 @@ type DMAUse struct {
 	CrashDump int
 }
 
-// DMABytes returns an upper bound of the DMA memory, in bytes, a
+// DMASize returns an upper bound of the DMA memory, in bytes, a
 // controller for p allocates at once: the channel, event-ring and command
 // contexts, the command ring, every event ring, the transfer ring of every
 // channel in the profile, a ControlPort with default options on every
@@ -29,7 +29,7 @@ type DMAUse struct {
 // allocation is counted with its worst-case alignment padding
 // (DMAFootprint). Buffers of other clients (the link's RX and TX pools)
 // are not included.
-func DMABytes(p *Profile, u DMAUse) int {
+func DMASize(p *Profile, u DMAUse) int {
 	n := DMAFootprint(MaxChannels*ContextSize, 64) +
 		DMAFootprint(len(p.EventRings)*ContextSize, 64) +
 		DMAFootprint(ContextSize, 64) +

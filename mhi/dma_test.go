@@ -10,14 +10,14 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-// DMABytes bounds what the engine allocates: a full-boot-chain power-up
+// DMASize bounds what the engine allocates: a full-boot-chain power-up
 // (BHI, then BHIe of the whole image) and a control port on every pair
 // fit in an IOVA window of exactly that many bytes, with no headroom.
-func TestDMABytesBoundsBootAndControlPorts(t *testing.T) {
+func TestDMASizeBoundsBootAndControlPorts(t *testing.T) {
 	p := profile(t, "qcom-sdx55m")
 	img := bootImage(3<<20 + 12345)
 	u := mhi.DMAUse{Firmware: len(img), SegLen: 64 << 10}
-	r := mhitest.New(t, mhitest.Options{Profile: p, Sim: sim.Options{Boot: sim.BootPBL}, IOVAWindow: uint64(mhi.DMABytes(p, u)),
+	r := mhitest.New(t, mhitest.Options{Profile: p, Sim: sim.Options{Boot: sim.BootPBL}, IOVAWindow: uint64(mhi.DMASize(p, u)),
 		Controller: mhi.Options{
 			Firmware: func(string) ([]byte, error) { return img, nil },
 			Boot:     mhi.BootOptions{FullBootChain: true, SBLSize: 1 << 20, SegLen: u.SegLen},

@@ -116,7 +116,7 @@ func (c *Controller) resetLeftRunning(ctx context.Context) error {
 	if EE(c.read(c.bhiOff + BHIExecEnv)).InPBL() {
 		return nil
 	}
-	return c.waitFor(ctx, c.prof.ReadyWait(), "READY after the power-up reset", func() (bool, error) {
+	return c.waitFor(ctx, c.prof.readyBound(), "READY after the power-up reset", func() (bool, error) {
 		st := c.read(RegMHISTATUS)
 		return st != 0xFFFFFFFF && st&StatusReady != 0, nil
 	})
@@ -135,7 +135,7 @@ func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
 	if err := c.sblTransition(ctx); err != nil {
 		return err
 	}
-	err := c.waitFor(ctx, c.prof.ReadyWait(), "mission mode", func() (bool, error) {
+	err := c.waitFor(ctx, c.prof.readyBound(), "mission mode and M0", func() (bool, error) {
 		if c.pm == pmSysErrProcess || c.devState == StateSysErr {
 			return false, ErrSysErr
 		}
@@ -151,7 +151,7 @@ func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
 // rewrites BHI_INTVEC, which the device clears during reset (§4.3 step 5).
 func (c *Controller) mhiReset(ctx context.Context) error {
 	c.rmw(RegMHICTRL, CtrlReset, 1, 1)
-	err := c.waitFor(ctx, c.timeout, "MHICTRL.RESET clear", func() (bool, error) {
+	err := c.waitFor(ctx, c.stateBound(), "MHICTRL.RESET to clear", func() (bool, error) {
 		v := c.read(RegMHICTRL)
 		if v == 0xFFFFFFFF {
 			return false, nil // removal is caught by the poll tick
@@ -168,7 +168,7 @@ func (c *Controller) mhiReset(ctx context.Context) error {
 // readyTransition waits for READY, programs the MMIO, seeds the software
 // event rings and asks for M0 (§4.5 steps 1–4).
 func (c *Controller) readyTransition(ctx context.Context) error {
-	err := c.waitFor(ctx, c.prof.ReadyWait(), "READY", func() (bool, error) {
+	err := c.waitFor(ctx, c.prof.readyBound(), "READY", func() (bool, error) {
 		if c.read(RegMHICTRL)&CtrlReset != 0 {
 			return false, nil
 		}
@@ -639,7 +639,7 @@ func (c *Controller) waitDMAStopped(ctx context.Context) error {
 	if !c.dmaFenced() {
 		return nil
 	}
-	return c.waitFor(ctx, 2*c.timeout, "the MHI reset to stop the device's DMA", func() (bool, error) {
+	return c.waitFor(ctx, c.stateBound().twice(), "the MHI reset to stop the device's DMA", func() (bool, error) {
 		return !c.dmaFence, nil
 	})
 }
@@ -689,7 +689,7 @@ func (c *Controller) Suspend(ctx context.Context) error {
 	c.pm = pmM3Enter
 	c.mu.Unlock()
 	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM3))
-	err := c.waitFor(ctx, c.timeout, "M3", func() (bool, error) {
+	err := c.waitFor(ctx, c.stateBound(), "M3", func() (bool, error) {
 		if c.pm == pmSysErrProcess {
 			return false, ErrSysErr
 		}
@@ -726,7 +726,7 @@ func (c *Controller) Resume(ctx context.Context) error {
 	c.pm = pmM3Exit
 	c.mu.Unlock()
 	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM0))
-	err := c.waitFor(ctx, c.timeout, "M0", func() (bool, error) {
+	err := c.waitFor(ctx, c.stateBound(), "M0", func() (bool, error) {
 		if c.pm == pmSysErrProcess {
 			return false, ErrSysErr
 		}
@@ -776,7 +776,7 @@ func (c *Controller) PowerDown(ctx context.Context) error {
 	var err error
 	if !removed {
 		if err = c.mhiReset(ctx); err == nil {
-			rerr := c.waitFor(ctx, c.prof.ReadyWait(), "READY after reset", func() (bool, error) {
+			rerr := c.waitFor(ctx, c.prof.readyBound(), "READY after the power-down reset", func() (bool, error) {
 				return c.read(RegMHISTATUS)&StatusReady != 0, nil
 			})
 			if rerr != nil {
@@ -801,7 +801,7 @@ func (c *Controller) PowerDown(ctx context.Context) error {
 
 // waitRecoveryDone waits (bounded) for a running recovery to finish.
 func (c *Controller) waitRecoveryDone(ctx context.Context) {
-	_ = c.waitFor(ctx, 2*c.timeout, "recovery to finish", func() (bool, error) { return !c.recovering, nil })
+	_ = c.waitFor(ctx, c.stateBound().twice(), "recovery to finish", func() (bool, error) { return !c.recovering, nil })
 }
 
 // Close powers the device down (bounded by the profile timeout), stops

@@ -20,9 +20,18 @@ type Profile struct {
 	// MRU is the receive buffer size for data channels (0: not set,
 	// clients choose: mhi_wwan_mbim uses 3500).
 	MRU int
-	// Timeout bounds each state wait (pci_generic timeout_ms).
+	// Timeout (pci_generic timeout_ms) bounds every wait of the host
+	// that is not a power-up wait: MHICTRL.RESET clearing after the host
+	// set it, a BHI or BHIe transfer, EE EDL after the SoC reset, M3 on
+	// suspend, M0 on resume, each command's completion.
+	// Options.Timeout overrides it. docs/PROTOCOL.md §4.9 lists the waits.
 	Timeout time.Duration
-	// ReadyTimeout bounds the wait for READY at power-up (0: Timeout).
+	// ReadyTimeout (pci_generic ready_timeout_ms, newer kernels) bounds
+	// the power-up waits, which some modems need longer for: READY (at
+	// power-up, after the reset of a device found running, after the
+	// power-down reset), EE SBL in a full-boot-chain boot, and mission
+	// mode with M0. 0: Timeout (the profile's; Options.Timeout does not
+	// shorten them). ReadyWait returns the bound in force.
 	ReadyTimeout time.Duration
 	// FirmwareImage is the BHI image loaded in PBL ("" if none), and
 	// EDLImage the flash programmer loaded in EDL; both relative to the
@@ -153,12 +162,17 @@ func (p *Profile) ChannelPair(name string) (ul, dl ChannelConfig, ok bool) {
 	return ul, dl, hasUL && hasDL
 }
 
-// ReadyWait returns how long to wait for READY at power-up.
-func (p *Profile) ReadyWait() time.Duration {
+// ReadyWait returns the bound of the power-up waits: ReadyTimeout, or
+// Timeout when it is unset.
+func (p *Profile) ReadyWait() time.Duration { return p.readyBound().d }
+
+// readyBound is ReadyWait with the field it comes from, for the error of
+// a wait that runs out.
+func (p *Profile) readyBound() bound {
 	if p.ReadyTimeout > 0 {
-		return p.ReadyTimeout
+		return bound{p.ReadyTimeout, "profile ReadyTimeout"}
 	}
-	return p.Timeout
+	return bound{p.Timeout, "profile Timeout, as ReadyTimeout is unset"}
 }
 
 // Validate checks the profile is self-consistent: channel pairs, event

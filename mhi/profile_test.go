@@ -1,26 +1,13 @@
 package mhi
 
 import (
+	"fmt"
 	"reflect"
-	"sort"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
-
-// allProfileNames is every modem of docs/PROTOCOL.md §6.3.
-var allProfileNames = []string{
-	"qcom-sdx24", "qcom-sdx55m", "qcom-sdx65m", "qcom-sdx75m", "qcom-sdx35m",
-	"qcom-sa8775p", "qcom-qdu100",
-	"quectel-em1xx", "quectel-rm5xx",
-	"foxconn-sdx55", "foxconn-t99w175", "foxconn-dw5930e", "foxconn-t99w368",
-	"foxconn-t99w373", "foxconn-t99w510", "foxconn-dw5932e", "foxconn-t99w640",
-	"foxconn-dw5934e", "foxconn-t99w696", "foxconn-t99w760",
-	"cinterion-mv31", "cinterion-mv32",
-	"sierra-em919x",
-	"telit-fn980-hwv1", "telit-fn990", "telit-fe990a", "telit-fn920c04",
-	"telit-fe912c04", "telit-fn990b40", "telit-fe990b40",
-	"netprisma-lcur57", "netprisma-fcun69",
-}
 
 func mustLookup(t *testing.T, name string) *Profile {
 	t.Helper()
@@ -45,21 +32,20 @@ func TestProfilesValidate(t *testing.T) {
 	}
 }
 
-func TestProfileNamesUniqueAndComplete(t *testing.T) {
+// TestProfileNamesUniqueAndWellFormed: every name is unique and reads
+// vendor-model in lower case ("quectel-rm5xx"), as mhictl's -profile flag
+// takes it.
+func TestProfileNamesUniqueAndWellFormed(t *testing.T) {
+	wellFormed := regexp.MustCompile(`^[a-z]+-[a-z0-9]+(-[a-z0-9]+)*$`)
 	seen := map[string]bool{}
-	var got []string
 	for _, p := range Profiles() {
 		if seen[p.Name] {
 			t.Errorf("duplicate profile name %q", p.Name)
 		}
 		seen[p.Name] = true
-		got = append(got, p.Name)
-	}
-	want := append([]string(nil), allProfileNames...)
-	sort.Strings(got)
-	sort.Strings(want)
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("profile names:\n got %v\nwant %v", got, want)
+		if !wellFormed.MatchString(p.Name) {
+			t.Errorf("profile name %q is not vendor-model in lower case", p.Name)
+		}
 	}
 }
 
@@ -126,39 +112,9 @@ func TestMatchOrder(t *testing.T) {
 		{0x17cb, 0x011a, 0x1c5d, 0x2045, "telit-fe912c04"},
 		{0x17cb, 0x011a, 0x1c5d, 0x201a, "qcom-sdx35m"},
 		{0x17cb, 0x011a, 0x0000, 0x0000, "qcom-sdx35m"},
-		// Plain IDs.
-		{0x17cb, 0x0304, 0, 0, "qcom-sdx24"},
-		{0x17cb, 0x0116, 0, 0, "qcom-sa8775p"},
-		{0x17cb, 0x0601, 0, 0, "qcom-qdu100"},
-		{0x1eac, 0x1001, 0, 0, "quectel-em1xx"},
-		{0x1eac, 0x1002, 0, 0, "quectel-em1xx"},
-		{0x1eac, 0x100d, 0, 0, "quectel-em1xx"},
-		{0x1eac, 0x2001, 0, 0, "quectel-em1xx"},
-		{0x1eac, 0x1004, 0, 0, "quectel-rm5xx"},
+		// Plain IDs (every ID of the table: TestEveryIDReachesItsProfile).
 		{0x1eac, 0x1007, 0x1eac, 0x1007, "quectel-rm5xx"},
-		{0x105b, 0xe0ab, 0, 0, "foxconn-t99w175"},
-		{0x105b, 0xe0bf, 0, 0, "foxconn-t99w175"},
-		{0x105b, 0xe0c3, 0, 0, "foxconn-t99w175"},
 		{0x03f0, 0x0a6c, 0, 0, "foxconn-t99w175"},
-		{0x105b, 0xe0b0, 0, 0, "foxconn-dw5930e"},
-		{0x105b, 0xe0b1, 0, 0, "foxconn-dw5930e"},
-		{0x105b, 0xe0d8, 0, 0, "foxconn-t99w368"},
-		{0x105b, 0xe0d9, 0, 0, "foxconn-t99w373"},
-		{0x105b, 0xe0f0, 0, 0, "foxconn-t99w510"},
-		{0x105b, 0xe0f1, 0, 0, "foxconn-t99w510"},
-		{0x105b, 0xe0f2, 0, 0, "foxconn-t99w510"},
-		{0x105b, 0xe0f5, 0, 0, "foxconn-dw5932e"},
-		{0x105b, 0xe0f9, 0, 0, "foxconn-dw5932e"},
-		{0x105b, 0xe118, 0, 0, "foxconn-t99w640"},
-		{0x105b, 0xe11d, 0, 0, "foxconn-dw5934e"},
-		{0x105b, 0xe11e, 0, 0, "foxconn-dw5934e"},
-		{0x105b, 0xe123, 0, 0, "foxconn-t99w760"},
-		{0x1269, 0x00b3, 0, 0, "cinterion-mv31"},
-		{0x1269, 0x00b4, 0, 0, "cinterion-mv31"},
-		{0x1269, 0x00ba, 0, 0, "cinterion-mv32"},
-		{0x1269, 0x00bb, 0, 0, "cinterion-mv32"},
-		{0x203e, 0x1000, 0, 0, "netprisma-lcur57"},
-		{0x203e, 0x1001, 0, 0, "netprisma-fcun69"},
 		// Unknown functions.
 		{0x17cb, 0x0305, 0, 0, ""},
 		{0x105b, 0xe0ac, 0, 0, ""},
@@ -241,81 +197,6 @@ func TestPCIIDString(t *testing.T) {
 	}
 }
 
-// TestProfileAttributes checks every §6.3 column (and the §6.2 timeouts)
-// for every modem.
-func TestProfileAttributes(t *testing.T) {
-	const s = time.Second
-	tests := []struct {
-		name       string
-		mru        int
-		timeout    time.Duration
-		readyWait  time.Duration
-		fw, edl    string
-		sideband   bool
-		edlTrigger bool
-	}{
-		{"qcom-sdx24", 0, 8 * s, 8 * s, "", "qcom/prog_firehose_sdx24.mbn", true, false},
-		{"qcom-sdx55m", 32768, 8 * s, 8 * s, "qcom/sdx55m/sbl1.mbn", "qcom/sdx55m/edl.mbn", false, true},
-		{"qcom-sdx65m", 0, 8 * s, 8 * s, "qcom/sdx65m/xbl.elf", "qcom/sdx65m/edl.mbn", false, true},
-		{"qcom-sdx75m", 0, 8 * s, 50 * s, "qcom/sdx75m/xbl.elf", "qcom/sdx75m/edl.mbn", false, true},
-		{"qcom-sdx35m", 32768, 8 * s, 50 * s, "", "", false, true},
-		{"qcom-sa8775p", 32768, 8 * s, 8 * s, "", "", false, false},
-		{"qcom-qdu100", 0, 120 * s, 120 * s, "qcom/qdu100/xbl_s.melf", "", false, true},
-		{"quectel-em1xx", 32768, 20 * s, 50 * s, "", "qcom/prog_firehose_sdx24.mbn", true, false},
-		{"quectel-rm5xx", 32768, 20 * s, 50 * s, "", "qcom/prog_firehose_sdx6x.elf", true, false},
-		{"foxconn-sdx55", 32768, 20 * s, 20 * s, "", "qcom/sdx55m/foxconn/prog_firehose_sdx55.mbn", false, true},
-		{"foxconn-t99w175", 32768, 20 * s, 20 * s, "", "qcom/sdx55m/foxconn/prog_firehose_sdx55.mbn", false, true},
-		{"foxconn-dw5930e", 32768, 20 * s, 20 * s, "", "qcom/sdx55m/foxconn/prog_firehose_sdx55.mbn", false, true},
-		{"foxconn-t99w368", 32768, 20 * s, 20 * s, "", "qcom/sdx65m/foxconn/prog_firehose_lite.elf", false, true},
-		{"foxconn-t99w373", 32768, 20 * s, 20 * s, "", "qcom/sdx65m/foxconn/prog_firehose_lite.elf", false, true},
-		{"foxconn-t99w510", 32768, 20 * s, 20 * s, "", "qcom/sdx24m/foxconn/prog_firehose_sdx24.mbn", false, true},
-		{"foxconn-dw5932e", 32768, 20 * s, 20 * s, "", "qcom/sdx65m/foxconn/prog_firehose_lite.elf", false, true},
-		{"foxconn-t99w640", 32768, 20 * s, 50 * s, "", "qcom/sdx72m/foxconn/edl.mbn", false, true},
-		{"foxconn-dw5934e", 32768, 20 * s, 50 * s, "", "qcom/sdx72m/foxconn/edl.mbn", false, true},
-		{"foxconn-t99w696", 32768, 20 * s, 20 * s, "", "qcom/sdx61/foxconn/prog_firehose_lite.elf", false, true},
-		{"foxconn-t99w760", 32768, 20 * s, 20 * s, "", "qcom/sdx35/foxconn/xbl_s_devprg_ns.melf", false, true},
-		{"cinterion-mv31", 32768, 20 * s, 20 * s, "", "", false, false},
-		{"cinterion-mv32", 32768, 20 * s, 20 * s, "", "", false, false},
-		{"sierra-em919x", 32768, 24 * s, 24 * s, "", "", false, false},
-		{"telit-fn980-hwv1", 32768, 20 * s, 20 * s, "qcom/sdx55m/sbl1.mbn", "qcom/sdx55m/edl.mbn", false, false},
-		{"telit-fn990", 32768, 20 * s, 20 * s, "", "", false, false},
-		{"telit-fe990a", 32768, 20 * s, 20 * s, "", "", false, false},
-		{"telit-fn920c04", 32768, 50 * s, 50 * s, "", "", false, true},
-		{"telit-fe912c04", 32768, 50 * s, 50 * s, "", "", false, true},
-		{"telit-fn990b40", 32768, 50 * s, 50 * s, "", "", false, true},
-		{"telit-fe990b40", 32768, 50 * s, 50 * s, "", "", false, true},
-		{"netprisma-lcur57", 32768, 20 * s, 50 * s, "", "qcom/prog_firehose_sdx24.mbn", true, false},
-		{"netprisma-fcun69", 32768, 20 * s, 50 * s, "", "qcom/prog_firehose_sdx6x.elf", true, false},
-	}
-	if len(tests) != len(allProfileNames) {
-		t.Fatalf("attribute table has %d rows, want %d", len(tests), len(allProfileNames))
-	}
-	for _, tt := range tests {
-		p := mustLookup(t, tt.name)
-		if p.MRU != tt.mru {
-			t.Errorf("%s: MRU %d, want %d", tt.name, p.MRU, tt.mru)
-		}
-		if p.Timeout != tt.timeout {
-			t.Errorf("%s: Timeout %v, want %v", tt.name, p.Timeout, tt.timeout)
-		}
-		if p.ReadyWait() != tt.readyWait {
-			t.Errorf("%s: ReadyWait %v, want %v", tt.name, p.ReadyWait(), tt.readyWait)
-		}
-		if p.FirmwareImage != tt.fw {
-			t.Errorf("%s: FirmwareImage %q, want %q", tt.name, p.FirmwareImage, tt.fw)
-		}
-		if p.EDLImage != tt.edl {
-			t.Errorf("%s: EDLImage %q, want %q", tt.name, p.EDLImage, tt.edl)
-		}
-		if p.SidebandWake != tt.sideband {
-			t.Errorf("%s: SidebandWake %v, want %v", tt.name, p.SidebandWake, tt.sideband)
-		}
-		if p.EDLTrigger != tt.edlTrigger {
-			t.Errorf("%s: EDLTrigger %v, want %v", tt.name, p.EDLTrigger, tt.edlTrigger)
-		}
-	}
-}
-
 // TestChannelFlags checks the per-channel rules common to every profile:
 // SAHARA runs in SBL, FIREHOSE in FP, everything else in AMSS; only the
 // IP_HW0 channels are burst, and each burst channel completes on a
@@ -360,252 +241,263 @@ func TestChannelFlags(t *testing.T) {
 	}
 }
 
-// TestChannelSets checks the exact channel numbers and event ring kinds of
-// each configuration family (§6.2).
-func TestChannelSets(t *testing.T) {
-	C, D, S, H := EventRingCtrl, EventRingData, EventRingSWData, EventRingHWData
-	tests := []struct {
-		profiles []string
-		channels []int
-		rings    []EventRingKind
-	}{
-		{[]string{"qcom-sdx24", "qcom-sdx55m", "qcom-sdx65m", "qcom-sdx75m", "qcom-sdx35m"},
-			[]int{4, 5, 12, 13, 14, 15, 20, 21, 34, 35, 46, 47, 100, 101},
-			[]EventRingKind{C, D, S, S, H, H}},
-		{[]string{"quectel-em1xx", "quectel-rm5xx", "netprisma-lcur57", "netprisma-fcun69"},
-			[]int{0, 1, 2, 3, 4, 5, 12, 13, 32, 33, 34, 35, 100, 101},
-			[]EventRingKind{C, D, H, H}},
-		{[]string{"foxconn-sdx55", "foxconn-t99w175", "foxconn-dw5930e", "foxconn-t99w368", "foxconn-t99w373",
-			"foxconn-t99w510", "foxconn-dw5932e", "foxconn-t99w640", "foxconn-dw5934e"},
-			[]int{0, 1, 4, 5, 12, 13, 32, 33, 34, 35, 100, 101},
-			[]EventRingKind{C, D, H, H}},
-		{[]string{"foxconn-t99w696", "foxconn-t99w760"},
-			[]int{0, 1, 4, 5, 12, 13, 32, 33, 34, 35, 50, 51, 100, 101},
-			[]EventRingKind{C, D, H, H}},
-		{[]string{"cinterion-mv31", "cinterion-mv32"},
-			[]int{0, 1, 12, 13, 100, 101},
-			[]EventRingKind{C, D, H, H}},
-		{[]string{"sierra-em919x"},
-			[]int{2, 3, 4, 5, 12, 13, 14, 15, 32, 33, 100, 101},
-			[]EventRingKind{C, H, H}},
-		{[]string{"telit-fn980-hwv1"},
-			[]int{14, 15, 20, 21, 100, 101},
-			[]EventRingKind{C, H, H}},
-		{[]string{"telit-fn990", "telit-fe990a"},
-			[]int{2, 3, 4, 5, 12, 13, 32, 33, 92, 93, 94, 95, 100, 101},
-			[]EventRingKind{C, D, H, H}},
-		{[]string{"telit-fn920c04", "telit-fe912c04", "telit-fn990b40", "telit-fe990b40"},
-			[]int{2, 3, 4, 5, 14, 15, 32, 33, 34, 35, 92, 93, 94, 95, 100, 101},
-			[]EventRingKind{C, D, H, H}},
-		{[]string{"qcom-sa8775p"},
-			[]int{46, 47},
-			[]EventRingKind{C, S, S}},
-		{[]string{"qcom-qdu100"},
-			[]int{0, 1, 2, 3, 4, 5, 14, 15, 16, 17, 40, 41, 46, 47, 48, 49, 50, 51, 52, 53},
-			[]EventRingKind{C, S, S, S, S, S, S, S, S}},
-	}
-	covered := map[string]bool{}
-	for _, tt := range tests {
-		var first *Profile
-		for _, name := range tt.profiles {
-			covered[name] = true
-			p := mustLookup(t, name)
-			var nums []int
-			for _, c := range p.Channels {
-				nums = append(nums, c.Num)
-			}
-			sort.Ints(nums)
-			if !reflect.DeepEqual(nums, tt.channels) {
-				t.Errorf("%s: channels %v, want %v", name, nums, tt.channels)
-			}
-			var kinds []EventRingKind
-			for _, e := range p.EventRings {
-				kinds = append(kinds, e.Kind)
-			}
-			if !reflect.DeepEqual(kinds, tt.rings) {
-				t.Errorf("%s: event ring kinds %v, want %v", name, kinds, tt.rings)
-			}
-			// Profiles of one configuration share its tables.
-			if first == nil {
-				first = p
+// isDataChannel reports whether a channel carries IP traffic (IP_HW0,
+// IP_HW0_MBIM, IP_SW0, IP_ETH1, …) rather than control or boot traffic.
+func isDataChannel(c ChannelConfig) bool { return strings.HasPrefix(c.Name, "IP_") }
+
+// TestDataPairsHaveEventRingsOfTheirOwn: a data pair's completions never
+// share an event ring with another pair's (nor the control ring), so that
+// the data path's interrupt and poll see only its own events; its rings are
+// large enough for a burst of packets.
+func TestDataPairsHaveEventRingsOfTheirOwn(t *testing.T) {
+	for _, p := range Profiles() {
+		data := 0
+		for _, c := range p.Channels {
+			if !isDataChannel(c) {
 				continue
 			}
-			if &p.Channels[0] != &first.Channels[0] {
-				t.Errorf("%s does not share %s's channel table", name, first.Name)
+			data++
+			if c.EventRing == 0 {
+				t.Errorf("%s: data channel %d %s completes on the control ring", p.Name, c.Num, c.Name)
 			}
-			if &p.EventRings[0] != &first.EventRings[0] {
-				t.Errorf("%s does not share %s's event ring table", name, first.Name)
+			if c.Elements < 64 {
+				t.Errorf("%s: data channel %d %s has a %d-element ring, want at least 64", p.Name, c.Num, c.Name, c.Elements)
+			}
+			for _, o := range p.Channels {
+				if o.EventRing == c.EventRing && o.Num/2 != c.Num/2 {
+					t.Errorf("%s: data channel %d %s shares event ring %d with channel %d %s", p.Name, c.Num, c.Name, c.EventRing, o.Num, o.Name)
+				}
 			}
 		}
-	}
-	for _, name := range allProfileNames {
-		if !covered[name] {
-			t.Errorf("%s: no channel-set check", name)
-		}
-	}
-	// Configs documented as sharing event rings across families.
-	fn990, fn920 := mustLookup(t, "telit-fn990"), mustLookup(t, "telit-fn920c04")
-	if &fn990.EventRings[0] != &fn920.EventRings[0] {
-		t.Error("FN920C04 does not use the FN990 event rings")
-	}
-	sdx55, t99w640 := mustLookup(t, "foxconn-t99w175"), mustLookup(t, "foxconn-t99w640")
-	if &sdx55.Channels[0] != &t99w640.Channels[0] {
-		t.Error("Foxconn SDX72 does not use the SDX55 channel table")
-	}
-}
-
-// TestChannelSpotChecks compares individual channels with §6.2.
-func TestChannelSpotChecks(t *testing.T) {
-	tests := []struct {
-		profile  string
-		num      int
-		name     string
-		elements int
-		ring     int
-	}{
-		// qcom v1/v2 (later table).
-		{"qcom-sdx55m", 4, "DIAG", 16, 1},
-		{"qcom-sdx55m", 13, "MBIM", 4, 0},
-		{"qcom-sdx55m", 15, "QMI", 4, 0},
-		{"qcom-sdx55m", 21, "IPCR", 8, 0},
-		{"qcom-sdx24", 34, "FIREHOSE", 32, 0},
-		{"qcom-sdx65m", 46, "IP_SW0", 64, 2},
-		{"qcom-sdx65m", 47, "IP_SW0", 64, 3},
-		{"qcom-sdx75m", 100, "IP_HW0", 128, 4},
-		{"qcom-sdx35m", 101, "IP_HW0", 128, 5},
-		// Quectel EM1xx.
-		{"quectel-rm5xx", 0, "NMEA", 32, 0},
-		{"quectel-rm5xx", 3, "SAHARA", 32, 0},
-		{"quectel-rm5xx", 5, "DIAG", 32, 1},
-		{"quectel-em1xx", 12, "MBIM", 32, 0},
-		{"quectel-em1xx", 33, "DUN", 32, 0},
-		{"quectel-em1xx", 35, "FIREHOSE", 32, 0},
-		{"quectel-rm5xx", 100, "IP_HW0_MBIM", 128, 2},
-		{"quectel-rm5xx", 101, "IP_HW0_MBIM", 128, 3},
-		// Foxconn SDX55/SDX61/SDX72.
-		{"foxconn-sdx55", 1, "LOOPBACK", 32, 0},
-		{"foxconn-t99w175", 5, "DIAG", 32, 1},
-		{"foxconn-t99w175", 34, "FIREHOSE", 32, 0},
-		{"foxconn-t99w696", 50, "NMEA", 32, 0},
-		{"foxconn-t99w760", 51, "NMEA", 32, 0},
-		{"foxconn-t99w640", 101, "IP_HW0_MBIM", 128, 3},
-		// Cinterion MV3x.
-		{"cinterion-mv31", 0, "LOOPBACK", 64, 0},
-		{"cinterion-mv31", 1, "LOOPBACK", 64, 0},
-		{"cinterion-mv32", 13, "MBIM", 64, 0},
-		{"cinterion-mv32", 100, "IP_HW0_MBIM", 512, 2},
-		{"cinterion-mv32", 101, "IP_HW0_MBIM", 512, 3},
-		// Sierra EM919x: SAHARA 32 UL / 256 DL, DIAG on ER0.
-		{"sierra-em919x", 2, "SAHARA", 32, 0},
-		{"sierra-em919x", 3, "SAHARA", 256, 0},
-		{"sierra-em919x", 5, "DIAG", 32, 0},
-		{"sierra-em919x", 12, "MBIM", 128, 0},
-		{"sierra-em919x", 14, "QMI", 32, 0},
-		{"sierra-em919x", 32, "DUN", 32, 0},
-		{"sierra-em919x", 100, "IP_HW0", 512, 1},
-		{"sierra-em919x", 101, "IP_HW0", 512, 2},
-		// Telit FN980 v1.
-		{"telit-fn980-hwv1", 14, "QMI", 32, 0},
-		{"telit-fn980-hwv1", 21, "IPCR", 16, 0},
-		{"telit-fn980-hwv1", 100, "IP_HW0", 128, 1},
-		{"telit-fn980-hwv1", 101, "IP_HW0", 128, 2},
-		// Telit FN990.
-		{"telit-fn990", 2, "SAHARA", 32, 0},
-		{"telit-fn990", 4, "DIAG", 64, 1},
-		{"telit-fe990a", 13, "MBIM", 32, 0},
-		{"telit-fe990a", 32, "DUN", 32, 0},
-		{"telit-fn990", 93, "DUN2", 32, 1},
-		{"telit-fn990", 95, "NMEA", 32, 1},
-		{"telit-fn990", 100, "IP_HW0_MBIM", 128, 2},
-		// Telit FN920C04.
-		{"telit-fn920c04", 3, "SAHARA", 32, 0},
-		{"telit-fn920c04", 5, "DIAG", 64, 1},
-		{"telit-fe912c04", 14, "QMI", 32, 0},
-		{"telit-fn990b40", 34, "FIREHOSE", 32, 0},
-		{"telit-fe990b40", 92, "DUN2", 32, 1},
-		{"telit-fn920c04", 94, "NMEA", 32, 1},
-		{"telit-fn920c04", 101, "IP_HW0", 128, 3},
-		// SA8775P.
-		{"qcom-sa8775p", 46, "IP_SW0", 2048, 1},
-		{"qcom-sa8775p", 47, "IP_SW0", 2048, 2},
-		// QDU100.
-		{"qcom-qdu100", 1, "LOOPBACK", 32, 2},
-		{"qcom-qdu100", 2, "SAHARA", 128, 1},
-		{"qcom-qdu100", 46, "IP_SW0", 256, 5},
-		{"qcom-qdu100", 53, "IP_ETH1", 256, 8},
-	}
-	for _, tt := range tests {
-		p := mustLookup(t, tt.profile)
-		c, ok := p.Channel(tt.num)
-		if !ok {
-			t.Errorf("%s: no channel %d", tt.profile, tt.num)
-			continue
-		}
-		if c.Name != tt.name || c.Elements != tt.elements || c.EventRing != tt.ring {
-			t.Errorf("%s: channel %d = %s/%d elements/ER%d, want %s/%d/ER%d",
-				tt.profile, tt.num, c.Name, c.Elements, c.EventRing, tt.name, tt.elements, tt.ring)
+		if data == 0 {
+			t.Errorf("%s: no data channel pair", p.Name)
 		}
 	}
 }
 
-// TestEventRingSpotChecks compares event rings with §6.2.
-func TestEventRingSpotChecks(t *testing.T) {
-	tests := []struct {
-		profile  string
-		ring     int
-		kind     EventRingKind
-		elements int
-		channel  int
-	}{
-		{"qcom-sdx55m", 0, EventRingCtrl, 64, -1},
-		{"qcom-sdx55m", 1, EventRingData, 128, -1},
-		{"qcom-sdx24", 2, EventRingSWData, 64, -1},
-		{"qcom-sdx24", 3, EventRingSWData, 64, -1},
-		{"qcom-sdx65m", 4, EventRingHWData, 1024, 100},
-		{"qcom-sdx65m", 5, EventRingHWData, 2048, 101},
-		{"quectel-em1xx", 0, EventRingCtrl, 128, -1},
-		{"quectel-em1xx", 1, EventRingData, 128, -1},
-		{"quectel-em1xx", 2, EventRingHWData, 1024, 100},
-		{"quectel-em1xx", 3, EventRingHWData, 1024, 101},
-		{"foxconn-t99w175", 0, EventRingCtrl, 128, -1},
-		{"foxconn-t99w696", 3, EventRingHWData, 1024, 101},
-		{"cinterion-mv31", 0, EventRingCtrl, 256, -1},
-		{"cinterion-mv31", 1, EventRingData, 256, -1},
-		{"cinterion-mv32", 2, EventRingHWData, 1024, 100},
-		{"cinterion-mv32", 3, EventRingHWData, 1024, 101},
-		{"sierra-em919x", 0, EventRingCtrl, 2048, -1},
-		{"sierra-em919x", 1, EventRingHWData, 2048, 100},
-		{"sierra-em919x", 2, EventRingHWData, 2048, 101},
-		{"telit-fn980-hwv1", 0, EventRingCtrl, 128, -1},
-		{"telit-fn980-hwv1", 1, EventRingHWData, 1024, 100},
-		{"telit-fn980-hwv1", 2, EventRingHWData, 2048, 101},
-		{"telit-fn990", 1, EventRingData, 128, -1},
-		{"telit-fn990", 2, EventRingHWData, 1024, 100},
-		{"telit-fn990", 3, EventRingHWData, 2048, 101},
-		{"telit-fn920c04", 3, EventRingHWData, 2048, 101},
-		{"qcom-sa8775p", 0, EventRingCtrl, 64, -1},
-		{"qcom-sa8775p", 1, EventRingSWData, 64, -1},
-		{"qcom-sa8775p", 2, EventRingSWData, 64, -1},
-		{"qcom-qdu100", 0, EventRingCtrl, 64, -1},
-		{"qcom-qdu100", 2, EventRingSWData, 64, -1},
-		{"qcom-qdu100", 8, EventRingSWData, 512, -1},
+// TestChannelNumbersAgreeAcrossProfiles: pci_generic gives a channel name
+// the same number in every configuration (Linux's clients bind by name, and
+// mhistack's control clients find their pair by name); only NMEA moves.
+func TestChannelNumbersAgreeAcrossProfiles(t *testing.T) {
+	num := map[string]int{}
+	where := map[string]string{}
+	for _, p := range Profiles() {
+		for _, c := range p.Channels {
+			if c.Name == "NMEA" || c.Dir != ChanTypeOutbound {
+				continue
+			}
+			if n, ok := num[c.Name]; ok && n != c.Num {
+				t.Errorf("%s: %s is channel %d, but %d in %s", p.Name, c.Name, c.Num, n, where[c.Name])
+			}
+			num[c.Name], where[c.Name] = c.Num, p.Name
+		}
 	}
-	for _, tt := range tests {
-		p := mustLookup(t, tt.profile)
-		if tt.ring >= len(p.EventRings) {
-			t.Errorf("%s: no event ring %d", tt.profile, tt.ring)
+}
+
+// TestMBIMDataHasMBIMControl: a modem whose data channel carries MBIM NTBs
+// (IP_HW0_MBIM) has the MBIM control pair that sets its sessions up.
+func TestMBIMDataHasMBIMControl(t *testing.T) {
+	for _, p := range Profiles() {
+		if _, _, ok := p.ChannelPair("IP_HW0_MBIM"); !ok {
 			continue
 		}
-		e := p.EventRings[tt.ring]
-		if e.Kind != tt.kind || e.Elements != tt.elements || e.Channel != tt.channel {
-			t.Errorf("%s: event ring %d = %+v, want kind %d, %d elements, channel %d",
-				tt.profile, tt.ring, e, tt.kind, tt.elements, tt.channel)
+		if _, _, ok := p.ChannelPair("MBIM"); !ok {
+			t.Errorf("%s: IP_HW0_MBIM without an MBIM control pair", p.Name)
 		}
 	}
-	// The QDU100 rings stay within the documented 64–512 SW_DATA range.
-	for i, e := range mustLookup(t, "qcom-qdu100").EventRings[1:] {
-		if e.Elements < 64 || e.Elements > 512 {
-			t.Errorf("qcom-qdu100: event ring %d: %d elements", i+1, e.Elements)
+}
+
+// TestEventRingOrder: the control ring first, then the software rings, the
+// hardware rings last (pci_generic's order; the hardware rings are seeded
+// only at the mission-mode transition), each hardware ring dedicated to a
+// different channel.
+func TestEventRingOrder(t *testing.T) {
+	for _, p := range Profiles() {
+		hw := false
+		dedicated := map[int]bool{}
+		for i, e := range p.EventRings {
+			if hw && !e.Hardware() {
+				t.Errorf("%s: software event ring %d after a hardware ring", p.Name, i)
+			}
+			if e.Hardware() {
+				hw = true
+				if dedicated[e.Channel] {
+					t.Errorf("%s: two hardware event rings for channel %d", p.Name, e.Channel)
+				}
+				dedicated[e.Channel] = true
+			}
+		}
+	}
+}
+
+// TestTimeoutsMRUAndImages: pci_generic's timeouts are whole milliseconds
+// between 1 s and 120 s and a READY timeout, when set, is the longer one;
+// the MRU is unset or pci_generic's 32 KiB mru_default; image names are
+// relative paths under the firmware directory's qcom/.
+func TestTimeoutsMRUAndImages(t *testing.T) {
+	image := regexp.MustCompile(`^qcom/[a-z0-9_/.]+\.(mbn|elf|melf)$`)
+	for _, p := range Profiles() {
+		if p.Timeout < time.Second || p.Timeout > 120*time.Second || p.Timeout%time.Millisecond != 0 {
+			t.Errorf("%s: Timeout %v", p.Name, p.Timeout)
+		}
+		if p.ReadyTimeout != 0 && (p.ReadyTimeout <= p.Timeout || p.ReadyTimeout%time.Millisecond != 0) {
+			t.Errorf("%s: ReadyTimeout %v with Timeout %v", p.Name, p.ReadyTimeout, p.Timeout)
+		}
+		if want := max(p.ReadyTimeout, p.Timeout); p.ReadyWait() != want {
+			t.Errorf("%s: ReadyWait %v, want %v", p.Name, p.ReadyWait(), want)
+		}
+		if p.MRU != 0 && p.MRU != 32768 {
+			t.Errorf("%s: MRU %d, want 0 or 32768", p.Name, p.MRU)
+		}
+		for _, img := range []string{p.FirmwareImage, p.EDLImage} {
+			if img != "" && (!image.MatchString(img) || strings.Contains(img, "..")) {
+				t.Errorf("%s: image name %q", p.Name, img)
+			}
+		}
+	}
+}
+
+// TestEqualTablesAreShared: profiles with equal channel (or event ring)
+// tables use one copy of it, as pci_generic's infos point at one config.
+func TestEqualTablesAreShared(t *testing.T) {
+	ps := Profiles()
+	for i, a := range ps {
+		for _, b := range ps[i+1:] {
+			if reflect.DeepEqual(a.Channels, b.Channels) && &a.Channels[0] != &b.Channels[0] {
+				t.Errorf("%s and %s have equal channel tables, not one shared", a.Name, b.Name)
+			}
+			if reflect.DeepEqual(a.EventRings, b.EventRings) && &a.EventRings[0] != &b.EventRings[0] {
+				t.Errorf("%s and %s have equal event ring tables, not one shared", a.Name, b.Name)
+			}
+		}
+	}
+}
+
+// TestKnownVendors: every PCI vendor and subsystem vendor is one of §6's.
+func TestKnownVendors(t *testing.T) {
+	known := map[uint16]bool{
+		pciVendorQcom: true, pciVendorFoxconn: true, pciVendorQuectel: true, pciVendorThales: true,
+		pciVendorNetPrisma: true, pciVendorHP: true, pciSubVendorSierra: true, pciSubVendorTelit: true,
+	}
+	for _, p := range Profiles() {
+		for _, id := range p.IDs {
+			if !known[id.Vendor] || (id.MatchSub && !known[id.SubVendor]) {
+				t.Errorf("%s: ID %v has an unknown vendor", p.Name, id)
+			}
+		}
+	}
+}
+
+// describe writes a profile's channels as pairs, "4/5 DIAG 16 ER1/ER1",
+// with the UL and DL ring sizes when they differ, the EE when it is not
+// AMSS and "burst"; and its event rings, "CTRL 64", "HW 1024 ch100".
+func describe(p *Profile) (pairs, rings []string) {
+	for _, ul := range p.Channels {
+		if ul.Dir != ChanTypeOutbound {
+			continue
+		}
+		dl, _ := p.Channel(ul.Num + 1)
+		s := fmt.Sprintf("%d/%d %s %d", ul.Num, dl.Num, ul.Name, ul.Elements)
+		if dl.Elements != ul.Elements {
+			s += fmt.Sprintf("/%d", dl.Elements)
+		}
+		s += fmt.Sprintf(" ER%d/ER%d", ul.EventRing, dl.EventRing)
+		switch ul.EE {
+		case eeSBL:
+			s += " SBL"
+		case eeFP:
+			s += " FP"
+		}
+		if ul.Burst {
+			s += " burst"
+		}
+		pairs = append(pairs, s)
+	}
+	kind := map[EventRingKind]string{EventRingCtrl: "CTRL", EventRingData: "DATA", EventRingSWData: "SW", EventRingHWData: "HW"}
+	for _, e := range p.EventRings {
+		s := fmt.Sprintf("%s %d", kind[e.Kind], e.Elements)
+		if e.Hardware() {
+			s += fmt.Sprintf(" ch%d", e.Channel)
+		}
+		rings = append(rings, s)
+	}
+	return pairs, rings
+}
+
+// TestSpotChecksAgainstPciGeneric compares a few modems, every fact, with
+// their entries in Linux drivers/bus/mhi/host/pci_generic.c (the
+// mhi_pci_dev_info named, its mhi_controller_config, channel and event
+// tables, and its mhi_pci_id_table lines). The rules above hold for every
+// modem; these catch a rule-abiding but wrong table.
+func TestSpotChecksAgainstPciGeneric(t *testing.T) {
+	const s = time.Second
+	for _, tt := range []struct {
+		name, source         string
+		ids                  []string
+		mru                  int
+		timeout, ready       time.Duration
+		fw, edl              string
+		sideband, edlTrigger bool
+		pairs, rings         []string
+	}{
+		{
+			name: "qcom-sdx55m", source: "mhi_qcom_sdx55_info, modem_qcom_v1_mhiv_config",
+			ids: []string{"17cb:0306"}, mru: 32768, timeout: 8 * s,
+			fw: "qcom/sdx55m/sbl1.mbn", edl: "qcom/sdx55m/edl.mbn", edlTrigger: true,
+			pairs: []string{"4/5 DIAG 16 ER1/ER1", "12/13 MBIM 4 ER0/ER0", "14/15 QMI 4 ER0/ER0", "20/21 IPCR 8 ER0/ER0",
+				"34/35 FIREHOSE 32 ER0/ER0 FP", "46/47 IP_SW0 64 ER2/ER3", "100/101 IP_HW0 128 ER4/ER5 burst"},
+			rings: []string{"CTRL 64", "DATA 128", "SW 64", "SW 64", "HW 1024 ch100", "HW 2048 ch101"},
+		},
+		{
+			name: "quectel-rm5xx", source: "mhi_quectel_rm5xx_info, modem_quectel_em1xx_config",
+			ids: []string{"1eac:1004", "1eac:1007"}, mru: 32768, timeout: 20 * s, ready: 50 * s,
+			edl: "qcom/prog_firehose_sdx6x.elf", sideband: true,
+			pairs: []string{"0/1 NMEA 32 ER0/ER0", "2/3 SAHARA 32 ER0/ER0 SBL", "4/5 DIAG 32 ER1/ER1", "12/13 MBIM 32 ER0/ER0",
+				"32/33 DUN 32 ER0/ER0", "34/35 FIREHOSE 32 ER0/ER0 FP", "100/101 IP_HW0_MBIM 128 ER2/ER3 burst"},
+			rings: []string{"CTRL 128", "DATA 128", "HW 1024 ch100", "HW 1024 ch101"},
+		},
+		{
+			name: "sierra-em919x", source: "mhi_sierra_em919x_info, modem_sierra_em919x_config",
+			ids: []string{"17cb:0306 [18d7:0200]", "17cb:0308 [18d7:0301]"}, mru: 32768, timeout: 24 * s,
+			pairs: []string{"2/3 SAHARA 32/256 ER0/ER0 SBL", "4/5 DIAG 32 ER0/ER0", "12/13 MBIM 128 ER0/ER0", "14/15 QMI 32 ER0/ER0",
+				"32/33 DUN 32 ER0/ER0", "100/101 IP_HW0 512 ER1/ER2 burst"},
+			rings: []string{"CTRL 2048", "HW 2048 ch100", "HW 2048 ch101"},
+		},
+		{
+			name: "telit-fn990", source: "mhi_telit_fn990_info, modem_telit_fn990_config",
+			ids: []string{"17cb:0308 [1c5d:2010]"}, mru: 32768, timeout: 20 * s,
+			pairs: []string{"2/3 SAHARA 32 ER0/ER0 SBL", "4/5 DIAG 64 ER1/ER1", "12/13 MBIM 32 ER0/ER0", "32/33 DUN 32 ER0/ER0",
+				"92/93 DUN2 32 ER1/ER1", "94/95 NMEA 32 ER1/ER1", "100/101 IP_HW0_MBIM 128 ER2/ER3 burst"},
+			rings: []string{"CTRL 128", "DATA 128", "HW 1024 ch100", "HW 2048 ch101"},
+		},
+		{
+			name: "foxconn-t99w640", source: "mhi_foxconn_t99w640_info, modem_foxconn_sdx72_config",
+			ids: []string{"105b:e118"}, mru: 32768, timeout: 20 * s, ready: 50 * s,
+			edl: "qcom/sdx72m/foxconn/edl.mbn", edlTrigger: true,
+			pairs: []string{"0/1 LOOPBACK 32 ER0/ER0", "4/5 DIAG 32 ER1/ER1", "12/13 MBIM 32 ER0/ER0", "32/33 DUN 32 ER0/ER0",
+				"34/35 FIREHOSE 32 ER0/ER0 FP", "100/101 IP_HW0_MBIM 128 ER2/ER3 burst"},
+			rings: []string{"CTRL 128", "DATA 128", "HW 1024 ch100", "HW 1024 ch101"},
+		},
+		{
+			name: "cinterion-mv32", source: "mhi_mv32_info, modem_mv3x_config",
+			ids: []string{"1269:00ba", "1269:00bb"}, mru: 32768, timeout: 20 * s,
+			pairs: []string{"0/1 LOOPBACK 64 ER0/ER0", "12/13 MBIM 64 ER0/ER0", "100/101 IP_HW0_MBIM 512 ER2/ER3 burst"},
+			rings: []string{"CTRL 256", "DATA 256", "HW 1024 ch100", "HW 1024 ch101"},
+		},
+	} {
+		p := mustLookup(t, tt.name)
+		var ids []string
+		for _, id := range p.IDs {
+			ids = append(ids, id.String())
+		}
+		pairs, rings := describe(p)
+		got := []any{ids, p.MRU, p.Timeout, p.ReadyTimeout, p.FirmwareImage, p.EDLImage, p.SidebandWake, p.EDLTrigger, pairs, rings}
+		want := []any{tt.ids, tt.mru, tt.timeout, tt.ready, tt.fw, tt.edl, tt.sideband, tt.edlTrigger, tt.pairs, tt.rings}
+		fields := []string{"IDs", "MRU", "Timeout", "ReadyTimeout", "FirmwareImage", "EDLImage", "SidebandWake", "EDLTrigger", "channels", "event rings"}
+		for i := range got {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Errorf("%s: %s = %v, want %v (pci_generic.c %s)", tt.name, fields[i], got[i], want[i], tt.source)
+			}
 		}
 	}
 }

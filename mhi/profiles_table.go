@@ -123,11 +123,9 @@ var foxconnSDX61Channels = channels(
 )
 
 // foxconnEventRings is mhi_foxconn_sdx55_events, identical to Quectel
-// EM1xx's ("Event rings as Quectel EM1xx", §6.2); used by the SDX55, SDX61
-// and SDX72 configs.
-var foxconnEventRings = []EventRingConfig{
-	ctrlRing(128), dataRing(128), hwRing(1024, 100), hwRing(1024, 101),
-}
+// EM1xx's ("Event rings as Quectel EM1xx", §6.2), so one copy serves
+// both; used by the SDX55, SDX61 and SDX72 configs.
+var foxconnEventRings = quectelEM1xxEventRings
 
 // modem_foxconn_sdx55/sdx61/sdx72_config: timeout_ms 20000; SDX72 adds
 // ready_timeout_ms 50000 (§6.2).

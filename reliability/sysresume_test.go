@@ -9,27 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-
-	"github.com/mhistack/mhistack/mhi"
 )
-
-// tcpCounters are the loss-recovery counters of one gVisor stack.
-type tcpCounters struct{ timeouts, retransmits, sackRecoveries, fastRetransmits uint64 }
-
-func tcpCountersOf(gs *gstack.Stack) tcpCounters {
-	s := gs.Stats().TCP
-	return tcpCounters{s.Timeouts.Value(), s.Retransmits.Value(), s.SACKRecovery.Value(), s.FastRetransmit.Value()}
-}
-
-func (c tcpCounters) sub(o tcpCounters) tcpCounters {
-	return tcpCounters{c.timeouts - o.timeouts, c.retransmits - o.retransmits, c.sackRecoveries - o.sackRecoveries, c.fastRetransmits - o.fastRetransmits}
-}
-
-func (c tcpCounters) String() string {
-	return fmt.Sprintf("%d RTO, %d retransmits, %d SACK recoveries", c.timeouts, c.retransmits, c.sackRecoveries)
-}
 
 // sysErrFaults is how many SYS_ERRs TestSysErrTCPResumesBothWays injects:
 // enough that the stall it guards against (in about one fault in four
@@ -155,15 +135,7 @@ func TestSysErrTCPResumesBothWays(t *testing.T) {
 	for k := 1; k <= sysErrFaults; k++ {
 		// Both streams at full speed again after the last fault.
 		waitBoth(fmt.Sprintf("before SYS_ERR #%d", k), downBytes.Load(), upBytes.Load(), 4*step)
-		recovered := make(chan struct{}, 1)
-		unsub := p.ctrl.Subscribe(func(e mhi.Event) {
-			if e.Kind == mhi.EventRecovered {
-				select {
-				case recovered <- struct{}{}:
-				default:
-				}
-			}
-		})
+		recovered, unsub := onRecovered(p.ctrl)
 		cBefore, sBefore := tcpCountersOf(p.carrier.GVisor()), tcpCountersOf(p.st.GVisor())
 		t0 := time.Now()
 		if err := p.modem.TriggerSysErr(); err != nil {
@@ -177,18 +149,18 @@ func TestSysErrTCPResumesBothWays(t *testing.T) {
 		unsub()
 		mhiRecovery := time.Since(t0)
 		dAt, uAt := waitBoth(fmt.Sprintf("after SYS_ERR #%d", k), downBytes.Load(), upBytes.Load(), step)
-		c, s := tcpCountersOf(p.carrier.GVisor()).sub(cBefore), tcpCountersOf(p.st.GVisor()).sub(sBefore)
+		c, s := tcpCountersOf(p.carrier.GVisor()).Sub(cBefore), tcpCountersOf(p.st.GVisor()).Sub(sBefore)
 		fmt.Fprintf(&tab, "| #%d | %v | %v | %v | %v | %v |\n", k, mhiRecovery.Round(100*time.Microsecond),
 			dAt.Round(time.Millisecond), uAt.Round(time.Millisecond), c, s)
 		worst = max(worst, dAt, uAt)
-		maxRTO = max(maxRTO, c.timeouts, s.timeouts)
+		maxRTO = max(maxRTO, c.Timeouts, s.Timeouts)
 		// The bound: a lost window costs a sender a timeout, and a
 		// few more on a loaded machine if retransmissions are lost too
 		// (they may leave before the channels are back). Repairing a
 		// window one RTO at a time took 13-30.
-		if c.timeouts > maxRTOsPerSysErr || s.timeouts > maxRTOsPerSysErr {
+		if c.Timeouts > maxRTOsPerSysErr || s.Timeouts > maxRTOsPerSysErr {
 			t.Errorf("SYS_ERR #%d: the carrier's TCP took %d retransmission timeouts and the stack's %d to resume (down after %v, up after %v); want at most %d each",
-				k, c.timeouts, s.timeouts, dAt.Round(time.Millisecond), uAt.Round(time.Millisecond), maxRTOsPerSysErr)
+				k, c.Timeouts, s.Timeouts, dAt.Round(time.Millisecond), uAt.Round(time.Millisecond), maxRTOsPerSysErr)
 		}
 	}
 	t.Log(tab.String())

@@ -60,7 +60,7 @@ func TestDMAArenaFitsEveryProfile(t *testing.T) {
 				}
 				ep.Close()
 			default:
-				powerUpIn(ctx, t, p, vfio.ArenaSize(mhi.DMABytes(p, mhi.DMAUse{})))
+				powerUpIn(ctx, t, p, vfio.ArenaSize(mhi.DMASize(p, mhi.DMAUse{})))
 			}
 		})
 	}

@@ -107,20 +107,20 @@ type SimOptions struct {
 }
 
 // DMASize returns the DMA arena Open maps for a modem with profile p and
-// link options lo (Options.Link with its Channel and Framing set): what the MHI
-// engine with its MBIM control port allocates (mhi.DMABytes, an RDDM
+// link options lo (Options.Link with its Channel and Framing set): what
+// the MHI engine with its MBIM control port allocates (mhi.DMASize, an RDDM
 // crash dump of the profile's size included) plus the
-// link's RX and TX pools (link.DMABytes, at lo.MTU or at least
+// link's RX and TX pools (link.DMASize, at lo.MTU or at least
 // link.DefaultMTU: the session's MTU is not known yet), with the arena's
 // headroom (vfio.ArenaSize). A network that reports an MTU well above
 // the one sized for needs Options.Link.MTU set, or Options.DMASize.
 func DMASize(p *mhi.Profile, lo link.Options) (int, error) {
 	lo.MTU = max(lo.MTU, link.DefaultMTU)
-	pools, err := link.DMABytes(p, lo)
+	pools, err := link.DMASize(p, lo)
 	if err != nil {
 		return 0, fmt.Errorf("stack: DMA size: %w", err)
 	}
-	return vfio.ArenaSize(mhi.DMABytes(p, mhi.DMAUse{CrashDump: p.CrashDumpSize()}) + pools), nil
+	return vfio.ArenaSize(mhi.DMASize(p, mhi.DMAUse{CrashDump: p.CrashDumpSize()}) + pools), nil
 }
 
 // Open brings the whole pipeline up and returns a stack on it: the

@@ -83,7 +83,7 @@ type target struct {
 
 // open builds the controller for the device the flags name. so applies to
 // the emulated modem only. A modem's DMA arena is sized for the engine
-// (mhi.DMABytes with u: the firmware the command loads) plus extra bytes
+// (mhi.DMASize with u: the firmware the command loads) plus extra bytes
 // of the command's own buffers (each counted with mhi.DMAFootprint).
 func (f *deviceFlags) open(so sim.Options, co mhi.Options, u mhi.DMAUse, extra int) (*target, error) {
 	if f.device == "sim" {
@@ -110,7 +110,7 @@ func (f *deviceFlags) open(so sim.Options, co mhi.Options, u mhi.DMAUse, extra i
 				return 0 // mhi.New says there is no profile
 			}
 		}
-		return vfio.ArenaSize(mhi.DMABytes(p, u) + extra)
+		return vfio.ArenaSize(mhi.DMASize(p, u) + extra)
 	}
 	var dev pci.Device
 	if path, ok := strings.CutPrefix(f.device, vfiouserclient.Prefix); ok {

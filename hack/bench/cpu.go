@@ -12,7 +12,7 @@ import (
 )
 
 // threads records the OS thread of each endpoint goroutine role while it
-// runs locked (link.Options.ThreadHook), so that the bench can read the
+// runs locked (experiment.Options.ThreadHook), so that the bench can read the
 // role's CPU clock around a measurement window.
 //
 // The hook runs on the role's own thread: it reads CLOCK_THREAD_CPUTIME_ID
@@ -31,7 +31,7 @@ type threads struct {
 
 func newThreads() *threads { return &threads{tids: map[string]int{}} }
 
-// hook is a link.Options.ThreadHook.
+// hook is an experiment.Options.ThreadHook.
 func (t *threads) hook(role string) func() {
 	tid := unix.Gettid()
 	own, err1 := clock(unix.CLOCK_THREAD_CPUTIME_ID)

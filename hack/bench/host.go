@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	mstack "github.com/mhistack/mhistack/stack"
 )
 
@@ -87,18 +88,22 @@ func (c *config) hostVariantsTable() (*table, error) { return c.hostRun(true) }
 // one change from the defaults each. The first is the reference.
 var hostVariants = []struct {
 	name, short string
-	lo          func(w *link.Worker) link.Options
+	x           func(w *experiment.Worker) *experiment.Options // link.Options.Experiments
 }{
 	{"defaults (dedicated refill goroutine, TX completions outside the budget, threaded poller)", "defaults",
-		func(*link.Worker) link.Options { return link.Options{} }},
+		func(*experiment.Worker) *experiment.Options { return nil }},
 	{"refill on a shared worker (table 1)", "shared-worker refill",
-		func(w *link.Worker) link.Options { return link.Options{Refill: link.RefillShared, Worker: w} }},
+		func(w *experiment.Worker) *experiment.Options {
+			return &experiment.Options{Refill: experiment.RefillShared, Worker: w}
+		}},
 	{"refill inline in the poll (table 1)", "inline refill",
-		func(*link.Worker) link.Options { return link.Options{Refill: link.RefillInline} }},
+		func(*experiment.Worker) *experiment.Options {
+			return &experiment.Options{Refill: experiment.RefillInline}
+		}},
 	{"TX completions inside the budget (table 2)", "TX in budget",
-		func(*link.Worker) link.Options { return link.Options{TXInBudget: true} }},
+		func(*experiment.Worker) *experiment.Options { return &experiment.Options{TXInBudget: true} }},
 	{"inline polling on the interrupt goroutine (table 4)", "inline poll",
-		func(*link.Worker) link.Options { return link.Options{InlinePoll: true} }},
+		func(*experiment.Worker) *experiment.Options { return &experiment.Options{InlinePoll: true} }},
 }
 
 func (c *config) hostRun(variants bool) (*table, error) {
@@ -325,11 +330,11 @@ func hostChild(args []string) {
 		busy = append(busy, serveCPU)
 	}
 	if *variants {
-		worker := link.NewWorker()
+		worker := experiment.NewWorker(nil)
 		defer worker.Close()
 		var setups []func() (*altEnv, error)
 		for _, v := range hostVariants {
-			lo := v.lo(worker)
+			lo := link.Options{Experiments: v.x(worker)}
 			setups = append(setups, func() (*altEnv, error) { return vfioUserEnv(sock, srv.pid, lo) })
 			for _, wk := range hostWorks {
 				res.Names = append(res.Names, v.name+" / "+wk.name)
@@ -387,8 +392,8 @@ func hostVariantsReport(res hostResult, d, w time.Duration) *table {
 		title: "9. Tables 1, 2 and 4 on the host alone: link variants with the modem in another process",
 		intro: fmt.Sprintf("Table 8's setting (the bench process pinned to CPU %d, `mhictl sim serve -function IP_HW0=carrier` pinned "+
 			"to CPU %d, `stack.Open` over vfio-user, one TCP stream of 64 KiB writes to or from a host socket) with one link "+
-			"option changed per row from the defaults (`stack.Options.Link`): the RX refill of table 1 (`Refill`; the shared "+
-			"worker is a `link.Worker` of the bench process), the TX-completion accounting of table 2 (`TXInBudget`) and the "+
+			"option changed per row from the defaults (`stack.Options.Link.Experiments`, package `link/experiment`): the RX refill of table 1 (`Refill`; the shared "+
+			"worker is an `experiment.Worker` of the bench process), the TX-completion accounting of table 2 (`TXInBudget`) and the "+
 			"polling of table 4 (`InlinePoll`). In tables 1, 2 and 4 the emulated modem runs in the measuring process and "+
 			"shares its CPUs; here the host's CPU (getrusage of the bench process, per Gbit/s of payload) is the host's alone. "+
 			"Each run: a %v window after a %v warm-up, rows interleaved; median (min–max).", res.HostCPU, res.ServeCPU, d, w),

@@ -8,7 +8,8 @@
 //	go run ./hack/bench                                  # all tables, 5 runs
 //	go run ./hack/bench -only refill -runs 7             # one table
 //	go run ./hack/bench -o docs/BENCHMARKS.md -svg-dir docs/bench
-//	go run ./hack/bench -only 5,7 -o docs/BENCHMARKS.md  # replace two tables' sections
+//	go run ./hack/bench -only 5,7 -o docs/BENCHMARKS.md -svg-dir docs/bench  # replace two tables
+//	go run ./hack/bench -render -o docs/BENCHMARKS.md                       # re-render, no measuring
 //	go run ./hack/bench -quick                           # CI smoke (~30 s)
 //	go run ./hack/bench -only host                       # table 8: the modem in another process (vfio-user), the host on one CPU
 //	go run ./hack/bench -only host-variants              # table 9: tables 1, 2, 4's link options in table 8's setting
@@ -16,6 +17,11 @@
 // Runs of the configurations of a table are interleaved (run 1 of every
 // configuration, then run 2, …) so that a change of outside load affects
 // all of them alike rather than one.
+//
+// With -o the report is rendered from data the bench keeps beside it
+// (docs/bench/BENCHMARKS.json for docs/BENCHMARKS.md, see report.go): the
+// tables as measured and, per invocation, the command, date, machine, CPU
+// count and load average at its start and end.
 package main
 
 import (
@@ -37,8 +43,10 @@ type config struct {
 	progress   io.Writer
 	verbose    bool // print each run's duration
 	linger0    bool // table 7: close the streams with linger 0 before Stack.Close
-	partial    bool // -only: -o replaces these tables' sections and keeps the rest
+	partial    bool // -only: -o replaces these tables and keeps the rest
 	loadBefore string
+	start      time.Time
+	command    string // how the bench was invoked, for the report
 }
 
 // tableFunc measures one table.
@@ -72,7 +80,7 @@ func main() {
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
 	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants or 1–9)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
-	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md")
+	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md, and its data to bench/NAME.json beside it (docs/bench/BENCHMARKS.json)")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
 	verbose := flag.Bool("v", false, "print how long each run took")
 	flag.IntVar(&benchTXQueueLen, "txqueuelen", 0, "package stack's Config.TXQueueLen for the stack.Open rows (0: its default)")
@@ -80,7 +88,24 @@ func main() {
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	renderOnly := flag.Bool("render", false, "measure nothing: re-render the -o report from its data (see -o; the plots are not redrawn)")
 	flag.Parse()
+	if *renderOnly {
+		if *out == "" {
+			fatal(fmt.Errorf("-render needs -o"))
+		}
+		d, err := readData(dataPath(*out))
+		if err == nil && d == nil {
+			err = fmt.Errorf("%s: no such file", dataPath(*out))
+		}
+		if err != nil {
+			fatal(err)
+		}
+		if err := os.WriteFile(*out, []byte(render(*d)), 0o644); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *memprofile != "" {
 		runtime.MemProfileRate = 4096
 		defer func() {
@@ -99,7 +124,8 @@ func main() {
 	if *quick {
 		c.quick, c.runs, c.dur, c.warm = true, 1, 150*time.Millisecond, 50*time.Millisecond
 	}
-	c.loadBefore = loadavg()
+	c.loadBefore, c.start = loadavg(), time.Now()
+	c.command = strings.TrimSpace("go run ./hack/bench " + strings.Join(os.Args[1:], " "))
 	c.partial = *only != ""
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
@@ -136,8 +162,9 @@ func main() {
 	}
 }
 
-// writeOut writes the plots of done to svgDir and the report to out (each
-// when set).
+// writeOut writes the plots of done to svgDir, and to out the report
+// rendered from its data (dataPath(out)): with -only, the data kept from
+// earlier runs with done's tables replaced; without, done alone.
 func writeOut(c *config, out, svgDir string, done []*table, took time.Duration) {
 	if svgDir != "" {
 		if err := os.MkdirAll(svgDir, 0o755); err != nil {
@@ -151,44 +178,39 @@ func writeOut(c *config, out, svgDir string, done []*table, took time.Duration) 
 			}
 		}
 	}
-	if out != "" {
-		rel := ""
-		if svgDir != "" {
-			var err error
-			if rel, err = filepath.Rel(filepath.Dir(out), svgDir); err != nil {
-				fatal(err)
-			}
-		}
-		doc := c.report(done, rel, took)
-		if c.partial {
-			old, err := os.ReadFile(out)
-			if err != nil && !os.IsNotExist(err) {
-				fatal(err)
-			}
-			if len(old) > 0 {
-				doc = c.merge(string(old), done, rel, took)
-			}
-		}
-		if old, err := os.ReadFile(out); err == nil {
-			doc = keepHandSections(doc, string(old))
-		}
-		if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
+	if out == "" {
+		return
+	}
+	var old *reportData
+	if c.partial {
+		var err error
+		if old, err = readData(dataPath(out)); err != nil {
 			fatal(err)
 		}
 	}
+	d := update(old, c.thisRun(took), done, svgRel(out, svgDir))
+	if err := os.MkdirAll(filepath.Dir(dataPath(out)), 0o755); err != nil {
+		fatal(err)
+	}
+	if err := os.WriteFile(dataPath(out), encodeData(d), 0o644); err != nil {
+		fatal(err)
+	}
+	if err := os.WriteFile(out, []byte(render(d)), 0o644); err != nil {
+		fatal(err)
+	}
 }
 
-// handMarker starts the sections of the report that are measured by hand
-// (not by this command); a rewrite keeps them at the end.
-const handMarker = "<!-- Not generated: the sections below are measured by hand; hack/bench keeps them when it rewrites this file. -->"
-
-// keepHandSections appends old's hand-measured sections to doc.
-func keepHandSections(doc, old string) string {
-	i := strings.Index(old, handMarker)
-	if i < 0 || strings.Contains(doc, handMarker) {
-		return doc
+// svgRel is the plots' directory relative to the report's ("" without
+// plots).
+func svgRel(out, svgDir string) string {
+	if svgDir == "" {
+		return ""
 	}
-	return strings.TrimRight(doc, "\n") + "\n\n" + old[i:]
+	rel, err := filepath.Rel(filepath.Dir(out), svgDir)
+	if err != nil {
+		fatal(err)
+	}
+	return filepath.ToSlash(rel)
 }
 
 func fatal(err error) {
@@ -253,5 +275,8 @@ func machine() string {
 		kernel = "Linux " + strings.TrimSpace(string(b))
 	}
 	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s, %s %s/%s",
-		model, runtime.NumCPU(), runtime.GOMAXPROCS(0), kernel, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		model, cpuCount(), runtime.GOMAXPROCS(0), kernel, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
+
+// cpuCount is the number of CPUs the bench may run on.
+func cpuCount() int { return runtime.NumCPU() }

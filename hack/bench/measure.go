@@ -11,6 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -28,8 +29,9 @@ type linkRun struct {
 	csumValid bool
 	tx        bool // a writer sends 1400-byte UDP packets UL in batches of 32
 	lo        link.Options
+	x         experiment.Options // lo.Experiments (measure sets ThreadHook, and Worker when shared)
 	so        sim.Options
-	shared    bool // refill on a link.Worker (Options.Refill = RefillShared)
+	shared    bool // refill on an experiment.Worker (Refill = RefillShared)
 	hog       bool // a CPU hog process runs meanwhile
 }
 
@@ -47,14 +49,14 @@ func (lr linkRun) measure(d, w time.Duration) (sample, error) {
 		defer stop()
 	}
 	th := newThreads()
-	lo := lr.lo
-	lo.ThreadHook = th.hook
-	var worker *link.Worker
+	lo, x := lr.lo, lr.x
+	x.ThreadHook = th.hook
 	if lr.shared {
-		worker = link.NewWorkerWithHook(th.hook)
+		worker := experiment.NewWorker(th.hook)
 		defer worker.Close() // after the rig: the owner closes it last
-		lo.Refill, lo.Worker = link.RefillShared, worker
+		x.Refill, x.Worker = experiment.RefillShared, worker
 	}
+	lo.Experiments = &x
 	g := &sim.Generator{}
 	if lr.perFrame > 0 {
 		frames, err := udpFrames(8, lr.perFrame, lr.size, lr.qmap, lr.csumValid)
@@ -136,8 +138,8 @@ func (lr linkRun) measure(d, w time.Duration) (sample, error) {
 		"rx_kpps":    rxP / el / 1e3,
 		"tx_mbps":    float64(b.ulB-a.ulB) * 8 / el / 1e6,
 		"tx_kpps":    txP / el / 1e3,
-		"poll_ms":    ms(link.RolePoller),
-		"refill_ms":  ms(link.RoleRefiller),
+		"poll_ms":    ms(experiment.RolePoller),
+		"refill_ms":  ms(experiment.RoleRefiller),
 		"proc_ms":    float64(b.proc-a.proc) / 1e6 / el,
 		"alloc_fail": float64(b.st.RXAllocFail - a.st.RXAllocFail),
 		"drops":      float64(rxDrops(b.st)-rxDrops(a.st)) + float64(b.ms.DLDrops-a.ms.DLDrops),
@@ -148,15 +150,15 @@ func (lr linkRun) measure(d, w time.Duration) (sample, error) {
 		"allocs_pkt": float64(b.mallocs-a.mallocs) / max(rxP+txP, 1),
 	}
 	if lr.shared {
-		s["refill_ms"] = ms(link.RoleWorker)
+		s["refill_ms"] = ms(experiment.RoleWorker)
 	}
 	if n := b.st.RXPackets - a.st.RXPackets; n > 0 {
 		s["csum_dev"] = float64(b.st.RXChecksumDevice-a.st.RXChecksumDevice) / float64(n)
 	}
 	if rxP > 0 {
 		s["host_ns"] = float64(b.st.PollNanos-a.st.PollNanos) / rxP
-		if d, ok := b.cpu[link.RolePoller]; ok {
-			s["poll_cpu_ns"] = float64(d-a.cpu[link.RolePoller]) / rxP
+		if d, ok := b.cpu[experiment.RolePoller]; ok {
+			s["poll_cpu_ns"] = float64(d-a.cpu[experiment.RolePoller]) / rxP
 		}
 		m, sd := meanSD(rates)
 		s["cv"] = 100 * sd / m

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -23,13 +24,13 @@ func refillLevel(pct int) int { return dlRing - dlRing*pct/100 }
 func (c *config) refillTable() (*table, error) {
 	type variant struct {
 		name   string
-		mode   link.RefillMode
+		mode   experiment.Refill
 		shared bool
 	}
 	variants := []variant{
-		{"dedicated goroutine", link.RefillDedicated, false},
-		{"shared worker", link.RefillShared, true},
-		{"inline in the poll", link.RefillInline, false},
+		{"dedicated goroutine", experiment.RefillDedicated, false},
+		{"shared worker", experiment.RefillShared, true},
+		{"inline in the poll", experiment.RefillInline, false},
 	}
 	levels := []int{50, 70}
 	hogs := []bool{false, true}
@@ -54,7 +55,7 @@ func (c *config) refillTable() (*table, error) {
 	res, err := c.runAll(names, func(i int) (sample, error) {
 		k := cfgs[i]
 		lr := linkRun{size: 1400, perFrame: 1, shared: k.v.shared, hog: k.hog,
-			lo: link.Options{Refill: k.v.mode, RefillLevel: refillLevel(k.level)}}
+			x: experiment.Options{Refill: k.v.mode, RefillLevel: refillLevel(k.level)}}
 		return lr.measure(c.dur, c.warm)
 	})
 	if err != nil {
@@ -68,7 +69,7 @@ func (c *config) refillTable() (*table, error) {
 			"reviewer asked for both at the same fill level. Here: 1400-byte UDP datagrams, raw IP, from the emulated " +
 			"modem's generator as fast as the host posts buffers (IP_HW0, 128-slot ring, 1 ms moderation), into a " +
 			"counting dispatcher. Fill level L% = the refiller is woken when the ring is less than L% queued " +
-			"(`RefillLevel` = 127 − 127·L/100 free slots: 64 at 50%, 39 at 70%). Hog: a separate process spinning on " +
+			"(`experiment.Options.RefillLevel` = 127 − 127·L/100 free slots: 64 at 50%, 39 at 70%). Hog: a separate process spinning on " +
 			"every core. Refiller CPU is the refiller's (or the shared worker's) own OS thread clock; inline refill runs " +
 			"on the poller, so it is inside the poller column. The modem runs in this process, on the same cores; table 9 measures the same option with the modem in another process and the host on one CPU of its own.",
 		header: []string{"refill", "fill level", "hog", "Mbit/s", "stdev across runs", "in-run CV %", "refiller CPU ms/s",
@@ -82,7 +83,7 @@ func (c *config) refillTable() (*table, error) {
 	for i, k := range cfgs {
 		s := res[i]
 		refill := s.medRange("refill_ms", 1)
-		if k.v.mode == link.RefillInline {
+		if k.v.mode == experiment.RefillInline {
 			refill = "(in poller)"
 		}
 		t.rows = append(t.rows, []string{k.v.name, fmt.Sprintf("%d%%", k.level), yesNo(k.hog),
@@ -107,7 +108,7 @@ func (c *config) refillTable() (*table, error) {
 	// workqueue's 60.
 	worst := 0.0
 	for i, k := range cfgs {
-		if k.v.mode == link.RefillDedicated {
+		if k.v.mode == experiment.RefillDedicated {
 			worst = math.Max(worst, res[i].med("refill_ms"))
 		}
 	}
@@ -133,7 +134,7 @@ func (c *config) refillTable() (*table, error) {
 func (c *config) budgetTable() (*table, error) {
 	names := []string{"TX outside the budget (default)", "TX inside the budget (stmmac patch)"}
 	res, err := c.runAll(names, func(i int) (sample, error) {
-		lr := linkRun{size: 1400, perFrame: 1, tx: true, lo: link.Options{TXInBudget: i == 1}}
+		lr := linkRun{size: 1400, perFrame: 1, tx: true, x: experiment.Options{TXInBudget: i == 1}}
 		return lr.measure(c.dur, c.warm)
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mhistack/mhistack/internal/gvloop"
 	"github.com/mhistack/mhistack/link"
+	"github.com/mhistack/mhistack/link/experiment"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -231,13 +232,13 @@ func (c *config) threadedTable() (*table, error) {
 	}
 	works := []work{
 		{"UDP RX (1400 B, raw IP)", func(inline bool) (sample, error) {
-			return linkRun{size: 1400, perFrame: 1, lo: link.Options{InlinePoll: inline}}.measure(c.dur, c.warm)
+			return linkRun{size: 1400, perFrame: 1, x: experiment.Options{InlinePoll: inline}}.measure(c.dur, c.warm)
 		}, "rx_mbps"},
 		{"UDP TX (1400 B, batches of 32)", func(inline bool) (sample, error) {
-			return linkRun{tx: true, lo: link.Options{InlinePoll: inline}}.measure(c.dur, c.warm)
+			return linkRun{tx: true, x: experiment.Options{InlinePoll: inline}}.measure(c.dur, c.warm)
 		}, "tx_mbps"},
 		{"TCP, one stream (TX and RX: over the modem's loopback)", func(inline bool) (sample, error) {
-			return tcpBulk(sim.Options{}, link.Options{InlinePoll: inline}, c.dur, c.warm)
+			return tcpBulk(sim.Options{}, link.Options{Experiments: &experiment.Options{InlinePoll: inline}}, c.dur, c.warm)
 		}, "mbps"},
 	}
 	var names []string
@@ -252,7 +253,7 @@ func (c *config) threadedTable() (*table, error) {
 		title: "4. Threaded vs inline polling",
 		intro: "The linux-wireless thread `[v2] ath10k: snoc: enable threaded napi on WCN3990` (2023): threaded NAPI gave ath10k +22–25% UDP RX and +15% TCP RX on a " +
 			"CPU-bound system. Here: the dedicated poller goroutine (threaded, the default) vs polling on the " +
-			"controller's interrupt goroutine (`InlinePoll`, softirq style). UDP RX: generator → counting dispatcher; " +
+			"controller's interrupt goroutine (`experiment.Options.InlinePoll`, softirq style). UDP RX: generator → counting dispatcher; " +
 			"UDP TX: writer → the modem's sink; TCP: one gVisor TCP connection whose segments all cross the modem " +
 			"(UL, loopback, DL). Mbit/s, mean ± stdev of the runs. The modem runs in this process, on the same cores; table 9 measures the same option with the modem in another process and the host on one CPU of its own.",
 		header: []string{"workload", "threaded Mbit/s", "inline Mbit/s", "threaded / inline"},

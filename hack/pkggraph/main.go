@@ -12,14 +12,10 @@
 package main
 
 import (
-	"bytes"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 
+	"github.com/mhistack/mhistack/hack/internal/gendoc"
 	"github.com/mhistack/mhistack/internal/layers"
 )
 
@@ -29,46 +25,12 @@ const (
 	End   = "<!-- END pkggraph -->"
 )
 
+var markers = gendoc.Section{Begin: Begin, End: End}
+
 // Doc is the document the section lives in, relative to the module root.
 const Doc = "docs/ARCHITECTURE.md"
 
-func main() {
-	write := flag.Bool("w", false, "rewrite the section in "+Doc+" instead of printing it")
-	root := flag.String("root", ".", "the module's root directory")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/pkggraph [-w] [-root DIR]\n\nPrints the package graph section of %s; -w writes it there.\n\n", Doc)
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() != 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	section, err := Generate(*root)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pkggraph:", err)
-		os.Exit(1)
-	}
-	if !*write {
-		os.Stdout.WriteString(section)
-		return
-	}
-	path := filepath.Join(*root, Doc)
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pkggraph:", err)
-		os.Exit(1)
-	}
-	out, err := Replace(doc, section)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pkggraph:", path+":", err)
-		os.Exit(1)
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "pkggraph:", err)
-		os.Exit(1)
-	}
-}
+func main() { markers.Main("pkggraph", "package graph", Doc, Generate) }
 
 // Generate lists the module's packages in root and renders the section.
 func Generate(root string) (string, error) {
@@ -81,37 +43,10 @@ func Generate(root string) (string, error) {
 
 // Replace returns doc with the text between the markers (markers
 // included) replaced by section.
-func Replace(doc []byte, section string) ([]byte, error) {
-	i, j, err := locate(doc)
-	if err != nil {
-		return nil, err
-	}
-	return slices.Concat(doc[:i], []byte(section), doc[j:]), nil
-}
+func Replace(doc []byte, section string) ([]byte, error) { return markers.Replace(doc, section) }
 
 // Current returns the section as it stands in doc, markers included.
-func Current(doc []byte) (string, error) {
-	i, j, err := locate(doc)
-	if err != nil {
-		return "", err
-	}
-	return string(doc[i:j]), nil
-}
-
-// locate returns where the section lies in doc: from its Begin marker to
-// past its End marker and the newline after it.
-func locate(doc []byte) (i, j int, err error) {
-	i = bytes.Index(doc, []byte(Begin))
-	j = bytes.Index(doc, []byte(End))
-	if i < 0 || j < i {
-		return 0, 0, fmt.Errorf("no %q ... %q section", Begin, End)
-	}
-	j += len(End)
-	if j < len(doc) && doc[j] == '\n' {
-		j++
-	}
-	return i, j, nil
-}
+func Current(doc []byte) (string, error) { return markers.Current(doc) }
 
 // Render draws the graph of pkgs (layers.List's output).
 func Render(pkgs []layers.Package) string {

@@ -70,8 +70,8 @@ type Options struct {
 	// DMASize is the size of the DMA arena, mapped once into the IOMMU
 	// and sub-allocated by DMA().Alloc (default 16 MiB). It is pinned and
 	// counts against RLIMIT_MEMLOCK. The arena does not grow: size it
-	// from what will be allocated (ArenaSize of mhi.DMABytes plus
-	// link.DMABytes, as stack.Open does).
+	// from what will be allocated (ArenaSize of mhi.DMASize plus
+	// link.DMASize, as stack.Open does).
 	DMASize int
 	// DMASizeFor, when set, is called once the function's IDs are read
 	// and before the arena is created; a positive result replaces

@@ -12,7 +12,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"testing"
 )
 
 // A stream is n pseudo-random bytes (ChaCha8 from a seed) moved one way
@@ -93,7 +92,7 @@ type streamServer struct {
 	uploads map[uint64]*stream // by seed
 }
 
-func newStreamServer(t testing.TB, g *gate) *streamServer {
+func newStreamServer(t TB, g *gate) *streamServer {
 	s := &streamServer{downloadGate: g, uploads: map[uint64]*stream{}}
 	s.hostServer = newHostServer(t, s.serve)
 	return s
@@ -212,6 +211,13 @@ func (g *gate) wait(off int64) error {
 			return errGateClosed
 		}
 	}
+}
+
+// releasedUpTo is how far senders may go now.
+func (g *gate) releasedUpTo() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.released
 }
 
 func (g *gate) release(upTo int64) {
