@@ -319,19 +319,11 @@ func (f *QMIFunction) handleLocked(m *qmi.Message) {
 			f.sendLocked(m.Reply(qmi.ErrInvalidClientID))
 			return
 		}
-		switch m.Service {
-		case qmi.ServiceDMS:
-			code, tlvs, err = f.dmsLocked(m)
-		case qmi.ServiceNAS:
-			code, tlvs, err = f.nasLocked(m)
-		case qmi.ServiceUIM:
-			code, tlvs, err = f.uimLocked(m)
-		case qmi.ServiceWDS:
-			code, tlvs, err = f.wdsLocked(m, c)
-		case qmi.ServiceWDA:
-			code, tlvs, err = f.wdaLocked(m)
-		default:
-			code = qmi.ErrInvalidQMICommand
+		code = qmi.ErrInvalidQMICommand
+		for _, sv := range qmiServices {
+			if sv.Service == m.Service {
+				code, tlvs, err = sv.handle(f, m, c)
+			}
 		}
 	}
 	if err != nil {
@@ -360,19 +352,34 @@ func parseErr(err error) error {
 	return err
 }
 
-var qmiServices = []qmi.ServiceVersion{
-	{Service: qmi.ServiceCTL, Major: 1, Minor: 5},
-	{Service: qmi.ServiceWDS, Major: 1, Minor: 67},
-	{Service: qmi.ServiceDMS, Major: 1, Minor: 14},
-	{Service: qmi.ServiceNAS, Major: 1, Minor: 25},
-	{Service: qmi.ServiceUIM, Major: 1, Minor: 46},
-	{Service: qmi.ServiceWDA, Major: 1, Minor: 16},
+// qmiServices are the services the function answers besides CTL, with
+// the versions CTL Get Version Info reports and their handlers: a new
+// service is an entry here, a new request a case in its service's
+// handler.
+var qmiServices = []struct {
+	qmi.ServiceVersion
+	handle func(f *QMIFunction, m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []qmi.TLV, error)
+}{
+	{qmi.ServiceVersion{Service: qmi.ServiceWDS, Major: 1, Minor: 67}, (*QMIFunction).wdsLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceDMS, Major: 1, Minor: 14}, (*QMIFunction).dmsLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceNAS, Major: 1, Minor: 25}, (*QMIFunction).nasLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceUIM, Major: 1, Minor: 46}, (*QMIFunction).uimLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceWDA, Major: 1, Minor: 16}, (*QMIFunction).wdaLocked},
+}
+
+// qmiVersions is CTL Get Version Info's list.
+func qmiVersions() []qmi.ServiceVersion {
+	v := []qmi.ServiceVersion{{Service: qmi.ServiceCTL, Major: 1, Minor: 5}}
+	for _, sv := range qmiServices {
+		v = append(v, sv.ServiceVersion)
+	}
+	return v
 }
 
 func (f *QMIFunction) ctlLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
 	switch m.ID {
 	case qmi.CTLGetVersionInfo:
-		return 0, qmi.VersionInfoTLVs(qmiServices), nil
+		return 0, qmi.VersionInfoTLVs(qmiVersions()), nil
 	case qmi.CTLSync:
 		// Every client ID is released (and every call they held).
 		for id := range f.clients {
@@ -385,7 +392,7 @@ func (f *QMIFunction) ctlLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error
 			return 0, nil, parseErr(err)
 		}
 		known := false
-		for _, v := range qmiServices[1:] {
+		for _, v := range qmiServices {
 			known = known || v.Service == s
 		}
 		if !known {
@@ -423,7 +430,7 @@ func (f *QMIFunction) releaseLocked(id qmi.ClientID) {
 	delete(f.clients, id)
 }
 
-func (f *QMIFunction) dmsLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	n := f.net
 	cfg := &n.cfg
 	switch m.ID {
@@ -508,7 +515,7 @@ func plmnOf(id, name string) *qmi.PLMN {
 	return &qmi.PLMN{MCC: uint16(mcc), MNC: uint16(mnc), Description: name}
 }
 
-func (f *QMIFunction) nasLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) nasLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	st := &f.net.st
 	switch m.ID {
 	case qmi.NASGetServingSystem:
@@ -553,7 +560,7 @@ func (f *QMIFunction) cardStatusLocked() qmi.CardStatus {
 	return cs
 }
 
-func (f *QMIFunction) uimLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) uimLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	n := f.net
 	switch m.ID {
 	case qmi.UIMGetCardStatus:
@@ -718,7 +725,7 @@ func (f *QMIFunction) indicateStatusLocked(client uint8, c *qmiClient, s qmi.Con
 	f.sendLocked(ps.Indication(client))
 }
 
-func (f *QMIFunction) wdaLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) wdaLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	switch m.ID {
 	case qmi.WDAGetDataFormat:
 		return 0, f.format.ResponseTLVs(), nil
