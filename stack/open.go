@@ -354,7 +354,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		so := opts.Sim.Modem
 		so.Functions = map[string]sim.Function{opts.Channel: cn}
 		// Both control functions run where the profile has their pair,
-		// on one network state, as on a modem.
+		// on one simnet.Network, as on a modem.
 		if _, _, ok := p.ChannelPair("MBIM"); ok {
 			so.Functions["MBIM"] = fn
 		}

@@ -595,4 +595,3 @@ func DefaultCarrier() Carrier {
 		MTU:         1500,
 	}
 }
-
