@@ -45,7 +45,7 @@ type pipeline struct {
 	ctrl    *mhi.Controller
 	dev     *vpci.Device
 	modem   *sim.Modem
-	mbim    *simnet.MBIMFunction
+	network *simnet.Network // the emulated network, to play it
 	carrier *simnet.CarrierNetwork
 	ep      linkEP
 	srv     *proxy.Server
@@ -73,8 +73,8 @@ func openPipelineWith(t TB, cfg stack.Config, configure func(*proxy.Server)) *pi
 	defer cancel()
 	carrierLog := &lastLines{}
 	st, err := stack.Open(ctx, stack.Options{APN: "internet", Config: cfg, Sim: stack.SimOptions{
-		MBIM:    simnet.MBIMConfig{APN: "internet"},
-		Carrier: simnet.CarrierOptions{Logger: slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))},
+		NetworkConfig: simnet.NetworkConfig{APN: "internet"},
+		Carrier:       simnet.CarrierOptions{Logger: slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func openPipelineWith(t TB, cfg stack.Config, configure func(*proxy.Server)) *pi
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.mbim = p.modem.Function(mhi.ChannelMBIM).(*simnet.MBIMFunction)
+	p.network = p.modem.Function(mhi.ChannelMBIM).(*simnet.MBIMFunction).Network()
 	p.carrier = p.modem.Function(dp.Channel).(*simnet.CarrierNetwork)
 	p.ep = linkEndpoint(t, st)
 	p.ctrl.Subscribe(func(e mhi.Event) {

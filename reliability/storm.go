@@ -94,7 +94,7 @@ var stormFaults = []storm{
 		// drops the context and detaches packet service; the host's
 		// session attaches and connects again, and the emulated network
 		// gives the same addresses back, so TCP rides it out.
-		p.mbim.NetworkDetach(mbim.NwError(36))
+		p.network.NetworkDetach(mbim.NwError(36))
 		release()
 		var down bool
 		timeout := time.After(30 * time.Second)

@@ -19,22 +19,22 @@ import (
 	"github.com/mhistack/mhistack/stack"
 )
 
-// openWith is stack.Open on the emulated modem running fn (strict mode),
-// closed at the end of the test.
-func openWith(t *testing.T, fn *simnet.MBIMFunction, car simnet.Carrier) *stack.Stack {
-	return openOn(t, "", fn, car)
+// openWith is stack.Open on the emulated modem whose network is nw
+// (strict mode), closed at the end of the test.
+func openWith(t *testing.T, nw *simnet.Network, car simnet.Carrier) *stack.Stack {
+	return openOn(t, "", nw, car)
 }
 
 // openOn is openWith on a modem profile ("": Open's default, qcom-sdx55m
 // raw IP; "quectel-rm5xx": MBIM NTBs with DL aggregation).
-func openOn(t *testing.T, profile string, fn *simnet.MBIMFunction, car simnet.Carrier) *stack.Stack {
+func openOn(t *testing.T, profile string, nw *simnet.Network, car simnet.Carrier) *stack.Stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, Sim: stack.SimOptions{
-		Modem:    sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-		MBIM:     simnet.MBIMConfig{APN: "internet", Carrier: car},
-		Function: fn,
+		Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
+		NetworkConfig: simnet.NetworkConfig{APN: "internet", Carrier: car},
+		Network:       nw,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +91,8 @@ func TestOpenFollowsASessionAddressChange(t *testing.T) {
 
 func followAddressChange(t *testing.T, profile string) {
 	car := simnet.DefaultCarrier()
-	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
-	s := openOn(t, profile, fn, car)
+	nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car})
+	s := openOn(t, profile, nw, car)
 	ctx := ctxT(t, 10*time.Second)
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
 	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
@@ -110,7 +110,7 @@ func followAddressChange(t *testing.T, profile string) {
 	next.IPv6 = netip.MustParsePrefix("2001:db8:65::9/64")
 	next.IPv4DNS = car.IPv4DNS[:1]
 	next.MTU = 1400
-	fn.SetCarrier(next)
+	nw.SetCarrier(next)
 
 	var removed, added []netip.Prefix
 	var dns []netip.Addr
@@ -186,7 +186,7 @@ func followAddressChange(t *testing.T, profile string) {
 // once; lose and restore take the network away and give it back.
 type outage struct {
 	car simnet.Carrier
-	fn  *simnet.MBIMFunction
+	nw  *simnet.Network
 	s   *stack.Stack
 	ctx context.Context
 	dst string   // the echo server, through the modem
@@ -198,8 +198,8 @@ type outage struct {
 func newOutage(t *testing.T, tune func(*stack.Stack)) *outage {
 	t.Helper()
 	o := &outage{car: simnet.DefaultCarrier()}
-	o.fn = simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: o.car})
-	o.s = openWith(t, o.fn, o.car)
+	o.nw = simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: o.car})
+	o.s = openWith(t, o.nw, o.car)
 	if tune != nil {
 		tune(o.s)
 	}
@@ -220,8 +220,8 @@ func newOutage(t *testing.T, tune func(*stack.Stack)) *outage {
 // session is lost and cannot come back yet) and waits for link-down.
 func (o *outage) lose(t *testing.T) {
 	t.Helper()
-	o.fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = true })
-	o.fn.NetworkLost()
+	o.nw.Configure(func(c *simnet.NetworkConfig) { c.NotRegistered = true })
+	o.nw.NetworkLost()
 	waitEvent(t, o.s.Events(), "link-down", kindIs(stack.EventLinkDown))
 }
 
@@ -229,8 +229,8 @@ func (o *outage) lose(t *testing.T) {
 // on its own, and waits for link-up; it returns the events before it.
 func (o *outage) restore(t *testing.T) []stack.Event {
 	t.Helper()
-	o.fn.Configure(func(c *simnet.MBIMConfig) { c.NotRegistered = false })
-	o.fn.Reregister()
+	o.nw.Configure(func(c *simnet.NetworkConfig) { c.NotRegistered = false })
+	o.nw.Reregister()
 	return waitEvent(t, o.s.Events(), "link-up", kindIs(stack.EventLinkUp))
 }
 
@@ -271,9 +271,9 @@ func TestOpenFollowsTheLinkDownAndUp(t *testing.T) {
 
 func TestOpenReconnectsAfterANetworkDetach(t *testing.T) {
 	car := simnet.DefaultCarrier()
-	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{APN: "internet", Carrier: car})
-	s := openWith(t, fn, car)
-	fn.NetworkDetach(36) // regular deactivation
+	nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car})
+	s := openWith(t, nw, car)
+	nw.NetworkDetach(36) // regular deactivation
 	waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
 	waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")

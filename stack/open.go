@@ -82,22 +82,26 @@ type SimOptions struct {
 	// Modem options (functions on the MBIM and data pairs are set by
 	// Open).
 	Modem sim.Options
-	// MBIM is the emulated MBIM function's configuration (its Carrier
-	// is also the carrier network's).
-	MBIM simnet.MBIMConfig
+	// NetworkConfig configures the emulated network (SIM, radio,
+	// registration, APNs and their addresses) that the modem's MBIM and
+	// QMI functions share; its Carrier and APNs are also the carrier
+	// network's.
+	NetworkConfig simnet.NetworkConfig
+	// Network, if set, is the network Open's functions share instead of
+	// one built from NetworkConfig (whose Carrier and APNs still
+	// configure the carrier network). A test keeps it to play the
+	// network: SetCarrier changes the session's addresses, NetworkDetach
+	// and NetworkLost drop the connection, Configure and Reregister bring
+	// it back.
+	Network *simnet.Network
 	// Carrier configures the carrier network (its Carrier field is
-	// taken from MBIM).
+	// taken from NetworkConfig).
 	Carrier simnet.CarrierOptions
-	// Function, if set, is the MBIM function Open runs instead of one
-	// built from MBIM (whose Carrier still configures the carrier
-	// network). A test keeps it to play the network: SetCarrier changes
-	// the session's addresses, NetworkDetach and NetworkLost drop the
-	// connection, Configure and Reregister bring it back. Its network
-	// state is also the QMI function's.
-	Function *simnet.MBIMFunction
-	// QMI configures the emulated QMI function (on profiles with a QMI
-	// pair); its Network is always the MBIM function above.
-	QMI simnet.QMIConfig
+	// MBIM configures the emulated MBIM function (on profiles with an
+	// MBIM pair) and QMI the emulated QMI function (on profiles with a
+	// QMI pair); their Network is always the one above.
+	MBIM simnet.MBIMConfig
+	QMI  simnet.QMIConfig
 	// DMAWindow is the size of the emulated device's IOVA window. 0
 	// gives it the DMA arena a VFIO device would get for the same
 	// profile and options (Options.DMASize, or DMASize), so the emulated
@@ -275,17 +279,20 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 			return nil, nil, mhi.DataPath{}, nil, err
 		}
 		opts.Control, opts.Link.Channel = dp.Control, dp.Channel
-		mc := opts.Sim.MBIM
+		mc := opts.Sim.NetworkConfig
 		if mc.APN == "" && mc.APNs == nil {
 			// The network serves "internet" (the default, also for
 			// an empty APN), "ims" and "corp.mhistack", each with
 			// its own address pool, and refuses other names.
 			mc.APN, mc.APNs = "internet", simnet.DefaultAPNs()[1:]
 		}
-		fn := opts.Sim.Function
-		if fn == nil {
-			fn = simnet.NewMBIMFunction(mc)
+		nw := opts.Sim.Network
+		if nw == nil {
+			nw = simnet.NewNetwork(mc)
 		}
+		mbc := opts.Sim.MBIM
+		mbc.Network = nw
+		fn := simnet.NewMBIMFunction(mbc)
 		co := opts.Sim.Carrier
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
 			co.Carrier = mc.Carrier
@@ -294,7 +301,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 			co.APNs = mc.APNs
 		}
 		qc := opts.Sim.QMI
-		qc.Network = fn
+		qc.Network = nw
 		if qc.Logger == nil {
 			qc.Logger = opts.Logger
 		}
@@ -330,7 +337,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 		so := opts.Sim.Modem
 		so.Functions = map[string]sim.Function{dp.Channel: cn}
 		// Both control functions run where the profile has their pair,
-		// on one network state, as on a modem.
+		// on one simnet.Network, as on a modem.
 		if _, _, ok := p.ChannelPair(mhi.ChannelMBIM); ok {
 			so.Functions[mhi.ChannelMBIM] = fn
 		}

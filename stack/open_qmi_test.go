@@ -73,9 +73,9 @@ func TestOpenQMI(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: tc.profile, Control: tc.control, Sim: stack.SimOptions{
-				Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-				MBIM:  simnet.MBIMConfig{APN: "internet"},
-				QMI:   simnet.QMIConfig{MaxAggregation: tc.maxAgg},
+				Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
+				NetworkConfig: simnet.NetworkConfig{APN: "internet"},
+				QMI:           simnet.QMIConfig{MaxAggregation: tc.maxAgg},
 			}})
 			if err != nil {
 				t.Fatal(err)

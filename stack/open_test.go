@@ -25,8 +25,8 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Sim: stack.SimOptions{
-		Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-		MBIM:  simnet.MBIMConfig{APN: "internet", Carrier: car},
+		Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
+		NetworkConfig: simnet.NetworkConfig{APN: "internet", Carrier: car},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestOpenSimConfiguresTheStackFromTheMBIMSession(t *testing.T) {
 func TestOpenFailsOnARejectedAPN(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := stack.Open(ctx, stack.Options{APN: "wrong", Sim: stack.SimOptions{MBIM: simnet.MBIMConfig{APN: "internet"}}})
+	_, err := stack.Open(ctx, stack.Options{APN: "wrong", Sim: stack.SimOptions{NetworkConfig: simnet.NetworkConfig{APN: "internet"}}})
 	if err == nil {
 		t.Fatal("Open with an APN the network refuses succeeded")
 	}
@@ -83,8 +83,8 @@ func TestOpenSimOnAnMBIMDataChannel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: "quectel-rm5xx", Sim: stack.SimOptions{
-		Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
-		MBIM:  simnet.MBIMConfig{APN: "internet"},
+		Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
+		NetworkConfig: simnet.NetworkConfig{APN: "internet"},
 	}})
 	if err != nil {
 		t.Fatal(err)

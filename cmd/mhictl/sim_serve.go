@@ -183,7 +183,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		// IDs, NAS Get Serving System): the kernel cross-check compares
 		// qmicli's answers with them.
 		var imei, plmn string
-		fns.qmi.Network().Configure(func(c *simnet.MBIMConfig) { imei, plmn = c.DeviceID, c.ProviderID })
+		fns.qmi.Network().Configure(func(c *simnet.NetworkConfig) { imei, plmn = c.DeviceID, c.ProviderID })
 		log.Info("qmi function", "channel", "QMI", "imei", imei, "plmn", plmn, "shares_network_with_mbim", fns.mbim != nil)
 	}
 	modem, err := sim.New(p, opts)
@@ -326,9 +326,8 @@ func (s *servedFunctions) close() {
 // for (functions, which it completes with the defaults), an ICMP
 // responder on every data pair it names not, the emulated MBIM function
 // on the MBIM pair and the QMI function on the QMI pair. When both
-// control functions run they share one network state (SIM, registration,
-// calls, addresses), as on a modem: the QMI function's network is the
-// MBIM function's.
+// control functions run they share one simnet.Network (SIM, registration,
+// addresses), as on a modem.
 func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, log *slog.Logger) (*servedFunctions, error) {
 	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*simnet.ICMPResponder{}, carriers: map[string]*simnet.CarrierNetwork{}}
 	// The data pairs (mhi.DataChannels: the pairs Linux turns into
@@ -356,18 +355,16 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 			return nil, usagef("profile %s has no channel pair %q", p.Name, name)
 		}
 	}
-	// The MBIM function first: the QMI function shares its network.
-	for name, kind := range functions {
-		if kind == "mbim" {
-			if s.mbim != nil {
-				return nil, usagef("-function: one mbim function per modem (%s and another pair)", name)
-			}
-			s.mbim = simnet.NewMBIMFunction(simnet.MBIMConfig{Logger: log.With("part", "mbim")})
-			s.all[name] = s.mbim
-		}
-	}
+	network := simnet.NewNetwork(simnet.NetworkConfig{})
 	for name, kind := range functions {
 		switch kind {
+		case "mbim":
+			if s.mbim != nil {
+				s.close()
+				return nil, usagef("-function: one mbim function per modem (%s and another pair)", name)
+			}
+			s.mbim = simnet.NewMBIMFunction(simnet.MBIMConfig{Network: network, Logger: log.With("part", "mbim")})
+			s.all[name] = s.mbim
 		case "icmp":
 			f, err := ownFraming(name, kind)
 			if err != nil {
@@ -400,7 +397,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 				s.close()
 				return nil, usagef("-function: one qmi function per modem (%s and another pair)", name)
 			}
-			s.qmi = simnet.NewQMIFunction(simnet.QMIConfig{Network: s.mbim, MBIM: simnet.MBIMConfig{Logger: log.With("part", "qmi")}, Logger: log.With("part", "qmi")})
+			s.qmi = simnet.NewQMIFunction(simnet.QMIConfig{Network: network, Logger: log.With("part", "qmi")})
 			s.all[name] = s.qmi
 		case "none":
 			s.all[name] = nil

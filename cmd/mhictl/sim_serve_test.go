@@ -35,8 +35,8 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 	if both.all["QMI"] != sim.Function(both.qmi) || both.all["MBIM"] != sim.Function(both.mbim) {
 		t.Errorf("qcom-sdx55m: functions %v: QMI and MBIM not on their pairs", both.all)
 	}
-	if both.qmi.Network() != both.mbim {
-		t.Error("qcom-sdx55m: the QMI function has a network of its own, want the MBIM function's")
+	if both.qmi.Network() != both.mbim.Network() {
+		t.Error("qcom-sdx55m: the QMI and MBIM functions have networks of their own, want one shared")
 	}
 	if _, ok := both.all["IP_HW0"].(*simnet.CarrierNetwork); !ok {
 		t.Errorf("IP_HW0 runs %T, want the carrier network asked for", both.all["IP_HW0"])

@@ -81,8 +81,8 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin}
 	if f.device == "sim" {
 		opts.Profile = f.simProfile().Name
-		opts.Sim.MBIM.APN = f.simAPN
-		opts.Sim.MBIM.SIMAbsent = f.simAbsent
+		opts.Sim.NetworkConfig.APN = f.simAPN
+		opts.Sim.NetworkConfig.SIMAbsent = f.simAbsent
 		opts.Sim.Modem.CrashedRDDM = f.simCrashDump
 	}
 	s, err := stack.Open(ctx, opts)

@@ -16,7 +16,7 @@ import (
 func TestClientQueriesEveryBasicConnectCIDOverMHI(t *testing.T) {
 	for _, profile := range []string{"quectel-rm5xx", "foxconn-t99w175", "qcom-sdx55m"} {
 		t.Run(profile, func(t *testing.T) {
-			r := newMHIRig(t, profile, simnet.MBIMConfig{DeviceID: "123456789012345"})
+			r := newMHIRig(t, profile, onNetwork(simnet.NetworkConfig{DeviceID: "123456789012345"}))
 			c := r.dial(mbim.Options{})
 			ctx := testCtx(t)
 			caps, err := c.DeviceCaps(ctx)
@@ -78,7 +78,7 @@ func TestClientQueriesEveryBasicConnectCIDOverMHI(t *testing.T) {
 func TestClientReassemblesForcedFragmentsAndFragmentsLargeRequests(t *testing.T) {
 	// The function splits its answers at 64 bytes; the client splits a
 	// CONNECT with a long APN at 128 bytes.
-	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{Fragment: 64, APN: strings.Repeat("a", 90)})
+	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{Fragment: 64, Network: simnet.NewNetwork(simnet.NetworkConfig{APN: strings.Repeat("a", 90)})})
 	c := r.dial(mbim.Options{MaxControlTransfer: 128})
 	ctx := testCtx(t)
 	caps, err := c.DeviceCaps(ctx)
@@ -234,7 +234,7 @@ func TestClientDispatchesUnsolicitedIndications(t *testing.T) {
 			}
 		}
 	})()
-	f.SetSignal(7)
+	f.Network().SetSignal(7)
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
@@ -269,7 +269,7 @@ func TestClientCloseFailsOutstandingRequests(t *testing.T) {
 }
 
 func TestSessionOverMHIReconnectsAfterModemReset(t *testing.T) {
-	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{RadioOff: true})
+	r := newMHIRig(t, "quectel-rm5xx", onNetwork(simnet.NetworkConfig{RadioOff: true}))
 	c := r.dial(mbim.Options{OpenTimeout: 300 * time.Millisecond, OpenAttempts: 10})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))

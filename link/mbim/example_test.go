@@ -13,7 +13,7 @@ import (
 // A data session against the emulated modem's MBIM function, here over a
 // pipe; on a modem the client comes from mbim.DialMHI.
 func ExampleNewSession() {
-	modem := simnet.NewMBIMFunction(simnet.MBIMConfig{RadioOff: true})
+	modem := simnet.NewMBIMFunction(simnet.MBIMConfig{Network: simnet.NewNetwork(simnet.NetworkConfig{RadioOff: true})})
 	host, dev := net.Pipe()
 	go modem.Serve(dev)
 

@@ -124,7 +124,7 @@ func TestProxyFansOutIndicationsToSubscribedClients(t *testing.T) {
 			gotNarrow.Add(1)
 		}
 	})()
-	f.SetSignal(12)
+	f.Network().SetSignal(12)
 	waitFor(t, 5*time.Second, "the indication at the standard client", func() bool { return gotStd.Load() == 1 })
 	time.Sleep(50 * time.Millisecond)
 	if n := gotNarrow.Load(); n != 0 {
@@ -163,7 +163,7 @@ func TestMbimcliThroughProxy(t *testing.T) {
 		}
 		t.Skip("mbimcli not installed (libmbim-utils); CI installs it and sets MHISTACK_REQUIRE_MBIMCLI=1")
 	}
-	r := newMHIRig(t, "quectel-rm5xx", simnet.MBIMConfig{DeviceID: "867929068000001", SubscriberID: "001019876543210"})
+	r := newMHIRig(t, "quectel-rm5xx", onNetwork(simnet.NetworkConfig{DeviceID: "867929068000001", SubscriberID: "001019876543210"}))
 	host := r.dial(mbim.Options{})
 	s := mbim.NewSession(host, fastSession("internet", nil))
 	defer s.Close(context.Background())

@@ -27,6 +27,12 @@ func testCtx(t testing.TB) context.Context {
 
 // pipeRig runs the emulated MBIM function over an in-memory pipe, the
 // cheapest way to talk to it: no MHI, the same message stream.
+// onNetwork configures an MBIM function answering for a network of its
+// own, configured by nc.
+func onNetwork(nc simnet.NetworkConfig) simnet.MBIMConfig {
+	return simnet.MBIMConfig{Network: simnet.NewNetwork(nc)}
+}
+
 func pipeRig(t testing.TB, cfg simnet.MBIMConfig, opts mbim.Options) (*mbim.Client, *simnet.MBIMFunction) {
 	t.Helper()
 	f := simnet.NewMBIMFunction(cfg)

@@ -15,7 +15,7 @@ import (
 )
 
 func TestSessionBringsUpDualStackAndReportsEveryStep(t *testing.T) {
-	c, _ := pipeRig(t, simnet.MBIMConfig{RadioOff: true}, mbim.Options{})
+	c, _ := pipeRig(t, onNetwork(simnet.NetworkConfig{RadioOff: true}), mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))
 	defer s.Close(context.Background())
@@ -47,14 +47,14 @@ func TestSessionFailsWithAClearErrorForEveryKnob(t *testing.T) {
 		want error
 		text string
 	}{
-		{"sim absent", simnet.MBIMConfig{SIMAbsent: true}, "internet", mbim.ErrSIMNotInserted, "SIM not inserted"},
-		{"pin locked", simnet.MBIMConfig{PIN: "1234"}, "internet", mbim.ErrPINRequired, "PIN required"},
-		{"hardware radio off", simnet.MBIMConfig{HardwareRadioOff: true}, "internet", mbim.ErrRadioOff, "radio off"},
-		{"not registered", simnet.MBIMConfig{NotRegistered: true}, "internet", mbim.ErrNoService, "no service"},
-		{"registration denied", simnet.MBIMConfig{RegisterDenied: true}, "internet", mbim.ErrNoService, "PLMN not allowed"},
-		{"bad apn", simnet.MBIMConfig{APN: "internet"}, "nosuch.apn", mbim.ErrBadAPN, "bad APN"},
-		{"connect rejected", simnet.MBIMConfig{ConnectReject: 33}, "internet", mbim.StatusFailure, "not subscribed"},
-		{"bad credentials", simnet.MBIMConfig{User: "u", Password: "p"}, "internet", mbim.ErrBadCredentials, "invalid user name"},
+		{"sim absent", onNetwork(simnet.NetworkConfig{SIMAbsent: true}), "internet", mbim.ErrSIMNotInserted, "SIM not inserted"},
+		{"pin locked", onNetwork(simnet.NetworkConfig{PIN: "1234"}), "internet", mbim.ErrPINRequired, "PIN required"},
+		{"hardware radio off", onNetwork(simnet.NetworkConfig{HardwareRadioOff: true}), "internet", mbim.ErrRadioOff, "radio off"},
+		{"not registered", onNetwork(simnet.NetworkConfig{NotRegistered: true}), "internet", mbim.ErrNoService, "no service"},
+		{"registration denied", onNetwork(simnet.NetworkConfig{RegisterDenied: true}), "internet", mbim.ErrNoService, "PLMN not allowed"},
+		{"bad apn", onNetwork(simnet.NetworkConfig{APN: "internet"}), "nosuch.apn", mbim.ErrBadAPN, "bad APN"},
+		{"connect rejected", onNetwork(simnet.NetworkConfig{ConnectReject: 33}), "internet", mbim.StatusFailure, "not subscribed"},
+		{"bad credentials", onNetwork(simnet.NetworkConfig{User: "u", Password: "p"}), "internet", mbim.ErrBadCredentials, "invalid user name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -81,7 +81,7 @@ func containsFold(s, sub string) bool {
 }
 
 func TestSessionEntersTheConfiguredPIN(t *testing.T) {
-	c, f := pipeRig(t, simnet.MBIMConfig{PIN: "2468", RegisterDelay: 30 * time.Millisecond}, mbim.Options{})
+	c, f := pipeRig(t, onNetwork(simnet.NetworkConfig{PIN: "2468", RegisterDelay: 30 * time.Millisecond}), mbim.Options{})
 	cfg := fastSession("internet", nil)
 	cfg.PIN = "2468"
 	s := mbim.NewSession(c, cfg)
@@ -95,7 +95,7 @@ func TestSessionEntersTheConfiguredPIN(t *testing.T) {
 }
 
 func TestSessionNeverRetriesARejectedPIN(t *testing.T) {
-	c, _ := pipeRig(t, simnet.MBIMConfig{PIN: "2468"}, mbim.Options{})
+	c, _ := pipeRig(t, onNetwork(simnet.NetworkConfig{PIN: "2468"}), mbim.Options{})
 	cfg := fastSession("internet", nil)
 	cfg.PIN = "0000"
 	s := mbim.NewSession(c, cfg)
@@ -115,7 +115,7 @@ func TestSessionNeverRetriesARejectedPIN(t *testing.T) {
 }
 
 func TestSessionWaitsForSlowRegistrationAndRadioOn(t *testing.T) {
-	c, _ := pipeRig(t, simnet.MBIMConfig{RadioOff: true, NoAutoAttach: true, RegisterDelay: 100 * time.Millisecond}, mbim.Options{})
+	c, _ := pipeRig(t, onNetwork(simnet.NetworkConfig{RadioOff: true, NoAutoAttach: true, RegisterDelay: 100 * time.Millisecond}), mbim.Options{})
 	cfg := fastSession("internet", nil)
 	cfg.PollInterval = 5 * time.Second // the indication, not polling, must move it on
 	cfg.RegisterTimeout = 10 * time.Second
@@ -138,7 +138,7 @@ func TestSessionReconnectsAfterTheNetworkDetaches(t *testing.T) {
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
 		t.Fatalf("WaitUp: %v", err)
 	}
-	f.NetworkDetach(36)
+	f.Network().NetworkDetach(36)
 	waitFor(t, 5*time.Second, "disconnect and reconnect", func() bool {
 		st := log.states()
 		i := slices.Index(st, mbim.StateDisconnected)
@@ -165,14 +165,14 @@ func TestSessionReconnectsAfterTheNetworkDetaches(t *testing.T) {
 }
 
 func TestSessionReconnectsAfterLosingTheNetwork(t *testing.T) {
-	c, f := pipeRig(t, simnet.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, mbim.Options{})
+	c, f := pipeRig(t, onNetwork(simnet.NetworkConfig{RegisterDelay: 50 * time.Millisecond}), mbim.Options{})
 	log := newProgressLog()
 	s := mbim.NewSession(c, fastSession("internet", log))
 	defer s.Close(context.Background())
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
 		t.Fatalf("WaitUp: %v", err)
 	}
-	f.NetworkLost()
+	f.Network().NetworkLost()
 	waitFor(t, 5*time.Second, "reconnect", func() bool {
 		st := log.states()
 		i := slices.Index(st, mbim.StateDisconnected)
@@ -198,7 +198,7 @@ func TestSessionReportsAddressChangesAndLateIPv6(t *testing.T) {
 	})
 	car := simnet.DefaultCarrier()
 	car.IPv4 = netip.MustParsePrefix("10.9.8.7/30")
-	f.SetCarrier(car)
+	f.Network().SetCarrier(car)
 	waitFor(t, 5*time.Second, "the new IPv4 address", func() bool {
 		a := log.addresses()
 		return len(a) >= 3 && len(a[len(a)-1].IPv4) == 1 && a[len(a)-1].IPv4[0] == car.IPv4
@@ -252,16 +252,16 @@ func TestSessionComesUpWithEveryRecoverableKnob(t *testing.T) {
 		cfg  simnet.MBIMConfig
 		pin  string
 	}{
-		{"radio off", simnet.MBIMConfig{RadioOff: true}, ""},
-		{"pin locked, pin configured", simnet.MBIMConfig{PIN: "1111"}, "1111"},
-		{"slow registration", simnet.MBIMConfig{RegisterDelay: 50 * time.Millisecond}, ""},
-		{"no auto attach", simnet.MBIMConfig{NoAutoAttach: true}, ""},
+		{"radio off", onNetwork(simnet.NetworkConfig{RadioOff: true}), ""},
+		{"pin locked, pin configured", onNetwork(simnet.NetworkConfig{PIN: "1111"}), "1111"},
+		{"slow registration", onNetwork(simnet.NetworkConfig{RegisterDelay: 50 * time.Millisecond}), ""},
+		{"no auto attach", onNetwork(simnet.NetworkConfig{NoAutoAttach: true}), ""},
 		{"slow answers", simnet.MBIMConfig{Delay: 5 * time.Millisecond}, ""},
 		{"forced fragmentation", simnet.MBIMConfig{Fragment: 64}, ""},
 		{"unsolicited indications", simnet.MBIMConfig{SignalInterval: time.Millisecond}, ""},
 		{"stuck open from a previous host", simnet.MBIMConfig{IgnoreOpenUntilClose: true}, ""},
 		{"late IPv6", simnet.MBIMConfig{IPv6Delay: 20 * time.Millisecond}, ""},
-		{"IPv4-only carrier", simnet.MBIMConfig{Carrier: simnet.Carrier{IPv4: simnet.DefaultCarrier().IPv4, MTU: 1420}}, ""},
+		{"IPv4-only carrier", onNetwork(simnet.NetworkConfig{Carrier: simnet.Carrier{IPv4: simnet.DefaultCarrier().IPv4, MTU: 1420}}), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -126,21 +126,21 @@ func TestSessionTakesQMAPv1FromAV1OnlyModem(t *testing.T) {
 func TestSessionErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		net  simnet.MBIMConfig
+		net  simnet.NetworkConfig
 		cfg  qmi.SessionConfig
 		want error
 		text string
 	}{
-		{"bad APN", simnet.MBIMConfig{APN: "internet"}, qmi.SessionConfig{APN: "nosuch", Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 27"},
-		{"bad credentials", simnet.MBIMConfig{User: "u", Password: "p"}, qmi.SessionConfig{Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 29"},
-		{"sim absent", simnet.MBIMConfig{SIMAbsent: true}, qmi.SessionConfig{}, qmi.ErrSIM, "no SIM card"},
-		{"pin locked, none configured", simnet.MBIMConfig{PIN: "1234"}, qmi.SessionConfig{}, qmi.ErrSIM, "no PIN configured"},
-		{"wrong pin", simnet.MBIMConfig{PIN: "1234"}, qmi.SessionConfig{PIN: "0000"}, qmi.ErrIncorrectPIN, "2 attempts left"},
-		{"not registered", simnet.MBIMConfig{NotRegistered: true}, qmi.SessionConfig{RegisterTimeout: 50 * time.Millisecond}, qmi.ErrNoService, "searching"},
-		{"denied", simnet.MBIMConfig{RegisterDenied: true}, qmi.SessionConfig{}, qmi.ErrNoService, "denied"},
+		{"bad APN", simnet.NetworkConfig{APN: "internet"}, qmi.SessionConfig{APN: "nosuch", Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 27"},
+		{"bad credentials", simnet.NetworkConfig{User: "u", Password: "p"}, qmi.SessionConfig{Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 29"},
+		{"sim absent", simnet.NetworkConfig{SIMAbsent: true}, qmi.SessionConfig{}, qmi.ErrSIM, "no SIM card"},
+		{"pin locked, none configured", simnet.NetworkConfig{PIN: "1234"}, qmi.SessionConfig{}, qmi.ErrSIM, "no PIN configured"},
+		{"wrong pin", simnet.NetworkConfig{PIN: "1234"}, qmi.SessionConfig{PIN: "0000"}, qmi.ErrIncorrectPIN, "2 attempts left"},
+		{"not registered", simnet.NetworkConfig{NotRegistered: true}, qmi.SessionConfig{RegisterTimeout: 50 * time.Millisecond}, qmi.ErrNoService, "searching"},
+		{"denied", simnet.NetworkConfig{RegisterDenied: true}, qmi.SessionConfig{}, qmi.ErrNoService, "denied"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := rig(t, simnet.QMIConfig{MBIM: tc.net})
+			c, _ := rig(t, simnet.QMIConfig{Network: simnet.NewNetwork(tc.net)})
 			cfg := fast(tc.cfg, nil)
 			if tc.cfg.RegisterTimeout != 0 {
 				cfg.RegisterTimeout = tc.cfg.RegisterTimeout
@@ -158,12 +158,13 @@ func TestSessionErrors(t *testing.T) {
 // TestSessionEntersPINAndSharesTheSIMWithMBIM: the PIN entered over QMI
 // unlocks the SIM of the modem's MBIM function too (one SIM).
 func TestSessionEntersPINAndSharesTheSIMWithMBIM(t *testing.T) {
-	network := simnet.NewMBIMFunction(simnet.MBIMConfig{PIN: "1234"})
+	network := simnet.NewNetwork(simnet.NetworkConfig{PIN: "1234"})
+	fn := simnet.NewMBIMFunction(simnet.MBIMConfig{Network: network})
 	// Both functions of the modem run (a function's start is a modem
 	// restart, so the MBIM one starts first, as both do at power-up).
 	host, dev := net.Pipe()
 	done := make(chan struct{})
-	go func() { defer close(done); network.Serve(dev) }()
+	go func() { defer close(done); fn.Serve(dev) }()
 	mc := mbim.NewClient(mbim.NewStreamTransport(host), mbim.Options{})
 	defer func() { mc.Close(); <-done }()
 	if err := mc.Open(testCtx(t)); err != nil {

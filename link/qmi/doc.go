@@ -2,7 +2,9 @@
 // control channel pair (14/15 on MHI): QMUX framing, the QMI message
 // header, TLVs and result codes (message.go, errors.go), the messages of
 // the CTL, DMS, NAS, UIM, WDS and WDA services a data session needs
-// (services.go), a client that allocates client IDs and matches
+// (one file per service: ctl.go, dms.go, nas.go, uim.go, wds.go, wda.go,
+// each with its message IDs, their names and their codecs; services.go
+// names the services), a client that allocates client IDs and matches
 // transactions (client.go), and a data-session bring-up in the order
 // libqmi and ModemManager use (session.go): WDA Set Data Format (raw IP,
 // QMAP aggregation) → WDS Bind Mux Data Port → WDS Start Network → WDS

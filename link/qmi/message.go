@@ -8,40 +8,6 @@ import (
 
 var le = binary.LittleEndian
 
-// Service is the QMUX service a message belongs to.
-type Service uint8
-
-// QMI services (libqmi data/qmi-service-*.json, QmiService).
-const (
-	ServiceCTL Service = 0x00
-	ServiceWDS Service = 0x01
-	ServiceDMS Service = 0x02
-	ServiceNAS Service = 0x03
-	ServiceQOS Service = 0x04
-	ServiceUIM Service = 0x0B
-	ServiceWDA Service = 0x1A
-)
-
-func (s Service) String() string {
-	switch s {
-	case ServiceCTL:
-		return "CTL"
-	case ServiceWDS:
-		return "WDS"
-	case ServiceDMS:
-		return "DMS"
-	case ServiceNAS:
-		return "NAS"
-	case ServiceQOS:
-		return "QOS"
-	case ServiceUIM:
-		return "UIM"
-	case ServiceWDA:
-		return "WDA"
-	}
-	return fmt.Sprintf("service-%#02x", uint8(s))
-}
-
 // Kind says whether a message is a request, a response or an indication.
 type Kind uint8
 

@@ -236,139 +236,28 @@ func TestResult(t *testing.T) {
 	}
 }
 
-// TestTypedRoundTrips: every typed message decodes to what encoded it.
-func TestTypedRoundTrips(t *testing.T) {
-	resp := func(id uint16, s qmi.Service, tlvs []qmi.TLV) *qmi.Message {
-		m := (&qmi.Message{Service: s, ID: id}).Reply(0, tlvs...)
-		back, err := qmi.Parse(marshal(t, m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return back
+// response returns a response of service s to message id carrying tlvs,
+// as the client gets it: marshalled and parsed.
+func response(t testing.TB, s qmi.Service, id uint16, tlvs []qmi.TLV) *qmi.Message {
+	t.Helper()
+	back, err := qmi.Parse(marshal(t, (&qmi.Message{Service: s, ID: id}).Reply(0, tlvs...)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	vl := []qmi.ServiceVersion{{qmi.ServiceWDS, 1, 67}, {qmi.ServiceWDA, 1, 16}}
-	if got, err := qmi.ParseVersionInfo(resp(qmi.CTLGetVersionInfo, qmi.ServiceCTL, qmi.VersionInfoTLVs(vl))); err != nil || !reflect.DeepEqual(got, vl) {
-		t.Errorf("version info %v, %v", got, err)
-	}
-	ids := qmi.IDs{IMEI: "867929060000017", IMEISV: "01"}
-	if got := qmi.ParseIDs(resp(qmi.DMSGetIDs, qmi.ServiceDMS, ids.TLVs())); got != ids {
-		t.Errorf("IDs %v", got)
-	}
-	ss := qmi.ServingSystem{Registration: qmi.Registered, PSAttach: qmi.Attached, Network: qmi.NetworkType3GPP,
-		RadioInterfaces: []qmi.RadioInterface{qmi.Radio5GNR, qmi.RadioLTE}, HasRoaming: true, Roaming: 1,
-		PLMN: &qmi.PLMN{MCC: 1, MNC: 1, Description: "mhistack"}}
-	if got, err := qmi.ParseServingSystem(resp(qmi.NASGetServingSystem, qmi.ServiceNAS, ss.TLVs())); err != nil || !reflect.DeepEqual(got, ss) {
-		t.Errorf("serving system %+v, %v", got, err)
-	}
-	sig := qmi.SignalStrength{Strength: -71, Radio: qmi.RadioLTE, HasRSRP: true, LTERSRP: -95, HasSNR: true, LTESNR: 120}
-	if got, err := qmi.ParseSignalStrength(resp(qmi.NASGetSignalStrength, qmi.ServiceNAS, sig.TLVs())); err != nil || got != sig {
-		t.Errorf("signal strength %+v, %v", got, err)
-	}
-	si := qmi.SignalInfo{LTE: &qmi.LTESignal{RSSI: -60, RSRQ: -9, RSRP: -90, SNR: 130}, NR: &qmi.NRSignal{RSRP: -88, SNR: 90}}
-	if got, err := qmi.ParseSignalInfo(resp(qmi.NASGetSignalInfo, qmi.ServiceNAS, si.TLVs())); err != nil || !reflect.DeepEqual(got, si) {
-		t.Errorf("signal info %+v, %v", got, err)
-	}
-	cs := qmi.CardStatus{IndexGWPrimary: 0, Index1xPrimary: 0xFFFF, IndexGWSecondary: 0xFFFF, Index1xSecondary: 0xFFFF,
-		Cards: []qmi.Card{{State: qmi.CardPresent, UPINState: qmi.PINNotInitialized, Apps: []qmi.App{{
-			Type: qmi.AppTypeUSIM, State: uint8(qmi.AppReady), AID: []byte{0xa0, 0, 0, 0, 0x87}, PIN1State: qmi.PINEnabledVerified,
-			PIN1Retries: 3, PUK1Retries: 10}}}}}
-	if got, err := qmi.ParseCardStatus(resp(qmi.UIMGetCardStatus, qmi.ServiceUIM, cs.TLVs())); err != nil || !reflect.DeepEqual(got, cs) {
-		t.Errorf("card status %+v, %v", got, err)
-	}
-	st := qmi.Settings{APN: "internet", IPv4: netip.MustParsePrefix("10.0.0.2/30"), IPv4Gateway: netip.MustParseAddr("10.0.0.1"),
-		IPv4DNS: []netip.Addr{netip.MustParseAddr("10.0.0.53"), netip.MustParseAddr("10.0.0.54")},
-		IPv6:    netip.MustParsePrefix("2001:db8:64::2/64"), IPv6Gateway: netip.MustParseAddr("2001:db8:64::1"),
-		IPv6DNS: []netip.Addr{netip.MustParseAddr("2001:db8:64::53")}, MTU: 1420, Family: qmi.IPv4}
-	if got, err := qmi.ParseSettings(resp(qmi.WDSGetCurrentSettings, qmi.ServiceWDS, st.TLVs())); err != nil || !reflect.DeepEqual(got, st) {
-		t.Errorf("settings %+v, %v", got, err)
-	}
-	df := qmi.DataFormat{LinkLayer: qmi.LinkLayerRawIP, ULAggregation: qmi.AggregationQMAPv5, DLAggregation: qmi.AggregationQMAPv5,
-		DLMaxDatagrams: 32, DLMaxSize: 32768, ULMaxDatagrams: 11, ULMaxSize: 8192}
-	if got, err := qmi.ParseDataFormat(resp(qmi.WDASetDataFormat, qmi.ServiceWDA, df.ResponseTLVs())); err != nil || got != df {
-		t.Errorf("data format %+v, %v", got, err)
-	}
-	req := df
-	req.Endpoint = qmi.PCIeEndpoint
-	if got, err := qmi.ParseSetDataFormat(req.SetRequest()); err != nil || got != req {
-		t.Errorf("set data format request %+v, %v", got, err)
-	}
-	sn := qmi.StartNetwork{APN: "internet", User: "u", Password: "p", Auth: qmi.AuthPAP | qmi.AuthCHAP, Family: qmi.IPv6, Profile: 1}
-	if got, err := qmi.ParseStartNetwork(sn.Request()); err != nil || got != sn {
-		t.Errorf("start network %+v, %v", got, err)
-	}
-	ps := qmi.PacketStatus{Status: qmi.StatusDisconnected, End: qmi.CallEnd{HasReason: true, Reason: 2, HasVerbose: true, VerboseType: qmi.Verbose3GPP, Verbose: 36}, Family: qmi.IPv4}
-	if got, err := qmi.ParsePacketStatus(ps.Indication(0x14)); err != nil || got != ps {
-		t.Errorf("packet status %+v, %v", got, err)
-	}
-	if got, err := qmi.ParseVerifyPIN((&qmi.VerifyPIN{SessionType: 1, AID: []byte{1, 2}, ID: qmi.PIN1, PIN: "0000"}).Request()); err != nil || got.PIN != "0000" || got.SessionType != 1 || !bytes.Equal(got.AID, []byte{1, 2}) {
-		t.Errorf("verify PIN %+v, %v", got, err)
-	}
-	b := qmi.BindMuxDataPort{Endpoint: qmi.PCIeEndpoint, MuxID: 0x81, ClientType: 1}
-	if got, err := qmi.ParseBindMuxDataPort(b.Request()); err != nil || got != b {
-		t.Errorf("bind mux %+v, %v", got, err)
-	}
-	if got, err := qmi.ParseOperatingMode(qmi.SetOperatingModeRequest(qmi.ModeLowPower)); err != nil || got != qmi.ModeLowPower {
-		t.Errorf("operating mode %v, %v", got, err)
-	}
+	return back
 }
 
-// TestTypedRejects: truncated and malformed TLVs are errors naming the
-// field, never partial values.
-func TestTypedRejects(t *testing.T) {
-	m := func(s qmi.Service, id uint16, tlvs ...qmi.TLV) *qmi.Message {
-		return &qmi.Message{Service: s, ID: id, Kind: qmi.Response, TLVs: tlvs}
-	}
-	cases := []struct {
-		name string
-		err  error
-		want string
-	}{
-		{"client ID short", func() error {
-			_, err := qmi.ParseClientID(m(qmi.ServiceCTL, qmi.CTLAllocateCID, qmi.TLV{Type: 1, Value: []byte{1}}))
-			return err
-		}(), "client ID needs 1"},
-		{"client ID missing", func() error { _, err := qmi.ParseClientID(m(qmi.ServiceCTL, qmi.CTLAllocateCID)); return err }(), "mandatory TLV 0x01"},
-		{"version list count beyond TLV", func() error {
-			_, err := qmi.ParseVersionInfo(m(qmi.ServiceCTL, qmi.CTLGetVersionInfo, qmi.TLV{Type: 1, Value: []byte{200, 1, 1, 0, 0, 0}}))
-			return err
-		}(), "service needs 1"},
-		{"settings mask not a prefix", func() error {
-			_, err := qmi.ParseSettings(m(qmi.ServiceWDS, qmi.WDSGetCurrentSettings, qmi.TLV{Type: 0x21, Value: []byte{0, 0xff, 0, 0xff}}))
-			return err
-		}(), "not a prefix"},
-		{"settings IPv6 prefix > 128", func() error {
-			_, err := qmi.ParseSettings(m(qmi.ServiceWDS, qmi.WDSGetCurrentSettings, qmi.TLV{Type: 0x25, Value: append(make([]byte, 16), 129)}))
-			return err
-		}(), "prefix length 129"},
-		{"settings MTU short", func() error {
-			_, err := qmi.ParseSettings(m(qmi.ServiceWDS, qmi.WDSGetCurrentSettings, qmi.TLV{Type: 0x29, Value: []byte{1, 2}}))
-			return err
-		}(), "MTU needs 4"},
-		{"card status app count beyond TLV", func() error {
-			_, err := qmi.ParseCardStatus(m(qmi.ServiceUIM, qmi.UIMGetCardStatus, qmi.TLV{Type: 0x10, Value: []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 9}}))
-			return err
-		}(), "needs 1"},
-		{"PLMN description beyond TLV", func() error {
-			_, err := qmi.ParseServingSystem(m(qmi.ServiceNAS, qmi.NASGetServingSystem, qmi.TLV{Type: 1, Value: []byte{1, 1, 1, 2, 0}},
-				qmi.TLV{Type: 0x12, Value: []byte{1, 0, 1, 0, 5, 'a'}}))
-			return err
-		}(), "description needs 5"},
-		{"set data format without link layer", func() error {
-			_, err := qmi.ParseSetDataFormat(m(qmi.ServiceWDA, qmi.WDASetDataFormat))
-			return err
-		}(), "link layer protocol"},
-		{"bind mux without mux ID", func() error {
-			_, err := qmi.ParseBindMuxDataPort(m(qmi.ServiceWDS, qmi.WDSBindMuxDataPort, qmi.TLV{Type: 0x10, Value: make([]byte, 8)}))
-			return err
-		}(), "mux ID"},
-		{"start network family too long", func() error {
-			_, err := qmi.ParseStartNetwork(m(qmi.ServiceWDS, qmi.WDSStartNetwork, qmi.TLV{Type: 0x19, Value: []byte{4, 6}}))
-			return err
-		}(), "trailing"},
-	}
-	for _, c := range cases {
-		if c.err == nil || !errors.Is(c.err, qmi.ErrMalformed) || !strings.Contains(c.err.Error(), c.want) {
-			t.Errorf("%s: error %v, want one containing %q", c.name, c.err, c.want)
-		}
+// withTLVs returns a response of service s to message id with tlvs, not
+// marshalled (for decoders fed malformed TLVs).
+func withTLVs(s qmi.Service, id uint16, tlvs ...qmi.TLV) *qmi.Message {
+	return &qmi.Message{Service: s, ID: id, Kind: qmi.Response, TLVs: tlvs}
+}
+
+// wantMalformed checks that a decoder refused malformed input with an
+// error that matches qmi.ErrMalformed and names the field (want).
+func wantMalformed(t *testing.T, name string, err error, want string) {
+	t.Helper()
+	if err == nil || !errors.Is(err, qmi.ErrMalformed) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: error %v, want one containing %q", name, err, want)
 	}
 }

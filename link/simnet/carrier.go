@@ -69,7 +69,7 @@ type CarrierOptions struct {
 	// it is busy sending the previous one).
 	FlushDelay time.Duration
 	// APNs are the further access point names of the network
-	// (MBIMConfig.APNs): their gateways and DNS servers are the
+	// (NetworkConfig.APNs): their gateways and DNS servers are the
 	// network's too, and their MTU bounds its link's.
 	APNs []APN
 	// Hosts adds names to the DNS (TestName is always there). Names the

@@ -16,8 +16,8 @@
 //     carrier_forward.go and carrier_relay.go (flows to the host's
 //     sockets), carrier_timewait.go, carrier_dns.go;
 //   - MBIMFunction and QMIFunction: the control functions on the "MBIM"
-//     and "QMI" pairs, over one network state (SIM, radio, registration,
-//     packet service; mbim*.go, qmi.go, network_state.go);
+//     and "QMI" pairs (mbim*.go, qmi.go), over one Network (SIM, radio,
+//     registration, packet service, APNs and carrier; network.go);
 //   - ICMPResponder and PacketNet: the small networks of the kernel
 //     cross-check and of framing tests (icmp.go, packetnet.go).
 //
@@ -36,6 +36,6 @@
 //	cn, _ := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: mbim.NTB{}})
 //	defer cn.Close()
 //	dev, _, _ := sim.NewDevice(profile, sim.Options{
-//		Functions: map[string]sim.Function{mhi.ChannelIPHW0MBIM: cn, mhi.ChannelMBIM: simnet.NewMBIMFunction(simnet.MBIMConfig{})},
+//		Functions: map[string]sim.Function{mhi.ChannelIPHW0MBIM: cn, mhi.ChannelMBIM: simnet.NewMBIMFunction(simnet.MBIMConfig{Network: simnet.NewNetwork(simnet.NetworkConfig{})})},
 //	})
 package simnet

@@ -6,25 +6,20 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 )
 
-// mbimState is what the emulated MBIM function knows: whether it is open,
-// the SIM, the radio, the network and the data contexts. It changes only
-// under MBIMFunction.mu.
+// mbimState is what the MBIM function itself knows (the network's state
+// is its Network's): whether it is open, the host's subscriptions and the
+// data contexts. It changes only under the network's lock.
 type mbimState struct {
-	opened     bool
-	sawClose   bool // IgnoreOpenUntilClose: a CLOSE came
-	maxXfer    int
-	ready      mbim.ReadyState
-	pinLocked  bool
-	pinType    mbim.PINType
-	attempts   int
-	hwOn, swOn bool
-	reg        mbim.RegisterStateValue
-	regNw      mbim.NwError
-	ps         mbim.PacketServiceState
-	signal     mbim.SignalState
-	contexts   map[uint32]*simContext
-	subs       []mbim.EventSubscription // nil: every indication
-	regPending bool                     // a registration timer is armed
+	opened   bool
+	sawClose bool // IgnoreOpenUntilClose: a CLOSE came
+	maxXfer  int
+	contexts map[uint32]*simContext
+	subs     []mbim.EventSubscription // nil: every indication
+}
+
+// reset is the state of a function that just started.
+func (s *mbimState) reset() {
+	*s = mbimState{maxXfer: mbim.DefaultControlTransfer, contexts: map[uint32]*simContext{}}
 }
 
 // simContext is one data session.
@@ -34,16 +29,41 @@ type simContext struct {
 	v6Ready bool // the IPv6 part has been reported (IPv6Delay)
 }
 
-func (s *mbimState) deactivateAllLocked(f *MBIMFunction, nw mbim.NwError) {
-	for id := range s.contexts {
-		delete(s.contexts, id)
+// deactivateAllLocked ends every data context, each with its CONNECT
+// indication and cause nw.
+func (f *MBIMFunction) deactivateAllLocked(nw mbim.NwError) {
+	for id := range f.st.contexts {
+		delete(f.st.contexts, id)
 		cs := mbim.ContextState{SessionID: id, ActivationState: mbim.ActivationDeactivated,
 			ContextType: mbim.ContextTypeInternet, NwError: nw}
 		f.indicateLocked(mbim.CIDConnect, cs.Encode())
 	}
 }
 
-func (s *mbimState) registerState(cfg *MBIMConfig) *mbim.RegisterState {
+// networkEventLocked reports a change of the network as MBIM indications.
+func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
+	switch ev {
+	case evCallsDropped:
+		f.deactivateAllLocked(nw)
+	case evRegistration:
+		f.indicateLocked(mbim.CIDRegisterState, f.registerState().Encode())
+	case evPacketService:
+		ps := f.packetService()
+		ps.NwError = nw
+		f.indicateLocked(mbim.CIDPacketService, ps.Encode())
+	case evSIMReady:
+		f.indicateLocked(mbim.CIDSubscriberReadyStatus, f.subscriberReady().Encode())
+	case evCarrier:
+		for id, ctx := range f.st.contexts {
+			f.indicateLocked(mbim.CIDIPConfiguration, f.ipConfig(id, ctx).Encode())
+		}
+	case evSignal:
+		f.indicateLocked(mbim.CIDSignalState, f.net.st.signal.Encode())
+	}
+}
+
+func (f *MBIMFunction) registerState() *mbim.RegisterState {
+	s, cfg := &f.net.st, &f.net.cfg
 	r := &mbim.RegisterState{NwError: s.regNw, State: s.reg, Mode: 1, RegistrationFlag: 2}
 	if s.reg.Registered() {
 		r.AvailableDataClasses = cfg.DataClass
@@ -53,7 +73,8 @@ func (s *mbimState) registerState(cfg *MBIMConfig) *mbim.RegisterState {
 	return r
 }
 
-func (s *mbimState) packetService(cfg *MBIMConfig) *mbim.PacketService {
+func (f *MBIMFunction) packetService() *mbim.PacketService {
+	s, cfg := &f.net.st, &f.net.cfg
 	p := &mbim.PacketService{State: s.ps}
 	if s.ps == mbim.PacketServiceAttached {
 		p.HighestAvailableDataClass = highestDataClass(cfg.DataClass)
@@ -71,7 +92,8 @@ func highestDataClass(d mbim.DataClass) mbim.DataClass {
 	return 0
 }
 
-func (s *mbimState) subscriberReady(cfg *MBIMConfig) *mbim.SubscriberReadyStatus {
+func (f *MBIMFunction) subscriberReady() *mbim.SubscriberReadyStatus {
+	s, cfg := &f.net.st, &f.net.cfg
 	r := &mbim.SubscriberReadyStatus{ReadyState: s.ready}
 	if s.ready == mbim.ReadyInitialized || s.ready == mbim.ReadyDeviceLocked {
 		r.SIMICCID = cfg.SIMICCID
@@ -86,8 +108,8 @@ func (s *mbimState) subscriberReady(cfg *MBIMConfig) *mbim.SubscriberReadyStatus
 }
 
 // ipConfig is what the carrier assigned to a context of type t.
-func (s *mbimState) ipConfig(cfg *MBIMConfig, id uint32, c *simContext) *mbim.IPConfig {
-	pool, _ := cfg.carrierFor(c.apn)
+func (f *MBIMFunction) ipConfig(id uint32, c *simContext) *mbim.IPConfig {
+	pool, _ := f.net.cfg.carrierFor(c.apn)
 	sc := pool.ForSession(int(id))
 	car := &sc
 	ic := &mbim.IPConfig{SessionID: id}
@@ -148,7 +170,7 @@ func (f *MBIMFunction) handleLocked(m *mbim.Message) {
 		s.sawClose = true
 		// Closing the function ends its data sessions (real modems
 		// do, which is why the proxy never forwards a client's CLOSE).
-		s.deactivateAllLocked(f, 0)
+		f.deactivateAllLocked(0)
 		s.opened = false
 		s.subs = nil
 		f.sendLocked(&mbim.Message{Type: mbim.TypeCloseDone, TID: m.TID})
@@ -175,7 +197,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if m.Service != mbim.ServiceBasicConnect {
 		return mbim.StatusNoDeviceSupport, nil
 	}
-	s, cfg := &f.st, &f.cfg
+	s, n, cfg := &f.st, f.net, &f.net.cfg
 	set := m.CommandType == mbim.Set
 	if m.CommandType > mbim.Set {
 		return mbim.StatusInvalidParameters, nil
@@ -187,7 +209,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		}
 		dc := mbim.DeviceCaps{DeviceType: 1, CellularClass: 1, SIMClass: 2, DataClass: cfg.DataClass,
 			ControlCaps: 0x1 | 0x2, // manual registration, hardware radio switch
-			MaxSessions: cfg.MaxSessions,
+			MaxSessions: f.cfg.MaxSessions,
 			DeviceID:    cfg.DeviceID, FirmwareInfo: cfg.FirmwareInfo, HardwareInfo: cfg.HardwareInfo}
 		return mbim.StatusNone, dc.Encode()
 	case mbim.CIDDeviceServices:
@@ -201,7 +223,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		if set {
 			return mbim.StatusNoDeviceSupport, nil
 		}
-		return mbim.StatusNone, s.subscriberReady(cfg).Encode()
+		return mbim.StatusNone, f.subscriberReady().Encode()
 	case mbim.CIDPIN:
 		return f.pinLocked(m)
 	case mbim.CIDRadioState:
@@ -210,28 +232,28 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 			if err != nil {
 				return mbim.StatusInvalidParameters, nil
 			}
-			if s.swOn != on {
-				s.swOn = on
-				rs := mbim.RadioState{HardwareOn: s.hwOn, SoftwareOn: s.swOn}
+			if n.st.swOn != on {
+				n.st.swOn = on
+				rs := mbim.RadioState{HardwareOn: n.st.hwOn, SoftwareOn: n.st.swOn}
 				f.indicateLocked(mbim.CIDRadioState, rs.Encode())
-				s.radioChangedLocked(f)
+				n.radioChangedLocked()
 			}
 		}
-		rs := mbim.RadioState{HardwareOn: s.hwOn, SoftwareOn: s.swOn}
+		rs := mbim.RadioState{HardwareOn: n.st.hwOn, SoftwareOn: n.st.swOn}
 		return mbim.StatusNone, rs.Encode()
 	case mbim.CIDRegisterState:
 		if set {
 			// Only automatic registration is modelled: a set
 			// restarts it.
-			if s.ready != mbim.ReadyInitialized {
+			if n.st.ready != mbim.ReadyInitialized {
 				return mbim.StatusSIMNotInserted, nil
 			}
-			if !s.radioOn() {
+			if !n.st.radioOn() {
 				return mbim.StatusRadioPowerOff, nil
 			}
-			s.radioChangedLocked(f)
+			n.radioChangedLocked()
 		}
-		return mbim.StatusNone, s.registerState(cfg).Encode()
+		return mbim.StatusNone, f.registerState().Encode()
 	case mbim.CIDPacketService:
 		return f.packetServiceLocked(m)
 	case mbim.CIDSignalState:
@@ -242,10 +264,10 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 			// Interval and thresholds are accepted and echoed; the
 			// emulator reports signal on its own schedule.
 			p, _ := mbim.ParseSignalState(append(make([]byte, 8), m.Buffer[:12]...))
-			s.signal.SignalStrengthInterval, s.signal.RSSIThreshold, s.signal.ErrorRateThreshold =
+			n.st.signal.SignalStrengthInterval, n.st.signal.RSSIThreshold, n.st.signal.ErrorRateThreshold =
 				p.SignalStrengthInterval, p.RSSIThreshold, p.ErrorRateThreshold
 		}
-		return mbim.StatusNone, s.signal.Encode()
+		return mbim.StatusNone, n.st.signal.Encode()
 	case mbim.CIDConnect:
 		return f.connectLocked(m)
 	case mbim.CIDIPConfiguration:
@@ -260,7 +282,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		if c == nil {
 			return mbim.StatusContextNotActivated, nil
 		}
-		return mbim.StatusNone, s.ipConfig(cfg, id, c).Encode()
+		return mbim.StatusNone, f.ipConfig(id, c).Encode()
 	case mbim.CIDDeviceServiceSubscribeList:
 		if !set {
 			return mbim.StatusNoDeviceSupport, nil
@@ -279,7 +301,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 }
 
 func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
-	s := &f.st
+	s := &f.net.st
 	if s.ready == mbim.ReadySIMNotInserted {
 		return mbim.StatusSIMNotInserted, nil
 	}
@@ -303,38 +325,37 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if !s.pinLocked || req.Type != s.pinType {
 		return mbim.StatusFailure, info()
 	}
-	if !s.enterPINLocked(f, req.PIN) {
+	if !f.net.enterPINLocked(req.PIN) {
 		return mbim.StatusFailure, info()
 	}
 	return mbim.StatusNone, info()
 }
 
 func (f *MBIMFunction) packetServiceLocked(m *mbim.Message) (mbim.Status, []byte) {
-	s, cfg := &f.st, &f.cfg
+	n := f.net
 	if m.CommandType != mbim.Set {
-		return mbim.StatusNone, s.packetService(cfg).Encode()
+		return mbim.StatusNone, f.packetService().Encode()
 	}
 	a, err := mbim.ParsePacketServiceSet(m.Buffer)
 	if err != nil {
 		return mbim.StatusInvalidParameters, nil
 	}
 	if a == mbim.Detach {
-		s.deactivateAllLocked(f, 0)
-		s.setPacketServiceLocked(f, mbim.PacketServiceDetached, 0)
-		return mbim.StatusNone, s.packetService(cfg).Encode()
+		n.detachLocked(0)
+		return mbim.StatusNone, f.packetService().Encode()
 	}
 	switch {
-	case !s.radioOn():
-		return mbim.StatusRadioPowerOff, s.packetService(cfg).Encode()
-	case !s.reg.Registered():
-		return mbim.StatusNotRegistered, s.packetService(cfg).Encode()
+	case !n.st.radioOn():
+		return mbim.StatusRadioPowerOff, f.packetService().Encode()
+	case !n.st.reg.Registered():
+		return mbim.StatusNotRegistered, f.packetService().Encode()
 	}
-	s.setPacketServiceLocked(f, mbim.PacketServiceAttached, 0)
-	return mbim.StatusNone, s.packetService(cfg).Encode()
+	n.setPacketServiceLocked(mbim.PacketServiceAttached, 0)
+	return mbim.StatusNone, f.packetService().Encode()
 }
 
 func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
-	s, cfg := &f.st, &f.cfg
+	s, cfg := &f.st, &f.net.cfg
 	state := func(id uint32, nw mbim.NwError) []byte {
 		cs := mbim.ContextState{SessionID: id, ActivationState: mbim.ActivationDeactivated,
 			ContextType: mbim.ContextTypeInternet, NwError: nw}
@@ -354,7 +375,7 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if err != nil {
 		return mbim.StatusInvalidParameters, nil
 	}
-	if req.SessionID >= cfg.MaxSessions {
+	if req.SessionID >= f.cfg.MaxSessions {
 		return mbim.StatusMaxActivatedContexts, state(req.SessionID, 0)
 	}
 	if !req.Activate {
@@ -367,7 +388,7 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if req.ContextType != mbim.ContextTypeInternet && req.ContextType != (mbim.UUID{}) {
 		return mbim.StatusContextNotSupported, state(req.SessionID, 0)
 	}
-	if st, nw := s.admitCallLocked(cfg, req.APN, req.User, req.Password); st != mbim.StatusNone {
+	if st, nw := f.net.admitCallLocked(req.APN, req.User, req.Password); st != mbim.StatusNone {
 		return st, state(req.SessionID, nw)
 	}
 	t := req.IPType
@@ -384,14 +405,14 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if !pool.IPv4.IsValid() && t == mbim.IPTypeIPv4v6 {
 		t = mbim.IPTypeIPv6
 	}
-	c := &simContext{apn: req.APN, ipType: t, v6Ready: cfg.IPv6Delay <= 0 || !t.HasIPv6()}
+	c := &simContext{apn: req.APN, ipType: t, v6Ready: f.cfg.IPv6Delay <= 0 || !t.HasIPv6()}
 	s.contexts[req.SessionID] = c
 	if !c.v6Ready {
 		id := req.SessionID
-		f.afterLocked(cfg.IPv6Delay, func() {
+		f.afterLocked(f.cfg.IPv6Delay, func() {
 			if s.contexts[id] == c {
 				c.v6Ready = true
-				f.indicateLocked(mbim.CIDIPConfiguration, s.ipConfig(&f.cfg, id, c).Encode())
+				f.indicateLocked(mbim.CIDIPConfiguration, f.ipConfig(id, c).Encode())
 			}
 		})
 	}
@@ -401,21 +422,21 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 // Indicate sends an arbitrary unsolicited indication (subject to the
 // host's subscribe list), for tests of indication handling.
 func (f *MBIMFunction) Indicate(svc mbim.UUID, cid uint32, buf []byte) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
 	f.indicateServiceLocked(svc, cid, buf)
 }
 
 // Opened reports whether the host has the function open.
 func (f *MBIMFunction) Opened() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
 	return f.st.opened
 }
 
 // Active reports whether data session id is connected.
 func (f *MBIMFunction) Active(id uint32) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
 	return f.st.contexts[id] != nil
 }

@@ -134,7 +134,7 @@ func TestMBIMFunctionStopDuringADelayEndsTheTransfer(t *testing.T) {
 }
 
 func TestMBIMFunctionStopEndsItsGoroutineAndTimers(t *testing.T) {
-	f := NewMBIMFunction(MBIMConfig{SignalInterval: time.Millisecond, RegisterDelay: time.Hour})
+	f := NewMBIMFunction(MBIMConfig{SignalInterval: time.Millisecond, Network: NewNetwork(NetworkConfig{RegisterDelay: time.Hour})})
 	c := &mbimCapture{}
 	f.startWith(c.send)
 	exchange(t, f, c, 1, &mbim.Message{Type: mbim.TypeOpen, TID: 1, MaxControlTransfer: 4096})
@@ -170,11 +170,11 @@ func FuzzMBIMFunction(f *testing.F) {
 	f.Add(seed, false)
 	f.Add(seed, true)
 	f.Fuzz(func(t *testing.T, data []byte, pinLocked bool) {
-		cfg := MBIMConfig{Fragment: 64}
+		var nc NetworkConfig
 		if pinLocked {
-			cfg.PIN = "1234"
+			nc.PIN = "1234"
 		}
-		fn := NewMBIMFunction(cfg)
+		fn := NewMBIMFunction(MBIMConfig{Fragment: 64, Network: NewNetwork(nc)})
 		c := &mbimCapture{}
 		fn.startWith(c.send)
 		defer fn.Stop()
@@ -182,9 +182,9 @@ func FuzzMBIMFunction(f *testing.F) {
 		// Messages are handled synchronously here, under the lock as
 		// the function's goroutine does, so that an input replays
 		// deterministically.
-		fn.mu.Lock()
+		fn.net.mu.Lock()
 		fn.handleLocked(open)
-		fn.mu.Unlock()
+		fn.net.mu.Unlock()
 		var d mbim.Decoder
 		d.Write(data)
 		for range len(data) + 1 {
@@ -196,14 +196,14 @@ func FuzzMBIMFunction(f *testing.F) {
 			if m == nil {
 				break
 			}
-			fn.mu.Lock()
+			fn.net.mu.Lock()
 			fn.handleLocked(m)
-			fn.mu.Unlock()
+			fn.net.mu.Unlock()
 		}
-		fn.mu.Lock()
+		fn.net.mu.Lock()
 		fn.handleLocked(open)
 		fn.handleLocked(&mbim.Message{Type: mbim.TypeCommand, TID: 99, Service: mbim.ServiceBasicConnect, CID: mbim.CIDDeviceCaps})
-		fn.mu.Unlock()
+		fn.net.mu.Unlock()
 		var out mbim.Decoder
 		out.MaxMessage = 64
 		out.Write(c.bytes())

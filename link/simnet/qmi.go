@@ -22,9 +22,9 @@ import (
 //
 // The network behind it — SIM and PIN, radio, registration, packet
 // service, the APN and credential rules, the carrier's addresses — is
-// the modem's, shared with its MBIM function (QMIConfig.Network): a PIN
-// entered over QMI unlocks the SIM for MBIM, NetworkDetach on the MBIM
-// function ends QMI calls too, and both report the same addresses.
+// the modem's Network, shared with its MBIM function (QMIConfig.Network):
+// a PIN entered over QMI unlocks the SIM for MBIM, Network.NetworkDetach
+// ends QMI calls too, and both report the same addresses.
 //
 // The function is strict: a host message that is not a well-formed QMI
 // request (bad framing, a response or indication sent by the host, a
@@ -46,13 +46,13 @@ import (
 // network's lock.
 type QMIFunction struct {
 	cfg QMIConfig
-	net *MBIMFunction // the network state and its lock
+	net *Network // the network and its lock
 	log *slog.Logger
 
 	// Guarded by net.mu.
 	out      func([]byte) error
 	violate  func(rule, detail string)
-	unwatch  func()
+	stop     func() // stops following the network
 	clients  map[qmi.ClientID]*qmiClient
 	lastCID  map[qmi.Service]uint8
 	format   qmi.DataFormat
@@ -79,13 +79,10 @@ type qmiClient struct {
 
 // QMIConfig configures the QMI function.
 type QMIConfig struct {
-	// Network is the modem's MBIM function, whose network state (SIM,
-	// radio, registration, packet service, APN rules, carrier) the QMI
-	// function shares. Nil: a network of its own, configured by MBIM.
-	Network *MBIMFunction
-	// MBIM configures the network when Network is nil (identity, SIM,
-	// knobs, Carrier: see MBIMConfig).
-	MBIM MBIMConfig
+	// Network is the modem's network (SIM, radio, registration, packet
+	// service, APN rules, carrier), shared with its MBIM function (nil: a
+	// network of its own with the zero NetworkConfig).
+	Network *Network
 	// MaxAggregation is the newest QMAP the modem agrees to in WDA Set
 	// Data Format: qmi.AggregationQMAPv5 (default) or qmi.AggregationQMAP
 	// (a MAPv1-only modem answers QMAP when asked for QMAPv5).
@@ -141,17 +138,16 @@ func NewQMIFunction(cfg QMIConfig) *QMIFunction {
 	}
 	n := cfg.Network
 	if n == nil {
-		n = NewMBIMFunction(cfg.MBIM)
+		n = NewNetwork(NetworkConfig{})
 	}
 	f := &QMIFunction{cfg: cfg, net: n, log: cfg.Logger}
 	f.q.dropped = &f.stats.dropped
 	return f
 }
 
-// Network returns the MBIM function whose network state the QMI
-// function shares (to play the network in tests: NetworkDetach,
-// SetCarrier, Configure).
-func (f *QMIFunction) Network() *MBIMFunction { return f.net }
+// Network returns the network the function answers for (to play it in
+// tests: NetworkDetach, SetCarrier, Configure).
+func (f *QMIFunction) Network() *Network { return f.net }
 
 // DataFormat returns what the last WDA Set Data Format agreed to.
 func (f *QMIFunction) DataFormat() qmi.DataFormat {
@@ -193,9 +189,9 @@ func (f *QMIFunction) startWith(send func([]byte) error, violate func(rule, deta
 	}
 	f.boot, f.started = boot, true
 	f.ssSent = false
-	f.unwatch = n.watchLocked(f.networkChangedLocked)
+	f.stop = n.startLocked(f)
 	// A modem without an MBIM channel registers when it starts.
-	n.st.radioChangedLocked(n)
+	n.radioChangedLocked()
 	n.mu.Unlock()
 	f.q.start(f.run)
 }
@@ -208,11 +204,11 @@ func (f *QMIFunction) Receive(td []byte) { f.q.deliver(td, false) }
 func (f *QMIFunction) Stop() {
 	f.net.mu.Lock()
 	f.out = nil
-	unwatch := f.unwatch
-	f.unwatch = nil
+	stop := f.stop
+	f.stop = nil
 	f.net.mu.Unlock()
-	if unwatch != nil {
-		unwatch()
+	if stop != nil {
+		stop()
 	}
 	f.q.stop()
 }
@@ -231,8 +227,8 @@ func (f *QMIFunction) Serve(rw io.ReadWriteCloser) error {
 
 func (f *QMIFunction) run(in <-chan []byte, quit <-chan struct{}) {
 	// The decoder is the run's own; the lock guards the state the
-	// answers read and change (shared with the MBIM function, its timers
-	// and the exported methods). It is taken per message, not per chunk:
+	// answers read and change (the network's, shared with the MBIM
+	// function, the timers and the exported methods). It is taken per message, not per chunk:
 	// an answer may wait in Port.Send for DL buffers (up to its
 	// SendTimeout), and the device goroutine, which provides them, takes
 	// the lock when it starts or stops a function (this one, the MBIM
@@ -319,19 +315,11 @@ func (f *QMIFunction) handleLocked(m *qmi.Message) {
 			f.sendLocked(m.Reply(qmi.ErrInvalidClientID))
 			return
 		}
-		switch m.Service {
-		case qmi.ServiceDMS:
-			code, tlvs, err = f.dmsLocked(m)
-		case qmi.ServiceNAS:
-			code, tlvs, err = f.nasLocked(m)
-		case qmi.ServiceUIM:
-			code, tlvs, err = f.uimLocked(m)
-		case qmi.ServiceWDS:
-			code, tlvs, err = f.wdsLocked(m, c)
-		case qmi.ServiceWDA:
-			code, tlvs, err = f.wdaLocked(m)
-		default:
-			code = qmi.ErrInvalidQMICommand
+		code = qmi.ErrInvalidQMICommand
+		for _, sv := range qmiServices {
+			if sv.Service == m.Service {
+				code, tlvs, err = sv.handle(f, m, c)
+			}
 		}
 	}
 	if err != nil {
@@ -360,19 +348,34 @@ func parseErr(err error) error {
 	return err
 }
 
-var qmiServices = []qmi.ServiceVersion{
-	{Service: qmi.ServiceCTL, Major: 1, Minor: 5},
-	{Service: qmi.ServiceWDS, Major: 1, Minor: 67},
-	{Service: qmi.ServiceDMS, Major: 1, Minor: 14},
-	{Service: qmi.ServiceNAS, Major: 1, Minor: 25},
-	{Service: qmi.ServiceUIM, Major: 1, Minor: 46},
-	{Service: qmi.ServiceWDA, Major: 1, Minor: 16},
+// qmiServices are the services the function answers besides CTL, with
+// the versions CTL Get Version Info reports and their handlers: a new
+// service is an entry here, a new request a case in its service's
+// handler.
+var qmiServices = []struct {
+	qmi.ServiceVersion
+	handle func(f *QMIFunction, m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []qmi.TLV, error)
+}{
+	{qmi.ServiceVersion{Service: qmi.ServiceWDS, Major: 1, Minor: 67}, (*QMIFunction).wdsLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceDMS, Major: 1, Minor: 14}, (*QMIFunction).dmsLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceNAS, Major: 1, Minor: 25}, (*QMIFunction).nasLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceUIM, Major: 1, Minor: 46}, (*QMIFunction).uimLocked},
+	{qmi.ServiceVersion{Service: qmi.ServiceWDA, Major: 1, Minor: 16}, (*QMIFunction).wdaLocked},
+}
+
+// qmiVersions is CTL Get Version Info's list.
+func qmiVersions() []qmi.ServiceVersion {
+	v := []qmi.ServiceVersion{{Service: qmi.ServiceCTL, Major: 1, Minor: 5}}
+	for _, sv := range qmiServices {
+		v = append(v, sv.ServiceVersion)
+	}
+	return v
 }
 
 func (f *QMIFunction) ctlLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
 	switch m.ID {
 	case qmi.CTLGetVersionInfo:
-		return 0, qmi.VersionInfoTLVs(qmiServices), nil
+		return 0, qmi.VersionInfoTLVs(qmiVersions()), nil
 	case qmi.CTLSync:
 		// Every client ID is released (and every call they held).
 		for id := range f.clients {
@@ -385,7 +388,7 @@ func (f *QMIFunction) ctlLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error
 			return 0, nil, parseErr(err)
 		}
 		known := false
-		for _, v := range qmiServices[1:] {
+		for _, v := range qmiServices {
 			known = known || v.Service == s
 		}
 		if !known {
@@ -423,7 +426,7 @@ func (f *QMIFunction) releaseLocked(id qmi.ClientID) {
 	delete(f.clients, id)
 }
 
-func (f *QMIFunction) dmsLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	n := f.net
 	cfg := &n.cfg
 	switch m.ID {
@@ -451,7 +454,7 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error
 		default:
 			return qmi.ErrInvalidArgument, nil, nil
 		}
-		n.st.radioChangedLocked(n)
+		n.radioChangedLocked()
 		return 0, nil, nil
 	}
 	return qmi.ErrInvalidQMICommand, nil, nil
@@ -508,7 +511,7 @@ func plmnOf(id, name string) *qmi.PLMN {
 	return &qmi.PLMN{MCC: uint16(mcc), MNC: uint16(mnc), Description: name}
 }
 
-func (f *QMIFunction) nasLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) nasLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	st := &f.net.st
 	switch m.ID {
 	case qmi.NASGetServingSystem:
@@ -553,7 +556,7 @@ func (f *QMIFunction) cardStatusLocked() qmi.CardStatus {
 	return cs
 }
 
-func (f *QMIFunction) uimLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) uimLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	n := f.net
 	switch m.ID {
 	case qmi.UIMGetCardStatus:
@@ -581,7 +584,7 @@ func (f *QMIFunction) uimLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error
 		case n.st.pinType == mbim.PINTypePUK1:
 			return qmi.ErrPINBlocked, retries(), nil
 		}
-		if !n.st.enterPINLocked(n, v.PIN) {
+		if !n.enterPINLocked(v.PIN) {
 			if n.st.pinType == mbim.PINTypePUK1 {
 				return qmi.ErrPINBlocked, retries(), nil
 			}
@@ -604,7 +607,7 @@ func callEnd(nw mbim.NwError) qmi.CallEnd {
 func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	n := f.net
 	// The call's address pool: its APN's, the mux ID's share of it
-	// (mux k+1 is the pool's k-th session, MBIMConfig.APNs).
+	// (mux k+1 is the pool's k-th session, NetworkConfig.APNs).
 	carrier := func(apn string) *Carrier {
 		pool, _ := n.cfg.carrierFor(apn)
 		sc := pool.ForSession(int(c.mux) - 1)
@@ -649,7 +652,7 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 		if fam != qmi.IPv4 && fam != qmi.IPv6 {
 			return qmi.ErrInvalidArgument, nil, nil
 		}
-		if st, nw := n.st.admitCallLocked(&n.cfg, req.APN, req.User, req.Password); st != mbim.StatusNone {
+		if st, nw := n.admitCallLocked(req.APN, req.User, req.Password); st != mbim.StatusNone {
 			return qmi.ErrCallFailed, callEnd(nw).TLVs(), nil
 		}
 		car := carrier(req.APN)
@@ -718,7 +721,7 @@ func (f *QMIFunction) indicateStatusLocked(client uint8, c *qmiClient, s qmi.Con
 	f.sendLocked(ps.Indication(client))
 }
 
-func (f *QMIFunction) wdaLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error) {
+func (f *QMIFunction) wdaLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []qmi.TLV, error) {
 	switch m.ID {
 	case qmi.WDAGetDataFormat:
 		return 0, f.format.ResponseTLVs(), nil
@@ -762,6 +765,15 @@ func (f *QMIFunction) wdaLocked(m *qmi.Message) (qmi.ErrorCode, []qmi.TLV, error
 		return 0, d.ResponseTLVs(), nil
 	}
 	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+// networkEventLocked follows the network: a change of registration,
+// packet service or carrier is reported as networkChangedLocked says.
+func (f *QMIFunction) networkEventLocked(ev netEvent, _ mbim.NwError) {
+	switch ev {
+	case evRegistration, evPacketService, evCarrier:
+		f.networkChangedLocked()
+	}
 }
 
 // networkChangedLocked follows the shared network: a call the network can

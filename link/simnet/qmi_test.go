@@ -110,11 +110,11 @@ func FuzzQMIFunction(f *testing.F) {
 	f.Add(seed, false)
 	f.Add(seed, true)
 	f.Fuzz(func(t *testing.T, data []byte, pinLocked bool) {
-		cfg := QMIConfig{}
+		var nc NetworkConfig
 		if pinLocked {
-			cfg.MBIM.PIN = "1234"
+			nc.PIN = "1234"
 		}
-		fn := NewQMIFunction(cfg)
+		fn := NewQMIFunction(QMIConfig{Network: NewNetwork(nc)})
 		c := &qmiCapture{}
 		fn.startWith(c.send, func(rule, detail string) {}, 0, false)
 		defer fn.Stop()
