@@ -7,7 +7,7 @@
 // A user with a controller in mission mode makes the endpoint and hands it
 // to a gVisor stack:
 //
-//	ep, err := link.New(ctx, ctrl, link.Options{Channel: "IP_HW0"})
+//	ep, err := link.New(ctx, ctrl, link.Options{Channel: mhi.ChannelIPHW0})
 //	err = s.CreateNIC(1, ep)                  // gVisor calls ep.Attach
 //	defer func() { s.RemoveNIC(1); ep.Close() }()
 //

@@ -25,7 +25,7 @@ var ErrClosed = errors.New("link: endpoint closed")
 
 // Defaults of Options.
 const (
-	DefaultChannel   = "IP_HW0"
+	DefaultChannel   = mhi.ChannelIPHW0
 	DefaultMTU       = 1500
 	DefaultBudget    = 64 // NAPI_POLL_WEIGHT
 	DefaultTXTimeout = 50 * time.Millisecond
@@ -38,12 +38,17 @@ const (
 // goroutine, GRO and RX checksum offload on, host-style GSO segmented in
 // WritePackets.
 type Options struct {
-	// Channel names the data channel pair (default "IP_HW0"; "IP_SW0",
-	// "IP_HW0_MBIM"). Its event rings must serve only this pair.
+	// Channel names the data channel pair (default mhi.ChannelIPHW0;
+	// mhi.ChannelIPSW0, mhi.ChannelIPHW0MBIM). Its event rings must
+	// serve only this pair.
 	Channel string
 	// Framing of the channel (default RawIP). IP_HW0_MBIM needs
 	// mbim.NTB; IP_HW0 carries raw IP or, when QMI negotiated it,
-	// qmap.Framing; IP_SW0 is raw IP (docs/LINK.md, "Framings").
+	// qmap.Framing; IP_SW0 likewise (FramingFor maps what
+	// mhi.Profile.DataPath decides to a framing; docs/LINK.md,
+	// "Framings"). On a pair whose framing mhi does not know
+	// (mhi.ChannelFraming) it must be set: New does not take such a
+	// pair for raw IP.
 	Framing framing.Framing
 	// Session is the endpoint's own MBIM session ID or QMAP mux ID
 	// (default 0; ModemManager's first QMAP mux ID is 1). Other
@@ -222,17 +227,13 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	if opts.Channel == "" {
 		e.opts.Channel = DefaultChannel
 	}
+	if err := checkFraming(e.opts.Channel, opts.Framing); err != nil {
+		return nil, err
+	}
 	if e.framing == nil {
 		e.framing = framing.RawIP{}
 	}
 	e.session = opts.Session
-	if e.opts.Channel == "IP_HW0_MBIM" {
-		if _, raw := e.framing.(framing.RawIP); raw {
-			// mhi_wwan_mbim frames everything in NTBs (docs/PROTOCOL.md §7.2): raw IP
-			// here would send garbage to the modem.
-			return nil, errors.New("link: IP_HW0_MBIM carries MBIM NTBs: set Options.Framing to mbim.NTB{}")
-		}
-	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}

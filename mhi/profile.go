@@ -98,7 +98,7 @@ func (id PCIID) Matches(vendor, device, subVendor, subDevice uint16) bool {
 // the even number, DL on the odd one, sharing a name.
 type ChannelConfig struct {
 	Num       int
-	Name      string // "IP_HW0_MBIM", "MBIM", "LOOPBACK", …
+	Name      string // ChannelIPHW0MBIM, ChannelMBIM, ChannelLoopback, …
 	Dir       ChanType
 	Elements  int // TRE ring elements (a power of two)
 	EventRing int

@@ -59,8 +59,8 @@ var qcomV1Channels = channels(
 	pair(14, "QMI", 4, 0, 0, eeAMSS),
 	pair(20, "IPCR", 8, 0, 0, eeAMSS),
 	pair(34, "FIREHOSE", 32, 0, 0, eeFP),
-	pair(46, "IP_SW0", 64, 2, 3, eeAMSS),
-	hwPair(100, "IP_HW0", 128, 4, 5),
+	pair(46, ChannelIPSW0, 64, 2, 3, eeAMSS),
+	hwPair(100, ChannelIPHW0, 128, 4, 5),
 )
 
 // qcomV1EventRings is modem_qcom_v1_mhi_events (§6.2).
@@ -84,7 +84,7 @@ var quectelEM1xxChannels = channels(
 	pair(12, "MBIM", 32, 0, 0, eeAMSS),
 	pair(32, "DUN", 32, 0, 0, eeAMSS),
 	pair(34, "FIREHOSE", 32, 0, 0, eeFP),
-	hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
+	hwPair(100, ChannelIPHW0MBIM, 128, 2, 3),
 )
 
 // quectelEM1xxEventRings is mhi_quectel_em1xx_events (§6.2).
@@ -107,7 +107,7 @@ var foxconnSDX55Channels = channels(
 	pair(12, "MBIM", 32, 0, 0, eeAMSS),
 	pair(32, "DUN", 32, 0, 0, eeAMSS),
 	pair(34, "FIREHOSE", 32, 0, 0, eeFP),
-	hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
+	hwPair(100, ChannelIPHW0MBIM, 128, 2, 3),
 )
 
 // foxconnSDX61Channels is mhi_foxconn_sdx61_channels: the SDX55 set plus
@@ -119,7 +119,7 @@ var foxconnSDX61Channels = channels(
 	pair(32, "DUN", 32, 0, 0, eeAMSS),
 	pair(34, "FIREHOSE", 32, 0, 0, eeFP),
 	pair(50, "NMEA", 32, 0, 0, eeAMSS),
-	hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
+	hwPair(100, ChannelIPHW0MBIM, 128, 2, 3),
 )
 
 // foxconnEventRings is mhi_foxconn_sdx55_events, identical to Quectel
@@ -138,7 +138,7 @@ const (
 var mv3xChannels = channels(
 	pair(0, "LOOPBACK", 64, 0, 0, eeAMSS),
 	pair(12, "MBIM", 64, 0, 0, eeAMSS),
-	hwPair(100, "IP_HW0_MBIM", 512, 2, 3),
+	hwPair(100, ChannelIPHW0MBIM, 512, 2, 3),
 )
 
 // mv3xEventRings is mhi_mv3x_events (§6.2).
@@ -158,7 +158,7 @@ var sierraEM919xChannels = channels(
 	pair(12, "MBIM", 128, 0, 0, eeAMSS),
 	pair(14, "QMI", 32, 0, 0, eeAMSS),
 	pair(32, "DUN", 32, 0, 0, eeAMSS),
-	hwPair(100, "IP_HW0", 512, 1, 2),
+	hwPair(100, ChannelIPHW0, 512, 1, 2),
 )
 
 // sierraEM919xEventRings is modem_sierra_em919x_mhi_events (§6.2).
@@ -174,7 +174,7 @@ const sierraTimeout = 24000 * time.Millisecond
 var telitFN980v1Channels = channels(
 	pair(14, "QMI", 32, 0, 0, eeAMSS),
 	pair(20, "IPCR", 16, 0, 0, eeAMSS),
-	hwPair(100, "IP_HW0", 128, 1, 2),
+	hwPair(100, ChannelIPHW0, 128, 1, 2),
 )
 
 // telitFN980v1EventRings is mhi_telit_fn980_hw_v1_events (§6.2).
@@ -191,7 +191,7 @@ var telitFN990Channels = channels(
 	pair(32, "DUN", 32, 0, 0, eeAMSS),
 	pair(92, "DUN2", 32, 1, 1, eeAMSS),
 	pair(94, "NMEA", 32, 1, 1, eeAMSS),
-	hwPair(100, "IP_HW0_MBIM", 128, 2, 3),
+	hwPair(100, ChannelIPHW0MBIM, 128, 2, 3),
 )
 
 // telitFN990EventRings is mhi_telit_fn990_events (§6.2), also used by the
@@ -212,7 +212,7 @@ var telitFN920C04Channels = channels(
 	pair(34, "FIREHOSE", 32, 0, 0, eeFP),
 	pair(92, "DUN2", 32, 1, 1, eeAMSS),
 	pair(94, "NMEA", 32, 1, 1, eeAMSS),
-	hwPair(100, "IP_HW0", 128, 2, 3),
+	hwPair(100, ChannelIPHW0, 128, 2, 3),
 )
 
 // Telit timeouts: modem_telit_fn980_hw_v1_config and
@@ -226,7 +226,7 @@ const (
 // sa8775pChannels is mhi_qcom_sa8775p_channels (§6.2): a single software
 // IP channel.
 var sa8775pChannels = channels(
-	pair(46, "IP_SW0", 2048, 1, 2, eeAMSS),
+	pair(46, ChannelIPSW0, 2048, 1, 2, eeAMSS),
 )
 
 // sa8775pEventRings is modem_qcom_sa8775p_mhi_events (§6.2).
@@ -246,7 +246,7 @@ var qdu100Channels = channels(
 	pair(14, "NMEA", 32, 4, 4, eeAMSS),
 	pair(16, "CSM_CTRL", 32, 4, 4, eeAMSS),
 	pair(40, "MHI_PHC", 32, 4, 4, eeAMSS),
-	pair(46, "IP_SW0", 256, 5, 5, eeAMSS),
+	pair(46, ChannelIPSW0, 256, 5, 5, eeAMSS),
 	pair(48, "IP_SW1", 256, 6, 6, eeAMSS),
 	pair(50, "IP_ETH0", 256, 7, 7, eeAMSS),
 	pair(52, "IP_ETH1", 256, 8, 8, eeAMSS),

@@ -83,8 +83,12 @@ func openPipelineWith(t TB, cfg stack.Config, configure func(*proxy.Server)) *pi
 	p.mappedAtPowerDown.Store(-1)
 	p.dev = p.ctrl.Device().(*vpci.Device)
 	p.modem = p.dev.Model().(*sim.Modem)
-	p.network = p.modem.Function("MBIM").(*simnet.MBIMFunction).Network()
-	p.carrier = p.modem.Function("IP_HW0").(*simnet.CarrierNetwork)
+	dp, err := p.ctrl.Profile().DataPath("", "") // the pair stack.Open put the carrier on
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.network = p.modem.Function(mhi.ChannelMBIM).(*simnet.MBIMFunction).Network()
+	p.carrier = p.modem.Function(dp.Channel).(*simnet.CarrierNetwork)
 	p.ep = linkEndpoint(t, st)
 	p.ctrl.Subscribe(func(e mhi.Event) {
 		if e.Kind == mhi.EventPowerDown {

@@ -31,6 +31,7 @@ import (
 type Modem struct {
 	opts    Options // as OpenModem normalized them
 	profile *mhi.Profile
+	path    mhi.DataPath // the control, data pair and framing kind sessions use
 	ctrl    *mhi.Controller
 	mbim    *mbim.Client
 	qmi     *qmi.Client
@@ -81,9 +82,6 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Channel == "" {
-		opts.Channel = opts.Link.Channel
-	}
 	if opts.Device == "" {
 		opts.Device = "sim"
 	}
@@ -95,14 +93,11 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 			}
 		}
 	}()
-	dev, p, cls, err := openDevice(&opts)
+	dev, p, dp, cls, err := openDevice(&opts)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = removalCause(err, dev) }()
-	if opts.Channel == "" {
-		opts.Channel = dataChannel(p)
-	}
 	closers = append(closers, cls...)
 	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger, OnCrashDump: opts.OnCrashDump})
 	if err != nil {
@@ -112,8 +107,8 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	if err := c.PowerUp(ctx); err != nil {
 		return nil, fmt.Errorf("stack: open %s: power up: %w", opts.Device, err)
 	}
-	m := &Modem{opts: opts, profile: p, ctrl: c, log: opts.Logger, sessions: map[uint8]*Stack{}}
-	if opts.Control == "qmi" {
+	m := &Modem{opts: opts, profile: p, path: dp, ctrl: c, log: opts.Logger, sessions: map[uint8]*Stack{}}
+	if dp.Control == mhi.ControlQMI {
 		m.qmi, err = qmi.DialMHI(ctx, c, qmi.Options{Logger: opts.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("stack: open %s: QMI: %w", opts.Device, err)
@@ -246,7 +241,10 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		}
 	}()
 	f := &follower{}
-	lo := linkOptions(opts)
+	lo, err := linkOptions(opts.Link, m.path)
+	if err != nil {
+		return nil, err
+	}
 	var ip mbim.IPConfig
 	if m.qmi != nil {
 		sess := qmi.NewSession(m.qmi, qmi.SessionConfig{

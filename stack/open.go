@@ -35,18 +35,14 @@ type Options struct {
 	// modem to emulate (default "qcom-sdx55m"); for a PCI device the
 	// default is the profile matching its PCI IDs.
 	Profile string
-	// Channel is the data channel pair (default: "IP_HW0", raw IP, if
-	// the profile has it, else "IP_HW0_MBIM", MBIM NTBs). On
-	// IP_HW0_MBIM the link's framing defaults to mbim.NTB{} and the
-	// emulated carrier network speaks NTBs with DL aggregation.
-	Channel string
 	// Control is the control protocol of the data session: "mbim",
 	// "qmi", or "" to pick MBIM when the profile has an MBIM channel
 	// pair and QMI otherwise (the Telit FN980 v1 has only QMI). A QMI
 	// session carries its data as QMAP on the data pair (MAPv5 if the
 	// modem agreed to it in WDA Set Data Format, else MAPv1), with the
 	// UL aggregation limits the modem answered, on mux ID Link.Session
-	// (default 1).
+	// (default 1). With Link.Channel it is decided by
+	// mhi.Profile.DataPath (docs/STACK.md, "The data path").
 	Control string
 
 	// APN, credentials, authentication, IP type and SIM PIN of the
@@ -59,8 +55,13 @@ type Options struct {
 	// Config configures the stack; Open fills in the addresses, DNS
 	// servers and MTU the session reports.
 	Config Config
-	// Link tunes the link endpoint (Channel above wins over
-	// Link.Channel).
+	// Link tunes the link endpoint. Link.Channel forces the data channel
+	// pair, which the profile must have and whose framing must be known
+	// ("": mhi.Profile.DataPath's choice, IP_HW0 if the profile has it,
+	// else IP_HW0_MBIM, else IP_SW0). Link.Framing, if set, replaces the
+	// framing the data path decides: raw IP on IP_HW0 and IP_SW0, MBIM
+	// NTBs (mbim.NTB{}) on IP_HW0_MBIM, where the emulated carrier
+	// network also speaks NTBs with DL aggregation, QMAP under QMI.
 	Link link.Options
 	// Sim tunes the emulated modem (Device "sim" only).
 	Sim SimOptions
@@ -110,8 +111,8 @@ type SimOptions struct {
 }
 
 // DMASize returns the DMA arena Open maps for a modem with profile p and
-// link options lo (Options.Link with its Channel set): what the MHI
-// engine with its MBIM control port allocates (mhi.DMASize, an RDDM
+// link options lo (Options.Link with its Channel and Framing set): what
+// the MHI engine with its MBIM control port allocates (mhi.DMASize, an RDDM
 // crash dump of the profile's size included) plus the
 // link's RX and TX pools (link.DMASize, at lo.MTU or at least
 // link.DefaultMTU: the session's MTU is not known yet), with the arena's
@@ -174,15 +175,34 @@ func (s *Stack) MBIM() *mbim.Client { return s.mbim }
 // stack's: do not close it.
 func (s *Stack) QMI() *qmi.Client { return s.qmi }
 
-// linkOptions returns Options.Link with the data channel and, on
-// IP_HW0_MBIM, the NTB framing set.
-func linkOptions(opts *Options) link.Options {
-	lo := opts.Link
-	lo.Channel = opts.Channel
-	if lo.Framing == nil && opts.Channel == "IP_HW0_MBIM" {
-		lo.Framing = mbim.NTB{}
+// dataPath is the data path Open runs on p: mhi.Profile.DataPath with
+// Options.Link.Channel and Options.Control forced where set. A profile
+// with neither an MBIM nor a QMI pair has none (no session can run).
+func dataPath(p *mhi.Profile, opts *Options) (mhi.DataPath, error) {
+	dp, err := p.DataPath(opts.Link.Channel, opts.Control)
+	if err != nil {
+		return mhi.DataPath{}, fmt.Errorf("stack: %w", err)
 	}
-	return lo
+	if dp.Control == "" {
+		return mhi.DataPath{}, fmt.Errorf("stack: %w: profile %s has neither an MBIM nor a QMI channel pair", mhi.ErrNoDataPath, p.Name)
+	}
+	return dp, nil
+}
+
+// linkOptions returns lo (Options.Link) on the data path dp: its data
+// pair and, unless lo sets one, its framing (link.FramingFor), except
+// QMAP, whose version and limits the QMI session's WDA answer decides
+// (OpenSession).
+func linkOptions(lo link.Options, dp mhi.DataPath) (link.Options, error) {
+	lo.Channel = dp.Channel
+	if lo.Framing == nil && dp.Framing != mhi.FramingQMAP {
+		f, err := link.FramingFor(dp.Framing)
+		if err != nil {
+			return lo, fmt.Errorf("stack: %w", err)
+		}
+		lo.Framing = f
+	}
+	return lo, nil
 }
 
 // maxULAggBytes caps the UL aggregate size a modem grants in WDA Set Data
@@ -196,39 +216,19 @@ func dmaSize(opts *Options, p *mhi.Profile) (int, error) {
 	if opts.DMASize > 0 {
 		return opts.DMASize, nil
 	}
-	o := *opts
-	if o.Channel == "" {
-		o.Channel = dataChannel(p)
+	dp, err := dataPath(p, opts)
+	if err != nil {
+		return 0, err
 	}
-	lo := linkOptions(&o)
-	if ctl, _ := controlOf(p, o.Control); ctl == "qmi" && lo.Framing == nil && o.Channel != "IP_HW0_MBIM" {
-		// Sized for the largest framing WDA may agree to.
+	lo, err := linkOptions(opts.Link, dp)
+	if err != nil {
+		return 0, err
+	}
+	if lo.Framing == nil {
+		// QMAP: sized for the largest framing WDA may agree to.
 		lo.Framing = qmap.Framing{Version: 5, MaxDatagrams: 2, MaxBytes: maxULAggBytes}
 	}
 	return DMASize(p, lo)
-}
-
-// controlOf returns the control protocol Open uses on p: the forced one
-// (which p must have a pair for), else MBIM if p has an MBIM pair, else
-// QMI.
-func controlOf(p *mhi.Profile, force string) (string, error) {
-	has := func(name string) bool { _, _, ok := p.ChannelPair(name); return ok }
-	switch force {
-	case "":
-		if has("MBIM") {
-			return "mbim", nil
-		}
-		if has("QMI") {
-			return "qmi", nil
-		}
-		return "", fmt.Errorf("stack: profile %s has neither an MBIM nor a QMI channel pair", p.Name)
-	case "mbim", "qmi":
-		if pair := strings.ToUpper(force); !has(pair) {
-			return "", fmt.Errorf("stack: profile %s has no channel pair %q for control %q", p.Name, pair, force)
-		}
-		return force, nil
-	}
-	return "", fmt.Errorf("stack: unknown control protocol %q (want mbim or qmi)", force)
 }
 
 // qmiAuth maps the MBIM authentication protocol of Options to WDS's
@@ -261,28 +261,10 @@ func fromQMI(ip qmi.IPConfig) mbim.IPConfig {
 		IPv4DNS: ip.IPv4DNS, IPv6DNS: ip.IPv6DNS, IPv4MTU: ip.IPv4MTU, IPv6MTU: ip.IPv6MTU}
 }
 
-// dataChannel is the data pair Open uses on p when Options.Channel is
-// empty: IP_HW0 (raw IP) if p has it, else IP_HW0_MBIM.
-func dataChannel(p *mhi.Profile) string {
-	mbimOnly := false
-	for _, cc := range p.Channels {
-		switch cc.Name {
-		case link.DefaultChannel:
-			return link.DefaultChannel
-		case "IP_HW0_MBIM":
-			mbimOnly = true
-		}
-	}
-	if mbimOnly {
-		return "IP_HW0_MBIM"
-	}
-	return link.DefaultChannel
-}
-
-// openDevice returns the PCI device, its profile and what closes it;
-// for "sim" it sets opts.Channel if empty (the carrier network must know
-// its pair).
-func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error) {
+// openDevice returns the PCI device, its profile, the data path on it
+// (dataPath; opts.Control and opts.Link.Channel are set to its control
+// and pair) and what closes the device.
+func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func() error, error) {
 	if opts.Device == "" || opts.Device == "sim" {
 		name := opts.Profile
 		if name == "" {
@@ -290,13 +272,13 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		}
 		p, ok := mhi.Lookup(name)
 		if !ok {
-			return nil, nil, nil, fmt.Errorf("stack: no modem profile %q", name)
+			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: no modem profile %q", name)
 		}
-		ctl, err := controlOf(p, opts.Control)
+		dp, err := dataPath(p, opts)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, mhi.DataPath{}, nil, err
 		}
-		opts.Control = ctl
+		opts.Control, opts.Link.Channel = dp.Control, dp.Channel
 		mc := opts.Sim.NetworkConfig
 		if mc.APN == "" && mc.APNs == nil {
 			// The network serves "internet" (the default, also for
@@ -318,48 +300,49 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		if co.APNs == nil {
 			co.APNs = mc.APNs
 		}
-		if opts.Channel == "" {
-			opts.Channel = dataChannel(p)
-		}
 		qc := opts.Sim.QMI
 		qc.Network = nw
 		if qc.Logger == nil {
 			qc.Logger = opts.Logger
 		}
 		qfn := simnet.NewQMIFunction(qc)
-		if co.Framing == nil {
-			co.Framing = simnet.FramingFor(opts.Channel)
-			if ctl == "qmi" && opts.Channel != "IP_HW0_MBIM" {
-				// The host's QMI session asks WDA for QMAPv5; the
-				// modem answers v5 unless it only knows v1.
-				// The UL limits the modem grants in WDA Set Data
-				// Format are what its strict mode holds the host to.
-				ul := qmap.Framing{Version: 5, MaxDatagrams: int(qc.ULMaxDatagrams), MaxBytes: int(qc.ULMaxSize)}
-				if ul.MaxDatagrams == 0 {
-					ul.MaxDatagrams = simnet.DefaultULDatagrams
-				}
-				if ul.MaxBytes == 0 {
-					ul.MaxBytes = simnet.DefaultULBytes
-				}
-				if qc.MaxAggregation == qmi.AggregationQMAP {
-					ul.Version = 1
-				}
-				co.Framing = ul
+		switch {
+		case co.Framing != nil:
+		case dp.Framing == mhi.FramingQMAP:
+			// The host's QMI session asks WDA for QMAPv5; the modem
+			// answers v5 unless it only knows v1. The UL limits the
+			// modem grants in WDA Set Data Format are what its strict
+			// mode holds the host to.
+			ul := qmap.Framing{Version: 5, MaxDatagrams: int(qc.ULMaxDatagrams), MaxBytes: int(qc.ULMaxSize)}
+			if ul.MaxDatagrams == 0 {
+				ul.MaxDatagrams = simnet.DefaultULDatagrams
+			}
+			if ul.MaxBytes == 0 {
+				ul.MaxBytes = simnet.DefaultULBytes
+			}
+			if qc.MaxAggregation == qmi.AggregationQMAP {
+				ul.Version = 1
+			}
+			co.Framing = ul
+		default:
+			// The carrier speaks what the host's link does.
+			if co.Framing, err = link.FramingFor(dp.Framing); err != nil {
+				return nil, nil, mhi.DataPath{}, nil, err
 			}
 		}
 		cn, err := simnet.NewCarrierNetwork(co)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, mhi.DataPath{}, nil, err
 		}
 		so := opts.Sim.Modem
-		so.Functions = map[string]sim.Function{opts.Channel: cn}
+		so.Functions = map[string]sim.Function{dp.Channel: cn}
 		// Both control functions run where the profile has their pair,
 		// on one simnet.Network, as on a modem.
-		if _, _, ok := p.ChannelPair("MBIM"); ok {
-			so.Functions["MBIM"] = fn
+		if _, _, ok := p.ChannelPair(mhi.ChannelMBIM); ok {
+			so.Functions[mhi.ChannelMBIM] = fn
 		}
-		if _, _, ok := p.ChannelPair("QMI"); ok {
-			so.Functions["QMI"] = qfn
+		if _, _, ok := p.ChannelPair(mhi.ChannelQMI); ok {
+			so.Functions[mhi.ChannelQMI] = qfn
 		}
 		var vo []vpci.Option
 		switch w := opts.Sim.DMAWindow; {
@@ -367,7 +350,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 			n, err := dmaSize(opts, p)
 			if err != nil {
 				cn.Close()
-				return nil, nil, nil, err
+				return nil, nil, mhi.DataPath{}, nil, err
 			}
 			vo = append(vo, vpci.WithIOVAWindow(uint64(n)))
 		case w > 0:
@@ -376,9 +359,9 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 		dev, _, err := sim.NewDevice(p, so, vo...)
 		if err != nil {
 			cn.Close()
-			return nil, nil, nil, fmt.Errorf("stack: emulated %s: %w", name, err)
+			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: emulated %s: %w", name, err)
 		}
-		return dev, p, []func() error{cn.Close, dev.Close}, nil
+		return dev, p, dp, []func() error{cn.Close, dev.Close}, nil
 	}
 	// The arena is mapped at open, so it is sized from the profile the
 	// function's IDs select, before anything is allocated from it.
@@ -405,31 +388,31 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, []func() error, error)
 	if path, ok := strings.CutPrefix(opts.Device, vfiouserclient.Prefix); ok {
 		d, err := vfiouserclient.Open(path, &vfiouserclient.Options{DMASizeFor: sizeFor})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 		}
 		dev = d
 	} else {
 		d, err := vfio.Open(opts.Device, &vfio.Options{DMASizeFor: sizeFor})
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 		}
 		dev = d
 	}
 	switch {
 	case p == nil:
 		dev.Close()
-		return nil, nil, nil, fmt.Errorf("stack: open %s: no modem profile (set Options.Profile)", opts.Device)
+		return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: no modem profile (set Options.Profile)", opts.Device)
 	case sizeErr != nil:
 		dev.Close()
-		return nil, nil, nil, fmt.Errorf("stack: open %s: %w", opts.Device, sizeErr)
+		return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: %w", opts.Device, sizeErr)
 	}
-	ctl, err := controlOf(p, opts.Control)
+	dp, err := dataPath(p, opts)
 	if err != nil {
 		dev.Close()
-		return nil, nil, nil, err
+		return nil, nil, mhi.DataPath{}, nil, err
 	}
-	opts.Control = ctl
-	return dev, p, []func() error{dev.Close}, nil
+	opts.Control, opts.Link.Channel = dp.Control, dp.Channel
+	return dev, p, dp, []func() error{dev.Close}, nil
 }
 
 func mtuOf(ip mbim.IPConfig) uint32 {

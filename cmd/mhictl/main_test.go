@@ -35,6 +35,8 @@ func TestDispatcherExitCodes(t *testing.T) {
 		{[]string{"sim", "serve", "-socket", sock, "-profile", "nope"}, 2, "unknown profile"},
 		{[]string{"sim", "serve", "-socket", sock, "-function", "IP_HW0=teleport"}, 2, "unknown function"},
 		{[]string{"sim", "serve", "-socket", sock, "-function", "NOPE=icmp"}, 2, "no channel pair"},
+		{[]string{"sim", "serve", "-socket", sock, "-function", "DIAG=icmp"}, 2, `"DIAG" carries no known framing`},
+		{[]string{"sim", "serve", "-socket", sock, "-function", "IPCR=carrier"}, 2, `"IPCR" carries no known framing`},
 		{[]string{"sim", "serve", "-socket", sock, "-boot", "sbl"}, 2, "-boot"},
 		{[]string{"sim", "serve", "-socket", sock, "extra"}, 2, "unexpected arguments"},
 	} {

@@ -43,12 +43,8 @@ type selftestOut struct {
 	FirstError string  `json:"first_error,omitempty"`
 }
 
-// dataPairs are the channel pairs selftest may loop on the emulated modem
-// when the profile has no LOOPBACK, in order of preference.
 // selftestBufs is the number of buffers selftest queues in each direction.
 const selftestBufs = 16
-
-var dataPairs = []string{"IP_HW0", "IP_HW0_MBIM", "IP_SW0"}
 
 func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["selftest"]
@@ -79,11 +75,11 @@ func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if _, _, ok := p.ChannelPair(name); !ok {
 			return usagef("profile %s has no channel pair %q (mhictl info lists them)", p.Name, name)
 		}
-		if name != "LOOPBACK" {
+		if name != mhi.ChannelLoopback {
 			so.Functions = map[string]sim.Function{name: &sim.Loopback{}}
 		}
 	} else if name == "" {
-		name = "LOOPBACK"
+		name = mhi.ChannelLoopback
 	}
 	t, err := df.open(so, mhi.Options{}, mhi.DMAUse{}, (selftestBufs+selftestBufs)*mhi.DMAFootprint(*size, 64))
 	if err != nil {
@@ -120,14 +116,15 @@ func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// pickSelftestPair is the pair selftest loops on the emulated modem: its
+// LOOPBACK, else the data pair a session would use (mhi.Profile.DataPath),
+// else "".
 func pickSelftestPair(p *mhi.Profile) string {
-	if _, _, ok := p.ChannelPair("LOOPBACK"); ok {
-		return "LOOPBACK"
+	if _, _, ok := p.ChannelPair(mhi.ChannelLoopback); ok {
+		return mhi.ChannelLoopback
 	}
-	for _, n := range dataPairs {
-		if _, _, ok := p.ChannelPair(n); ok {
-			return n
-		}
+	if dp, err := p.DataPath("", ""); err == nil {
+		return dp.Channel
 	}
 	return ""
 }

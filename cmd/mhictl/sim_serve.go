@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/link/simnet"
@@ -96,10 +97,6 @@ func (f functionFlag) Set(v string) error {
 	f[name] = kind
 	return nil
 }
-
-// dataChannels get an ICMP responder by default: the pairs Linux turns
-// into network interfaces (mhi_net, mhi_wwan_mbim).
-var dataChannels = []string{"IP_HW0", "IP_SW0", "IP_HW0_MBIM"}
 
 func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	c := commands["sim serve"]
@@ -333,7 +330,9 @@ func (s *servedFunctions) close() {
 // addresses), as on a modem.
 func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, log *slog.Logger) (*servedFunctions, error) {
 	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*simnet.ICMPResponder{}, carriers: map[string]*simnet.CarrierNetwork{}}
-	for _, name := range dataChannels {
+	// The data pairs (mhi.DataChannels: the pairs Linux turns into
+	// network interfaces, mhi_net and mhi_wwan_mbim) answer pings.
+	for _, name := range mhi.DataChannels() {
 		if _, _, ok := p.ChannelPair(name); ok {
 			if _, set := functions[name]; !set {
 				functions[name] = "icmp"
@@ -344,7 +343,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 	// that mbimcli on the guest's /dev/wwan0mbim0 and qmicli on its
 	// /dev/wwan0qmi0 can bring a session up (hack/kernelcheck,
 	// docs/KERNEL-CROSSCHECK.md).
-	for name, kind := range map[string]string{"MBIM": "mbim", "QMI": "qmi"} {
+	for name, kind := range map[string]string{mhi.ChannelMBIM: "mbim", mhi.ChannelQMI: "qmi"} {
 		if _, _, ok := p.ChannelPair(name); ok {
 			if _, set := functions[name]; !set {
 				functions[name] = kind
@@ -367,11 +366,23 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 			s.mbim = simnet.NewMBIMFunction(simnet.MBIMConfig{Network: network, Logger: log.With("part", "mbim")})
 			s.all[name] = s.mbim
 		case "icmp":
-			r := &simnet.ICMPResponder{Framing: simnet.FramingFor(name)}
+			f, err := ownFraming(name, kind)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			r := &simnet.ICMPResponder{Framing: f}
 			s.responders[name] = r
 			s.all[name] = r
 		case "carrier", "carrier-qmap", "carrier-qmap5":
-			f := map[string]framing.Framing{"carrier": simnet.FramingFor(name), "carrier-qmap": qmap.Framing{Version: 1}, "carrier-qmap5": qmap.Framing{Version: 5}}[kind]
+			f := map[string]framing.Framing{"carrier-qmap": qmap.Framing{Version: 1}, "carrier-qmap5": qmap.Framing{Version: 5}}[kind]
+			if f == nil {
+				var err error
+				if f, err = ownFraming(name, kind); err != nil {
+					s.close()
+					return nil, err
+				}
+			}
 			cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: f, FlushDelay: flushDelay, Logger: log.With("part", "carrier", "channel", name)})
 			if err != nil {
 				s.close()
@@ -393,6 +404,17 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 		}
 	}
 	return s, nil
+}
+
+// ownFraming is the framing the data pair name carries without a QMI
+// session (mhi.ChannelFraming, link.FramingFor), for -function
+// name=kind; a pair whose framing is not known is a usage error.
+func ownFraming(name, kind string) (framing.Framing, error) {
+	k, err := mhi.ChannelFraming(name)
+	if err != nil {
+		return nil, usagef("-function %s=%s: %v (carrier-qmap and carrier-qmap5 name their framing)", name, kind, err)
+	}
+	return link.FramingFor(k)
 }
 
 // watchModem logs the modem's state changes (what a kernel cross-check

@@ -40,7 +40,7 @@ var portTypes = map[string]string{"DUN": "at", "DUN2": "at", "MBIM": "mbim", "QM
 
 // netdevs maps data channel names to the interfaces their drivers create:
 // mhi_net names them mhi_hwip%d/mhi_swip%d, mhi_wwan_mbim wwan%d.
-var netdevs = map[string]string{"IP_HW0": "mhi_hwip0", "IP_SW0": "mhi_swip0", "IP_HW0_MBIM": "wwan0"}
+var netdevs = map[string]string{mhi.ChannelIPHW0: "mhi_hwip0", mhi.ChannelIPSW0: "mhi_swip0", mhi.ChannelIPHW0MBIM: "wwan0"}
 
 // expect is what the guest should find for a profile in mission mode.
 type expect struct {
@@ -51,8 +51,8 @@ type expect struct {
 	absent  []string
 	ports   []string // /dev/wwan0 + this ("mbim0", "at0", …)
 	netdevs []string
-	// pingDev is where the ping check runs: raw IP mhi_hwip0 if the
-	// profile has IP_HW0, else the MBIM interface.
+	// pingDev is where the ping check runs: the interface of the data
+	// path's pair (expectFor), raw IP mhi_hwip0 or MBIM wwan0; "" none.
 	pingDev string
 	// loseFirmware: the modem comes back in PBL after a crash (PBL runs).
 	loseFirmware bool
@@ -116,11 +116,12 @@ func expectFor(p *mhi.Profile, ko []byte) expect {
 			e.netdevs = append(e.netdevs, d)
 		}
 	}
-	switch {
-	case seen["IP_HW0"]:
-		e.pingDev = "mhi_hwip0"
-	case seen["IP_HW0_MBIM"]:
-		e.pingDev = "wwan0"
+	// The ping checks run on the data pair a session uses
+	// (mhi.Profile.DataPath), when this kernel creates it. The profiles
+	// whose only data pair is IP_SW0 (SA8775P, QDU100) are not WWAN
+	// modems: the ping, TCP and QMAP checks do not run there.
+	if dp, err := p.DataPath("", ""); err == nil && seen[dp.Channel] && dp.Channel != mhi.ChannelIPSW0 {
+		e.pingDev = netdevs[dp.Channel]
 	}
 	return e
 }

@@ -656,3 +656,25 @@ PINGDEV=lo
 		t.Errorf("two replies missing at the IP layer: %s", out)
 	}
 }
+
+// The ping checks run on the data pair a session uses (mhi.Profile.
+// DataPath) when the kernel creates it; profiles whose only data pair is
+// IP_SW0 have none.
+func TestPingRunsOnTheDataPathsPair(t *testing.T) {
+	all := fakeKO(nil, "MBIM", "QMI", "IP_HW0", "IP_SW0", "IP_HW0_MBIM")
+	for _, tc := range []struct {
+		profile string
+		ko      []byte
+		want    string
+	}{
+		{"qcom-sdx55m", all, "mhi_hwip0"},
+		{"telit-fn980-hwv1", all, "mhi_hwip0"},
+		{"quectel-rm5xx", all, "wwan0"},
+		{"qcom-sa8775p", all, ""},
+		{"qcom-sdx55m", fakeKO(nil, "MBIM", "IP_SW0"), ""}, // a kernel without IP_HW0: no other pair instead
+	} {
+		if got := expectFor(profile(t, tc.profile), tc.ko).pingDev; got != tc.want {
+			t.Errorf("%s: ping on %q, want %q", tc.profile, got, tc.want)
+		}
+	}
+}

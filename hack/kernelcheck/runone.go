@@ -142,7 +142,7 @@ func (g *guestRun) expectations(ko []byte) expect {
 	exp := expectFor(g.p, ko)
 	exp.loseFirmware = g.pbl
 	exp.stallDump = stallDumpAfter(g.c.checkTimeout)
-	_, _, hasQMI := g.p.ChannelPair("QMI")
+	_, _, hasQMI := g.p.ChannelPair(mhi.ChannelQMI)
 	_, err := os.Stat(qmicliPath)
 	exp.qmiVerdict, exp.qmiReason = qmiPlan(exp, hasQMI, err == nil, os.Getenv(requireQMICLI) == "1")
 	if carrierPair(exp) != "" {

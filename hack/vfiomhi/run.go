@@ -57,20 +57,26 @@ func judgeFaults(log string, windows []window) (tolerated, other []string) {
 	return tolerated, other
 }
 
-// dataPair is the pair mhiproxy's stack.Open uses on p: IP_HW0 (raw IP)
-// when the profile has it, else IP_HW0_MBIM (MBIM NTB16).
-func dataPair(p *mhi.Profile) string {
-	if _, _, ok := p.ChannelPair("IP_HW0"); ok {
-		return "IP_HW0"
+// carrierFunction is the mhictl sim serve -function argument that puts
+// the carrier network on the data pair mhiproxy's stack.Open uses on p
+// (mhi.Profile.DataPath): with the pair's own framing, or QMAPv5 (what
+// the host's QMI session asks WDA for) when the session runs on QMI.
+func carrierFunction(p *mhi.Profile) (string, error) {
+	dp, err := p.DataPath("", "")
+	if err != nil {
+		return "", err
 	}
-	return "IP_HW0_MBIM"
+	if dp.Framing == mhi.FramingQMAP {
+		return dp.Channel + "=carrier-qmap5", nil
+	}
+	return dp.Channel + "=carrier", nil
 }
 
 // selftestPair is the pair mhictl selftest loops on: the modem's LOOPBACK,
 // or DIAG with a loopback function behind it (-function DIAG=loopback).
 func selftestPair(p *mhi.Profile) (pair string, modemArgs []string) {
-	if _, _, ok := p.ChannelPair("LOOPBACK"); ok {
-		return "LOOPBACK", nil
+	if _, _, ok := p.ChannelPair(mhi.ChannelLoopback); ok {
+		return mhi.ChannelLoopback, nil
 	}
 	return "DIAG", []string{"-function", "DIAG=loopback"}
 }
@@ -97,7 +103,11 @@ func (r *runner) run(ctx context.Context) error {
 		modemArgs = append(modemArgs, "-boot", "pbl", "-full-boot-chain")
 		fw = qh.Firmware(p.FirmwareImage, 640<<10+321) // several BHIe segments, not a multiple of a page
 	} else {
-		modemArgs = append(modemArgs, "-function", dataPair(p)+"=carrier")
+		fn, err := carrierFunction(p)
+		if err != nil {
+			return err
+		}
+		modemArgs = append(modemArgs, "-function", fn)
 		modemArgs = append(modemArgs, stArgs...)
 	}
 

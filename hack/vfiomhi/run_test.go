@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/mhistack/mhistack/mhi"
 )
 
 // Only a refusal for bus mastering off, inside a window the harness
@@ -21,5 +23,30 @@ time=2026-12-01T15:01:00.000Z level=WARN msg="DMA refused" part=vfio-user fault=
 	}
 	if len(other) != 2 {
 		t.Errorf("other %q: want the unmapped one and the bus-master one outside every window", other)
+	}
+}
+
+// The carrier goes on the data pair mhiproxy's stack.Open uses
+// (mhi.Profile.DataPath), with the framing its session speaks there.
+func TestCarrierFunctionFollowsTheDataPath(t *testing.T) {
+	for profile, want := range map[string]string{
+		"qcom-sdx55m":      "IP_HW0=carrier",
+		"foxconn-t99w175":  "IP_HW0_MBIM=carrier",
+		"sierra-em919x":    "IP_HW0=carrier",
+		"telit-fn980-hwv1": "IP_HW0=carrier-qmap5",
+	} {
+		p, ok := mhi.Lookup(profile)
+		if !ok {
+			t.Fatalf("no profile %s", profile)
+		}
+		if got, err := carrierFunction(p); err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", profile, got, err, want)
+		}
+	}
+	p, _ := mhi.Lookup("qcom-qdu100")
+	q := *p
+	q.Channels = nil
+	if got, err := carrierFunction(&q); err == nil {
+		t.Errorf("a profile without a data pair: %q", got)
 	}
 }

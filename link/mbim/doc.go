@@ -5,7 +5,7 @@
 // the same specification (ntb.go).
 //
 // Data framing: NTB is the framing.Framing of the IP_HW0_MBIM channel
-// (link.Options{Channel: "IP_HW0_MBIM", Framing: mbim.NTB{}}). DecodeNTB
+// (link.Options{Channel: mhi.ChannelIPHW0MBIM, Framing: mbim.NTB{}}). DecodeNTB
 // reads NTB16 and NTB32 with any number of NDPs, reporting each
 // datagram's IP session; NTBBuilder writes mhi_wwan_mbim's one datagram
 // per NTB16 or, with NTB.MaxDatagrams, aggregates (docs/FRAMING.md §3).

@@ -6,7 +6,7 @@
 //
 // A host uses it as the link endpoint's framing; mux IDs become sessions:
 //
-//	ep, err := link.New(ctx, ctrl, link.Options{Channel: "IP_HW0", Framing: qmap.Framing{Version: 5, MuxID: 1}})
+//	ep, err := link.New(ctx, ctrl, link.Options{Channel: mhi.ChannelIPHW0, Framing: qmap.Framing{Version: 5, MuxID: 1}})
 //	other, err := ep.NewSessionEndpoint(2) // a second PDN on mux ID 2
 //
 // Decode, Aggregator and the command helpers are pure functions of

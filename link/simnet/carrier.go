@@ -96,7 +96,7 @@ type CarrierOptions struct {
 // modem is reachable.
 //
 // It is a Function: attach it to the data channel pair
-// (Options.Functions{"IP_HW0": cn}). It outlives channel restarts (a
+// (Options.Functions{mhi.ChannelIPHW0: cn}). It outlives channel restarts (a
 // SYS_ERR recovery keeps forwarded flows, as a real network would) and is
 // released by Close, which stops every goroutine it started.
 //

@@ -36,6 +36,6 @@
 //	cn, _ := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: mbim.NTB{}})
 //	defer cn.Close()
 //	dev, _, _ := sim.NewDevice(profile, sim.Options{
-//		Functions: map[string]sim.Function{"IP_HW0_MBIM": cn, "MBIM": simnet.NewMBIMFunction(simnet.MBIMConfig{Network: simnet.NewNetwork(simnet.NetworkConfig{})})},
+//		Functions: map[string]sim.Function{mhi.ChannelIPHW0MBIM: cn, mhi.ChannelMBIM: simnet.NewMBIMFunction(simnet.MBIMConfig{Network: simnet.NewNetwork(simnet.NetworkConfig{})})},
 //	})
 package simnet

@@ -164,15 +164,6 @@ func parseUL(f framing.Framing, td []byte, spans []framing.Span) ([]framing.Span
 	return spans, err
 }
 
-// FramingFor returns the framing Linux uses on the named data channel
-// pair: NTB16 on IP_HW0_MBIM, raw IP elsewhere.
-func FramingFor(channel string) framing.Framing {
-	if channel == "IP_HW0_MBIM" {
-		return mbim.NTB{}
-	}
-	return framing.RawIP{}
-}
-
 // isRawIP reports whether f is raw IP (nil counts as raw IP, as in
 // link.Options): one packet per transfer, no header to parse or build.
 func isRawIP(f framing.Framing) bool {

@@ -367,7 +367,7 @@ func TestICMPResponderAnswersAPingOnRawIPChannel(t *testing.T) {
 }
 
 func TestICMPResponderAnswersInNTB16OnMBIMFraming(t *testing.T) {
-	r := &ICMPResponder{Framing: FramingFor("IP_HW0_MBIM")}
+	r := &ICMPResponder{Framing: mbim.NTB{}}
 	req := ping4(hostIP, modemIP, 0x4242, 1, []byte("mhistack ping"))
 	// As mhi_wwan_mbim frames it: session 0.
 	got := pingThrough(t, r, appendNTB16(nil, 0, 0, req))

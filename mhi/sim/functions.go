@@ -71,7 +71,7 @@ type Port struct {
 	delivering atomic.Bool
 }
 
-// Name returns the channel pair's name ("LOOPBACK", "IP_HW0", …).
+// Name returns the channel pair's name (mhi.ChannelLoopback, mhi.ChannelIPHW0, …).
 func (p *Port) Name() string { return p.pr.name }
 
 // Channels returns the UL (even) and DL (odd) channel numbers.
