@@ -87,5 +87,6 @@
 // measurements.
 //
 // SetTap writes both directions to a pcap file (link type RAW) for
-// tcpdump, tshark or Wireshark. Stats returns the counters.
+// tcpdump, tshark or Wireshark; Tap is also the writer behind
+// stack.Stack.CapturePcap. Stats returns the counters.
 package link

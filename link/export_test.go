@@ -42,3 +42,6 @@ func ScribbleRXBuffersForTest(e *Endpoint, b byte) {
 		}
 	}
 }
+
+// TapWriteForTest writes p to t as the data path does.
+func TapWriteForTest(t *Tap, p []byte) { t.write(p) }

@@ -1,12 +1,13 @@
 package stack
 
 import (
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/mhistack/mhistack/link"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
@@ -14,13 +15,14 @@ import (
 )
 
 // tap sits between the gVisor NIC and the link endpoint: it copies
-// packets to a pcap writer while a capture runs and can hide the link's
+// packets to a link.Tap (the pcap writer) while a capture runs and can hide the link's
 // GSO support. With no capture it costs one atomic load per packet (or
 // per GRO batch on RX).
 type tap struct {
 	nested.Endpoint
 	noGSO bool
-	pcap  atomic.Pointer[pcapWriter]
+	mu    sync.Mutex // serializes CapturePcap and its stop
+	pcap  atomic.Pointer[link.Tap]
 }
 
 func newTap(lower gstack.LinkEndpoint, noGSO bool) *tap {
@@ -41,7 +43,7 @@ func (t *tap) SupportedGSO() gstack.SupportedGSO {
 // link).
 func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstack.PacketBuffer) {
 	if w := t.pcap.Load(); w != nil {
-		w.write(pkt)
+		w.WritePacketBuffer(pkt)
 	}
 	t.Endpoint.DeliverNetworkPacket(proto, pkt)
 }
@@ -50,51 +52,10 @@ func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstac
 func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 	if w := t.pcap.Load(); w != nil {
 		for _, p := range pkts.AsSlice() {
-			w.write(p)
+			w.WritePacketBuffer(p)
 		}
 	}
 	return t.Endpoint.WritePackets(pkts)
-}
-
-// pcapWriter writes a pcap stream of raw IP packets (LINKTYPE_RAW).
-type pcapWriter struct {
-	mu      sync.Mutex
-	w       io.Writer
-	snapLen uint32
-	err     error
-	hdr     [16]byte
-}
-
-// linkTypeRaw is LINKTYPE_RAW (101): packets start with the IP header.
-const linkTypeRaw = 101
-
-func (p *pcapWriter) write(pkt *gstack.PacketBuffer) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err != nil {
-		return
-	}
-	n := uint32(pkt.Size())
-	caplen := min(n, p.snapLen)
-	now := time.Now()
-	binary.LittleEndian.PutUint32(p.hdr[0:], uint32(now.Unix()))
-	binary.LittleEndian.PutUint32(p.hdr[4:], uint32(now.Nanosecond()/1000))
-	binary.LittleEndian.PutUint32(p.hdr[8:], caplen)
-	binary.LittleEndian.PutUint32(p.hdr[12:], n)
-	if _, p.err = p.w.Write(p.hdr[:]); p.err != nil {
-		return
-	}
-	left := caplen
-	for _, s := range pkt.AsSlices() {
-		if left == 0 {
-			break
-		}
-		s = s[:min(uint32(len(s)), left)]
-		left -= uint32(len(s))
-		if _, p.err = p.w.Write(s); p.err != nil {
-			return
-		}
-	}
 }
 
 // ErrCaptureRunning is returned by CapturePcap while another capture
@@ -104,32 +65,28 @@ var ErrCaptureRunning = errors.New("stack: a capture is already running")
 // CapturePcap writes every packet crossing the link (both directions, as
 // the stack sees them: GSO batches before segmentation on TX, GRO merges
 // on RX) to w in pcap format (LINKTYPE_RAW), each cut to snapLen bytes
-// (0: 65535), until stop is called. Writes to w happen on the stack's
-// goroutines: a slow w slows the stack down. After a write error the
-// capture stops writing. stop returns that error, if any.
+// (0: 65535), until stop is called; it writes nothing to w after stop
+// returns. Writes to w happen on the stack's goroutines: a slow w slows
+// the stack down. After a write error the capture stops writing; stop
+// returns that error, if any, as w returned it. CapturePcap fails with
+// ErrCaptureRunning while another capture runs (writing nothing to w) and
+// with the error writing the file header.
 func (s *Stack) CapturePcap(w io.Writer, snapLen uint32) (stop func() error, err error) {
-	if snapLen == 0 {
-		snapLen = 65535
-	}
-	p := &pcapWriter{w: w, snapLen: snapLen}
-	var fh [24]byte
-	binary.LittleEndian.PutUint32(fh[0:], 0xa1b2c3d4)
-	binary.LittleEndian.PutUint16(fh[4:], 2)
-	binary.LittleEndian.PutUint16(fh[6:], 4)
-	binary.LittleEndian.PutUint32(fh[16:], snapLen)
-	binary.LittleEndian.PutUint32(fh[20:], linkTypeRaw)
-	if !s.tap.pcap.CompareAndSwap(nil, p) {
+	t := s.tap
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pcap.Load() != nil {
 		return nil, ErrCaptureRunning
 	}
-	p.mu.Lock()
-	_, p.err = w.Write(fh[:])
-	p.mu.Unlock()
+	p, err := link.NewTap(w, int(snapLen))
+	if err != nil {
+		return nil, fmt.Errorf("stack: pcap file header: %w", err)
+	}
+	t.pcap.Store(p)
 	return func() error {
-		s.tap.pcap.CompareAndSwap(p, nil)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		err := p.err
-		p.err = errors.New("stopped")
-		return err
+		t.mu.Lock()
+		t.pcap.CompareAndSwap(p, nil)
+		t.mu.Unlock()
+		return p.Stop()
 	}, nil
 }

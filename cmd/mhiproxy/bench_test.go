@@ -8,11 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"sync"
 	"testing"
 
 	"github.com/mhistack/mhistack/link/simnet"
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/stack"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -229,4 +232,19 @@ func BenchmarkSimParallelConnect(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+}
+
+// BenchmarkScrape is one /metrics scrape of a session's sources (stack
+// with link, MHI, proxy; zero values) with the go_* and process_*
+// collectors, as docs/PROXY.md quotes it.
+func BenchmarkScrape(b *testing.B) {
+	h := metricsHandler([]metricSource{
+		{name: "stack", stats: func() any { return stack.Stats{} }, kind: stackKind},
+		{name: "mhi", stats: func() any { return mhi.Stats{} }, perDevice: true},
+		{name: "proxy", stats: func() any { return proxy.Stats{} }, kind: proxyKind},
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/metrics", nil))
+	}
 }

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
@@ -526,20 +528,20 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 // device only, so that they appear once per modem, not once per session.
 func sessionMetrics(nw network, srv *proxy.Server, device int, listen net.Addr, ownsDevice bool) []metricSource {
 	dev := strconv.Itoa(device)
+	session := prometheus.Labels{"device": dev, "listen": listen.String()}
 	var srcs []metricSource
 	for _, src := range nw.Metrics() {
 		switch {
 		case !src.perDevice:
-			src.labels = metricLabels("device", dev, "listen", listen.String())
+			src.labels = session
 		case ownsDevice:
-			src.labels = metricLabels("device", dev)
+			src.labels = prometheus.Labels{"device": dev}
 		default:
 			continue
 		}
 		srcs = append(srcs, src)
 	}
-	return append(srcs, metricSource{name: "proxy", stats: func() any { return srv.Stats() }, kind: proxyKind,
-		labels: metricLabels("device", dev, "listen", listen.String())})
+	return append(srcs, metricSource{name: "proxy", stats: func() any { return srv.Stats() }, kind: proxyKind, labels: session})
 }
 
 // useNetwork makes srv reach targets through nw.

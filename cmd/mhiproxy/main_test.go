@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,6 +233,10 @@ func TestServesProxyAndMetricsThenShutsDownCleanly(t *testing.T) {
 		"mhiproxy_stack_active_tcp_conns" + main + " 3\n",
 		"mhiproxy_stack_link_rx_packets" + main + " 10\n",
 		"mhiproxy_mhi_interrupts{device=\"0\"} 42\n",
+		"# HELP mhiproxy_stack_link_rx_packets main.linkStats.RXPackets\n# TYPE mhiproxy_stack_link_rx_packets untyped\n",
+		"# TYPE go_goroutines gauge\n",
+		"# TYPE process_cpu_seconds_total counter\n",
+		"# TYPE process_resident_memory_bytes gauge\n",
 	} {
 		if !strings.Contains(m.text, want) {
 			t.Errorf("metrics lack %q:\n%s", want, m.text)
@@ -364,9 +369,9 @@ func (e exposition) checkOncePerDevice(t *testing.T, family string, devices int)
 }
 
 // scrape fetches /metrics from maddr and checks it is valid Prometheus text
-// format (version 0.0.4) as mhiproxy writes it: every sample's family
-// declared by a TYPE line right before its series, each family once and
-// its series together, no series twice.
+// format (version 0.0.4): every sample's family declared by a TYPE line
+// (after an optional HELP line) right before its series, each family
+// once and its series together, no series twice.
 func scrape(t *testing.T, maddr string) exposition {
 	t.Helper()
 	resp, err := http.Get("http://" + maddr + "/metrics")
@@ -378,6 +383,9 @@ func scrape(t *testing.T, maddr string) exposition {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("%s, Content-Type %q:\n%s", resp.Status, resp.Header.Get("Content-Type"), b)
+	}
 	e := exposition{text: string(b), series: map[string]string{}}
 	if err := parseExposition(e.text, e.series); err != nil {
 		t.Fatalf("invalid exposition: %v\n%s", err, e.text)
@@ -385,9 +393,25 @@ func scrape(t *testing.T, maddr string) exposition {
 	return e
 }
 
+// value returns a series' value as a number.
+func (e exposition) value(t *testing.T, series string) float64 {
+	t.Helper()
+	s, ok := e.series[series]
+	if !ok {
+		t.Errorf("no series %s", series)
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Errorf("%s: %v", series, err)
+	}
+	return v
+}
+
 var (
-	typeLine   = regexp.MustCompile(`^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|untyped)$`)
-	sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)?\})? (-?[0-9][0-9.e+-]*)$`)
+	helpLine   = regexp.MustCompile(`^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .*$`)
+	typeLine   = regexp.MustCompile(`^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|untyped|summary|histogram)$`)
+	sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*)?\})? (-?[0-9][0-9.e+-]*|NaN|[+-]Inf)$`)
 )
 
 func parseExposition(text string, series map[string]string) error {
@@ -395,21 +419,34 @@ func parseExposition(text string, series map[string]string) error {
 		return errors.New("does not end in a newline")
 	}
 	declared := map[string]bool{}
-	family := ""
+	family, typ, help := "", "", ""
 	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if m := helpLine.FindStringSubmatch(line); m != nil {
+			help = m[1]
+			continue
+		}
 		if m := typeLine.FindStringSubmatch(line); m != nil {
 			if declared[m[1]] {
 				return fmt.Errorf("line %d: family %s declared again", i+1, m[1])
 			}
-			declared[m[1]], family = true, m[1]
+			if help != "" && help != m[1] {
+				return fmt.Errorf("line %d: HELP for %s before TYPE of %s", i+1, help, m[1])
+			}
+			declared[m[1]], family, typ, help = true, m[1], m[2], ""
 			continue
 		}
 		m := sampleLine.FindStringSubmatch(line)
 		if m == nil {
-			return fmt.Errorf("line %d: %q is neither a TYPE line nor a sample", i+1, line)
+			return fmt.Errorf("line %d: %q is neither a HELP or TYPE line nor a sample", i+1, line)
 		}
-		if m[1] != family {
-			return fmt.Errorf("line %d: %s sample outside its family (under %q)", i+1, m[1], family)
+		if help != "" {
+			return fmt.Errorf("line %d: HELP for %s without TYPE", i+1, help)
+		}
+		if name := m[1]; name != family {
+			suffix, ok := strings.CutPrefix(name, family+"_")
+			if !ok || !(typ == "summary" && (suffix == "sum" || suffix == "count") || typ == "histogram" && (suffix == "sum" || suffix == "count" || suffix == "bucket")) {
+				return fmt.Errorf("line %d: %s sample outside its family (under %q)", i+1, name, family)
+			}
 		}
 		if _, dup := series[m[1]+m[2]]; dup {
 			return fmt.Errorf("line %d: series %s%s twice", i+1, m[1], m[2])
@@ -425,21 +462,19 @@ func TestExpositionCheckerCatchesBadText(t *testing.T) {
 		"# TYPE a counter\na 1\n# TYPE a counter\na{x=\"1\"} 2\n",      // declared twice
 		"# TYPE a counter\na 1\na 2\n",                                 // series twice
 		"a 1\n",                                                        // no TYPE
+		"# HELP a x\na 1\n",                                            // HELP without TYPE
+		"# TYPE a counter\na_sum 1\n",                                  // _sum of a counter
+		"# TYPE a summary\na_total 1\n",                                // not a summary's sample
 		"# TYPE a counter\na{x=1} 1\n",                                 // unquoted label
 	} {
 		if err := parseExposition(bad, map[string]string{}); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}
-	good := "# TYPE a counter\na{d=\"0\",l=\"[::1]:80\"} 1\na{d=\"1\",l=\"q\\\"\"} 2\n# TYPE b gauge\nb 3\n"
+	good := "# TYPE a counter\na{d=\"0\",l=\"[::1]:80\"} 1\na{d=\"1\",l=\"q\\\"\"} 2\n# HELP b what b is\n# TYPE b gauge\nb 3\n" +
+		"# TYPE c summary\nc{quantile=\"0.5\"} NaN\nc_sum 1.5e-05\nc_count 3\n"
 	if err := parseExposition(good, map[string]string{}); err != nil {
 		t.Errorf("rejected %q: %v", good, err)
-	}
-}
-
-func TestMetricLabelsEscapeValues(t *testing.T) {
-	if got, want := metricLabels("device", "0", "listen", "a\"b\\c\nd"), `{device="0",listen="a\"b\\c\nd"}`; got != want {
-		t.Errorf("got %s, want %s", got, want)
 	}
 }
 

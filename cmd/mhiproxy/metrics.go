@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"net/http"
 	"reflect"
-	"sort"
 	"strings"
 	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // A metric source is a named snapshot function: "proxy" → Server.Stats,
@@ -19,136 +20,99 @@ type metricSource struct {
 	stats func() any
 	// kind tells counters from gauges by field name; nil means the
 	// source's fields are exported as untyped.
-	kind func(field string) string
+	kind func(field string) prometheus.ValueType
 	// perDevice marks the modem's own counters (the MHI controller's),
 	// which every session of that modem shares: they are exported once
 	// per device, labelled with the device only.
 	perDevice bool
-	// labels are the series' labels, e.g. {device="0",listen="…"}
-	// (metricLabels); serve sets them.
-	labels string
+	// labels are the series' labels, e.g. device and listen; serve sets
+	// them.
+	labels prometheus.Labels
 }
-
-// metricLabels renders Prometheus labels from name, value pairs, with
-// the values escaped as the text format wants.
-func metricLabels(kv ...string) string {
-	var b strings.Builder
-	for i := 0; i+1 < len(kv); i += 2 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(kv[i])
-		b.WriteString(`="`)
-		b.WriteString(labelEscaper.Replace(kv[i+1]))
-		b.WriteByte('"')
-	}
-	if b.Len() == 0 {
-		return ""
-	}
-	return "{" + b.String() + "}"
-}
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 // proxyKind: the proxy's Stats mark gauges with an "Active" suffix.
-func proxyKind(field string) string {
+func proxyKind(field string) prometheus.ValueType {
 	if strings.HasSuffix(field, "Active") {
-		return "gauge"
+		return prometheus.GaugeValue
 	}
-	return "counter"
+	return prometheus.CounterValue
 }
 
-// metricsHandler serves the Prometheus text exposition format (version
-// 0.0.4). It is written here rather than pulled in with client_golang:
-// every metric is a plain number read from a Stats struct, which the text
-// format expresses in a few lines, and the module stays free of
-// client_golang's dependency tree.
-//
-// The format wants each metric family once: one TYPE line, then all its
-// series together. Several sources share names (every session has its
-// mhiproxy_stack_dialed), so a scrape collects every source's samples
-// first and writes them grouped by name, sorted, each family's series in
-// the order of sources.
+// metricsHandler serves the sources' metrics, with client_golang's go_*
+// (runtime) and process_* ones, in the format the scraper asks for (the
+// text format by default). client_golang groups each family's series
+// and sorts the families and series.
 func metricsHandler(sources []metricSource) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		fams := map[string]*metricFamily{}
-		for _, src := range sources {
-			collectMetrics(fams, "mhiproxy_"+src.name, src.labels, src.stats(), src.kind)
-		}
-		names := make([]string, 0, len(fams))
-		for n := range fams {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		bw := bufio.NewWriter(w)
-		for _, n := range names {
-			f := fams[n]
-			fmt.Fprintf(bw, "# TYPE %s %s\n", n, f.typ)
-			for _, s := range f.series {
-				fmt.Fprintf(bw, "%s%s %s\n", n, s.labels, s.value)
-			}
-		}
-		bw.Flush()
-	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		statsCollector(sources))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 
-// A metricFamily is one metric name's type and series.
-type metricFamily struct {
-	typ    string
-	series []struct{ labels, value string }
+// statsCollector reads the sources' Stats when scraped: the data path
+// only counts. It is an unchecked collector (Describe sends nothing), as
+// its metrics are the fields of whatever the sources return; the
+// registry still checks every scrape (one type per family, no series
+// twice) and answers 500 if it is wrong.
+type statsCollector []metricSource
+
+func (statsCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, src := range c {
+		collectFields(ch, "mhiproxy_"+src.name, reflect.ValueOf(src.stats()), src.kind, src.labels)
+	}
 }
 
-// collectMetrics adds v's exported numeric fields to fams, descending into
-// nested structs and non-nil pointers to structs.
-func collectMetrics(fams map[string]*metricFamily, prefix, labels string, v any, kind func(string) string) {
-	rv := reflect.ValueOf(v)
-	for rv.Kind() == reflect.Pointer {
-		if rv.IsNil() {
+// collectFields sends v's exported numeric fields as metrics, descending
+// into nested structs and non-nil pointers to structs (whose fields are
+// untyped). The help text names the Go field, e.g. link.Stats.RXPackets.
+func collectFields(ch chan<- prometheus.Metric, prefix string, v reflect.Value, kind func(string) prometheus.ValueType, labels prometheus.Labels) {
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
 			return
 		}
-		rv = rv.Elem()
+		v = v.Elem()
 	}
-	if rv.Kind() != reflect.Struct {
+	if v.Kind() != reflect.Struct {
 		return
 	}
-	rt := rv.Type()
-	for i := range rt.NumField() {
-		f := rt.Field(i)
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
 		if !f.IsExported() {
 			continue
 		}
-		fv := rv.Field(i)
+		fv := v.Field(i)
 		name := prefix + "_" + snake(f.Name)
-		var value string
+		var x float64
 		switch fv.Kind() {
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			value = fmt.Sprint(fv.Uint())
+			x = float64(fv.Uint())
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			value = fmt.Sprint(fv.Int())
+			x = float64(fv.Int())
 		case reflect.Float32, reflect.Float64:
-			value = fmt.Sprint(fv.Float())
+			x = fv.Float()
 		case reflect.Bool:
-			value = "0"
 			if fv.Bool() {
-				value = "1"
+				x = 1
 			}
 		case reflect.Struct, reflect.Pointer:
-			collectMetrics(fams, name, labels, fv.Interface(), nil)
+			collectFields(ch, name, fv, nil, labels)
 			continue
 		default:
 			continue
 		}
-		fam := fams[name]
-		if fam == nil {
-			typ := "untyped"
-			if kind != nil {
-				typ = kind(f.Name)
-			}
-			fam = &metricFamily{typ: typ}
-			fams[name] = fam
+		typ := prometheus.UntypedValue
+		if kind != nil {
+			typ = kind(f.Name)
 		}
-		fam.series = append(fam.series, struct{ labels, value string }{labels, value})
+		desc := prometheus.NewDesc(name, t.String()+"."+f.Name, nil, labels)
+		m, err := prometheus.NewConstMetric(desc, typ, x)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(desc, err)
+		}
+		ch <- m
 	}
 }
 

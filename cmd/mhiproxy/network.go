@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
@@ -212,11 +214,11 @@ func (m *modem) Describe() string {
 
 // stackKind: the stack's open-connection and in-flight counts are gauges,
 // everything else counts up.
-func stackKind(field string) string {
+func stackKind(field string) prometheus.ValueType {
 	if strings.HasPrefix(field, "Active") || strings.HasPrefix(field, "InFlight") {
-		return "gauge"
+		return prometheus.GaugeValue
 	}
-	return "counter"
+	return prometheus.CounterValue
 }
 
 func (m *modem) Metrics() []metricSource {
@@ -224,11 +226,11 @@ func (m *modem) Metrics() []metricSource {
 	// they become mhiproxy_stack_link_*.
 	srcs := []metricSource{{name: "stack", stats: func() any { return m.Stats() }, kind: stackKind}}
 	if c := m.Controller(); c != nil {
-		srcs = append(srcs, metricSource{name: "mhi", stats: func() any { return c.Stats() }, perDevice: true, kind: func(f string) string {
+		srcs = append(srcs, metricSource{name: "mhi", stats: func() any { return c.Stats() }, perDevice: true, kind: func(f string) prometheus.ValueType {
 			if f == "LastRecovery" {
-				return "gauge"
+				return prometheus.GaugeValue
 			}
-			return "counter"
+			return prometheus.CounterValue
 		}})
 	}
 	return srcs
