@@ -18,13 +18,15 @@ type rigKind struct {
 	name, profile, channel string
 	framing                framing.Framing
 	link                   framing.Framing
+	// iova, when not 0, is the emulated bus's DMA window (the arena).
+	iova uint64
 }
 
 var (
-	rawIP = rigKind{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, nil}
+	rawIP = rigKind{name: "raw-ip", profile: "qcom-sdx55m", channel: "IP_HW0"}
 	// mbimNTB: NTB16 framing both ways, the carrier aggregating DL
 	// packets (up to 32 / 32 KiB per NTB).
-	mbimNTB = rigKind{"mbim-ntb", "quectel-rm5xx", "IP_HW0_MBIM", mbim.NTB{}, mbim.NTB{}}
+	mbimNTB = rigKind{name: "mbim-ntb", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", framing: mbim.NTB{}, link: mbim.NTB{}}
 	// rigKinds are what the end-to-end tests run on.
 	rigKinds = []rigKind{rawIP, mbimNTB}
 )
@@ -60,7 +62,7 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	r.cn = cn
 	lo := rigLink
 	lo.Channel, lo.Framing = k.channel, k.link
-	lr, err := linktest.Start(linktest.Options{Options: mhitest.Options{ProfileName: k.profile}, Link: lo, Function: cn})
+	lr, err := linktest.Start(linktest.Options{Options: mhitest.Options{ProfileName: k.profile, IOVAWindow: k.iova}, Link: lo, Function: cn})
 	if err != nil {
 		cn.Close()
 		t.Fatal(err)
