@@ -10,6 +10,7 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/mhitest"
+	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -45,8 +46,9 @@ func forKinds(t *testing.T, f func(t *testing.T, k rigKind)) {
 // runs the carrier network, configured as the emulated MBIM function's
 // DefaultCarrier would configure it.
 type rig struct {
-	s  *stack.Stack
-	cn *simnet.CarrierNetwork
+	s     *stack.Stack
+	cn    *simnet.CarrierNetwork
+	modem *sim.Modem // the emulated modem (SetSlow, faults)
 }
 
 // newRig is a rig on qcom-sdx55m IP_HW0, raw IP.
@@ -68,6 +70,7 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 		t.Fatal(err)
 	}
 	ep := lr.Endpoint
+	r.modem = lr.Modem
 	car := simnet.DefaultCarrier()
 	if cfg.Addresses == nil {
 		cfg.Addresses = []netip.Prefix{car.IPv4, car.IPv6}
