@@ -44,7 +44,7 @@ func BenchmarkSingleStreamTCP(b *testing.B) {
 func BenchmarkModemTCPOptions(b *testing.B) {
 	// UL aggregation: a GSO batch goes out in NTBs of up to 16
 	// datagrams (what Linux never sends; firmware support unverified).
-	mbimAgg := rigKind{"mbim-ntb-ul-agg", "quectel-rm5xx", "IP_HW0_MBIM", mbim.NTB{}, mbim.NTB{MaxDatagrams: 16}}
+	mbimAgg := rigKind{name: "mbim-ntb-ul-agg", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", framing: mbim.NTB{}, link: mbim.NTB{MaxDatagrams: 16}}
 	for _, c := range []struct {
 		name string
 		kind rigKind

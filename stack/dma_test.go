@@ -15,53 +15,74 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/mhitest"
 	"github.com/mhistack/mhistack/mhi/pci"
-	"github.com/mhistack/mhistack/mhi/pci/vfio"
 	"github.com/mhistack/mhistack/stack"
 )
 
 // Every profile's pipeline fits in the DMA arena a VFIO device gets for
-// it: the emulated modem's IOVA window is exactly that size (Open's
-// default for Device "sim"), and the stack (or, without an MBIM pair, the
-// link; without a data pair, the engine) comes up and moves data in it.
-// With the arena of 16 MiB every device used to get, the 512-element
-// profiles (578 RX buffers of 32 KiB) did not fit.
+// it, and moves data in it: the emulated modem's IOVA window is exactly
+// that size (Open's default for Device "sim"). A profile with a control
+// pair comes up through Open and echoes through TCP once per control
+// protocol it has (MBIM and QMI size the arena differently: a QMI
+// session's QMAP framing aggregates); one with only a software data pair
+// (IP_SW0) runs a stack on a link endpoint there, in the arena DMASize
+// gives for that channel. With the arena of 16 MiB every device used to
+// get, the 512-element profiles (578 RX buffers of 32 KiB) did not fit.
 func TestDMAArenaFitsEveryProfile(t *testing.T) {
 	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
+	msg := strings.Repeat("arena ", 2000)
 	for _, p := range mhi.Profiles() {
-		t.Run(p.Name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _, hasMBIM := p.ChannelPair("MBIM")
-			_, _, hasHW := p.ChannelPair("IP_HW0")
-			_, _, hasNTB := p.ChannelPair("IP_HW0_MBIM")
-			switch {
-			case hasMBIM && (hasHW || hasNTB):
-				s, err := stack.Open(ctx, stack.Options{Profile: p.Name, APN: "internet"})
+		has := func(name string) bool { _, _, ok := p.ChannelPair(name); return ok }
+		var controls []string
+		if has("IP_HW0") || has("IP_HW0_MBIM") {
+			for _, ctl := range []string{"mbim", "qmi"} {
+				if has(strings.ToUpper(ctl)) {
+					controls = append(controls, ctl)
+				}
+			}
+		}
+		for _, ctl := range controls {
+			t.Run(p.Name+"/"+ctl, func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				s, err := stack.Open(ctx, stack.Options{Profile: p.Name, APN: "internet", Control: ctl})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				c, err := s.DialContext(ctx, "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
+				if got := s.QMI() != nil; got != (ctl == "qmi") {
+					t.Fatalf("control %s: session on QMI = %v", ctl, got)
+				}
+				c, err := s.DialContext(ctx, "tcp4", dst)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				echoOnce(t, c, strings.Repeat("arena ", 2000))
-			case hasHW:
-				lo := link.Options{Channel: "IP_HW0"}
-				n, err := stack.DMASize(p, lo)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c := powerUpIn(ctx, t, p, n)
-				ep, err := link.New(ctx, c, lo)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ep.Close()
-			default:
-				powerUpIn(ctx, t, p, vfio.ArenaSize(mhi.DMASize(p, mhi.DMAUse{})))
+				echoOnce(t, c, msg)
+			})
+		}
+		if len(controls) > 0 {
+			continue
+		}
+		t.Run(p.Name+"/IP_SW0", func(t *testing.T) {
+			if !has("IP_SW0") {
+				t.Fatalf("%s has no data pair this test knows", p.Name)
 			}
+			t.Parallel()
+			n, err := stack.DMASize(p, link.Options{Channel: "IP_SW0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := newRigOn(t, stack.Config{}, rigKind{name: "IP_SW0", profile: p.Name, channel: "IP_SW0", iova: uint64(n)})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, err := r.s.DialContext(ctx, "tcp4", dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			echoOnce(t, c, msg)
 		})
 	}
 }

@@ -4,8 +4,41 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"gvisor.dev/gvisor/pkg/tcpip"
 )
+
+// ErrUnknownAPN matches (errors.Is) an Open or OpenSession the network
+// refused for its APN, missing or unknown (3GPP cause 27): on MBIM a
+// CONNECT answered INVALID_ACCESS_STRING, or FAILURE with that cause
+// (mbim.ErrBadAPN also matches); on QMI a Start Network refused with that
+// cause as its verbose call end reason (errors.As finds the
+// *qmi.CallError, and errors.Is(err, qmi.ErrCallFailed) holds).
+var ErrUnknownAPN = errors.New("stack: missing or unknown APN")
+
+// sessionError is a data session that did not come up: the MBIM or QMI
+// session's error, matching ErrUnknownAPN when the network refused the
+// APN.
+type sessionError struct{ err error }
+
+func (e *sessionError) Error() string { return e.err.Error() }
+func (e *sessionError) Unwrap() error { return e.err }
+
+func (e *sessionError) Is(target error) bool {
+	if target != ErrUnknownAPN {
+		return false
+	}
+	if errors.Is(e.err, mbim.ErrBadAPN) {
+		return true
+	}
+	var ce *qmi.CallError
+	if errors.As(e.err, &ce) {
+		cause, ok := ce.End.Cause3GPP()
+		return ok && cause == 27
+	}
+	return false
+}
 
 // Limit errors. They wrap syscall errnos too (EMFILE, EAGAIN), so code
 // that handles the kernel's resource errors handles them the same way.

@@ -260,7 +260,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		})
 		qip, err := sess.WaitUp(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
+			return nil, &sessionError{fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)}
 		}
 		ip = fromQMI(qip)
 		// The data path is what WDA agreed: QMAP of that version with
@@ -281,7 +281,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		})
 		ip, err = sess.WaitUp(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)
+			return nil, &sessionError{fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)}
 		}
 	}
 	lo.Session = id

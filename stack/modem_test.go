@@ -10,11 +10,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
@@ -256,9 +257,13 @@ func TestModemRefusesAnUnknownAPN(t *testing.T) {
 			if err == nil {
 				t.Fatal("a session on an APN the network does not serve came up")
 			}
-			if !strings.Contains(err.Error(), "27") {
-				t.Errorf("refusal %q does not name 3GPP cause 27", err)
+			if !errors.Is(err, stack.ErrUnknownAPN) {
+				t.Errorf("refusal %q: not errors.Is(err, stack.ErrUnknownAPN)", err)
 			}
+			if got := refusalCause(err); got != 27 {
+				t.Errorf("refusal %q: 3GPP cause %d, want 27 (missing or unknown APN)", err, got)
+			}
+
 			t.Log(err)
 			if got := m.Sessions(); len(got) != 1 || got[0] != s {
 				t.Errorf("sessions after the refusal: %v", got)
@@ -267,6 +272,57 @@ func TestModemRefusesAnUnknownAPN(t *testing.T) {
 			if err := shaEchoSession(ctx, s, port, 1<<20, 7, nil); err != nil {
 				t.Fatal(err)
 			}
+		})
+	}
+}
+
+// refusalCause is the 3GPP cause of a refused session, from the
+// protocol's own error: the NwError of MBIM's CONNECT FAILURE (with the
+// status it implies: mbim.ErrBadAPN for 27), or the verbose call end
+// reason of QMI's Start Network CALL_FAILED; -1 if err carries neither.
+func refusalCause(err error) int {
+	var me *mbim.CommandError
+	if errors.As(err, &me) && me.NwError != 0 {
+		if me.NwError == 27 && !errors.Is(err, mbim.ErrBadAPN) {
+			return -1
+		}
+		return int(me.NwError)
+	}
+	var qe *qmi.CallError
+	if errors.As(err, &qe) && errors.Is(err, qmi.ErrCallFailed) {
+		if cause, ok := qe.End.Cause3GPP(); ok {
+			return cause
+		}
+	}
+	return -1
+}
+
+// TestModemRefusalForCredentialsIsNotAnUnknownAPN: a session the
+// network refuses for its credentials (3GPP cause 29, user
+// authentication failed) is not errors.Is(err, stack.ErrUnknownAPN), on
+// MBIM and on QMI.
+func TestModemRefusalForCredentialsIsNotAnUnknownAPN(t *testing.T) {
+	for _, profile := range []string{"foxconn-t99w175", "telit-fn980-hwv1"} {
+		t.Run(profile, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			m, err := stack.OpenModem(ctx, stack.Options{Profile: profile,
+				Sim: stack.SimOptions{NetworkConfig: simnet.NetworkConfig{APN: "internet", User: "user", Password: "secret"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			_, err = m.OpenSession(ctx, stack.SessionOptions{APN: "internet", User: "user", Password: "wrong"})
+			if err == nil {
+				t.Fatal("a session with the wrong password came up")
+			}
+			if errors.Is(err, stack.ErrUnknownAPN) {
+				t.Errorf("refusal %q for credentials is errors.Is(err, stack.ErrUnknownAPN)", err)
+			}
+			if got := refusalCause(err); got != 29 {
+				t.Errorf("refusal %q: 3GPP cause %d, want 29 (user authentication failed)", err, got)
+			}
+			t.Log(err)
 		})
 	}
 }

@@ -50,6 +50,13 @@ func pipeVia(l net.Listener, dial func(ctx context.Context) (net.Conn, error)) (
 	return c1, c2, func() { c1.Close(); c2.Close() }, nil
 }
 
+// acceptedFirst puts pipeVia's accepted end first: nettest.TestConn
+// exercises its first conn (deadlines, racy reads, writes and closes, the
+// close of a blocked read) and uses the second as the peer.
+func acceptedFirst(dialed, accepted net.Conn, stop func(), err error) (net.Conn, net.Conn, func(), error) {
+	return accepted, dialed, stop, err
+}
+
 // hostRelay is a host TCP listener on 127.0.0.1 whose connections are
 // relayed through the carrier network to to (the host's way into the
 // stack: the carrier's network is where the modem's peers live). A
@@ -110,6 +117,10 @@ func relayBoth(a, b net.Conn) {
 // TestNettestConn runs golang.org/x/net/nettest.TestConn over every pipe
 // the stack makes: stack → host over IPv4 and IPv6, host → stack, the
 // stack to its own listener, and one stack to another (through the host).
+// TestConn puts its first conn through the tests and uses the second as
+// the peer, so a conn the stack accepted is first where the stack
+// accepts: host-to-stack (the host's conn would test only the kernel),
+// stack-local in both orders, and stack-to-stack.
 func TestNettestConn(t *testing.T) {
 	t.Run("stack-to-host-v4", func(t *testing.T) {
 		r := newRig(t, stack.Config{})
@@ -146,7 +157,7 @@ func TestNettestConn(t *testing.T) {
 		relay := hostRelay(t, r.cn, netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), port))
 		var d net.Dialer
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
-			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", relay.String()) })
+			return acceptedFirst(pipeVia(l, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", relay.String()) }))
 		})
 	})
 	t.Run("stack-local", func(t *testing.T) {
@@ -157,8 +168,12 @@ func TestNettestConn(t *testing.T) {
 		}
 		defer l.Close()
 		to := netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), uint16(l.Addr().(*net.TCPAddr).Port)).String()
-		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
-			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return r.s.DialContext(ctx, "tcp", to) })
+		dial := func(ctx context.Context) (net.Conn, error) { return r.s.DialContext(ctx, "tcp", to) }
+		t.Run("dialed-first", func(t *testing.T) {
+			nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) { return pipeVia(l, dial) })
+		})
+		t.Run("accepted-first", func(t *testing.T) {
+			nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) { return acceptedFirst(pipeVia(l, dial)) })
 		})
 	})
 	t.Run("stack-to-stack", func(t *testing.T) {
@@ -175,7 +190,7 @@ func TestNettestConn(t *testing.T) {
 		relay := hostRelay(t, a.cn, netip.AddrPortFrom(simnet.DefaultCarrier().IPv4.Addr(), uint16(l.Addr().(*net.TCPAddr).Port)))
 		to := netip.AddrPortFrom(simnet.TestAddr4, relay.Port()).String()
 		nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
-			return pipeVia(l, func(ctx context.Context) (net.Conn, error) { return b.s.DialContext(ctx, "tcp", to) })
+			return acceptedFirst(pipeVia(l, func(ctx context.Context) (net.Conn, error) { return b.s.DialContext(ctx, "tcp", to) }))
 		})
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/mhitest"
+	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
 
@@ -18,13 +19,15 @@ type rigKind struct {
 	name, profile, channel string
 	framing                framing.Framing
 	link                   framing.Framing
+	// iova, when not 0, is the emulated bus's DMA window (the arena).
+	iova uint64
 }
 
 var (
-	rawIP = rigKind{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, nil}
+	rawIP = rigKind{name: "raw-ip", profile: "qcom-sdx55m", channel: "IP_HW0"}
 	// mbimNTB: NTB16 framing both ways, the carrier aggregating DL
 	// packets (up to 32 / 32 KiB per NTB).
-	mbimNTB = rigKind{"mbim-ntb", "quectel-rm5xx", "IP_HW0_MBIM", mbim.NTB{}, mbim.NTB{}}
+	mbimNTB = rigKind{name: "mbim-ntb", profile: "quectel-rm5xx", channel: "IP_HW0_MBIM", framing: mbim.NTB{}, link: mbim.NTB{}}
 	// rigKinds are what the end-to-end tests run on.
 	rigKinds = []rigKind{rawIP, mbimNTB}
 )
@@ -43,8 +46,9 @@ func forKinds(t *testing.T, f func(t *testing.T, k rigKind)) {
 // runs the carrier network, configured as the emulated MBIM function's
 // DefaultCarrier would configure it.
 type rig struct {
-	s  *stack.Stack
-	cn *simnet.CarrierNetwork
+	s     *stack.Stack
+	cn    *simnet.CarrierNetwork
+	modem *sim.Modem // the emulated modem (SetSlow, faults)
 }
 
 // newRig is a rig on qcom-sdx55m IP_HW0, raw IP.
@@ -60,12 +64,13 @@ func newRigOn(t testing.TB, cfg stack.Config, k rigKind) *rig {
 	r.cn = cn
 	lo := rigLink
 	lo.Channel, lo.Framing = k.channel, k.link
-	lr, err := linktest.Start(linktest.Options{Options: mhitest.Options{ProfileName: k.profile}, Link: lo, Function: cn})
+	lr, err := linktest.Start(linktest.Options{Options: mhitest.Options{ProfileName: k.profile, IOVAWindow: k.iova}, Link: lo, Function: cn})
 	if err != nil {
 		cn.Close()
 		t.Fatal(err)
 	}
 	ep := lr.Endpoint
+	r.modem = lr.Modem
 	car := simnet.DefaultCarrier()
 	if cfg.Addresses == nil {
 		cfg.Addresses = []netip.Prefix{car.IPv4, car.IPv6}

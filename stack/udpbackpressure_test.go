@@ -15,7 +15,9 @@ import (
 // TestUDPWriterWaitsForItsSendBuffer: a UDP writer faster than the modem
 // is paced by its send buffer (its datagrams in the transmit queue count
 // against it), not dropped by the queue, and a write that waits is
-// bounded by the write deadline.
+// bounded by the write deadline: with the modem slowed to one TRE per
+// 200 ms, the write that fails with os.ErrDeadlineExceeded began before
+// the deadline and returned at it, so it waited for it.
 func TestUDPWriterWaitsForItsSendBuffer(t *testing.T) {
 	// A queue far shorter than the default send buffer (212 KiB, ~150
 	// datagrams of 1400 bytes): with the default buffer the queue drops
@@ -41,23 +43,44 @@ func TestUDPWriterWaitsForItsSendBuffer(t *testing.T) {
 	if d := r.s.Stats().TXDroppedNoBufferSpace; d != 0 {
 		t.Errorf("%d of %d datagrams dropped by the transmit queue: the writer was not paced by its send buffer", d, n)
 	}
-	// Now the deadline: the writer keeps the buffer full, so some write
-	// waits when the deadline passes.
-	pc.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
-	start := time.Now()
-	for {
-		_, err := pc.WriteTo(b, to)
-		if err == nil {
-			if time.Since(start) > 30*time.Second {
-				t.Fatal("writes never waited past the deadline")
+	// Now the deadline: the modem takes 200 ms per TRE, the writer
+	// keeps the buffer full, so every write waits and the one in
+	// progress at the deadline fails there. A write that began after the
+	// deadline, or less than 1 ms before it (it may have failed at once,
+	// which proves nothing), sends the loop round again with a new
+	// deadline.
+	r.modem.SetSlow(200 * time.Millisecond)
+	defer r.modem.SetSlow(0)
+	waited := false
+	for attempt := 0; attempt < 10 && !waited; attempt++ {
+		deadline := time.Now().Add(100 * time.Millisecond)
+		pc.SetWriteDeadline(deadline)
+		for {
+			start := time.Now()
+			_, err := pc.WriteTo(b, to)
+			end := time.Now()
+			if err == nil {
+				if end.Sub(deadline) > 30*time.Second {
+					t.Fatal("writes went on 30 s past the deadline")
+				}
+				continue
 			}
-			continue
+			var ne net.Error
+			if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("write past the deadline: %v, want os.ErrDeadlineExceeded", err)
+			}
+			if end.Before(deadline) {
+				t.Fatalf("a write failed %v before its deadline", deadline.Sub(end))
+			}
+			if deadline.Sub(start) >= time.Millisecond {
+				waited = true
+				t.Logf("the failing write waited %v, from %v before the deadline", end.Sub(start), deadline.Sub(start))
+			}
+			break
 		}
-		var ne net.Error
-		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
-			t.Fatalf("write past the deadline: %v, want os.ErrDeadlineExceeded", err)
-		}
-		break
+	}
+	if !waited {
+		t.Fatal("in 10 tries no write was waiting when its deadline passed: each failing write began at it or after")
 	}
 	if d := r.s.Stats().TXDroppedNoBufferSpace; d != 0 {
 		t.Errorf("%d datagrams dropped by the transmit queue", d)

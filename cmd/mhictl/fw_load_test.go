@@ -96,7 +96,10 @@ func TestFwLoadRefusesEmptyOrMissingImages(t *testing.T) {
 func TestFwLoadUnderAPseudoTerminalDrawsABar(t *testing.T) {
 	scriptPath, err := exec.LookPath("script")
 	if err != nil {
-		t.Skip("script(1) (util-linux) is not installed; TestFwLoadProgressBar covers the bar in-process")
+		if os.Getenv("MHISTACK_REQUIRE_SCRIPT") == "1" {
+			t.Fatalf("script(1) not found (apt-get install bsdutils): %v", err)
+		}
+		t.Skip("script(1) (bsdutils) is not installed; TestFwLoadProgressBar covers the bar in-process; CI sets MHISTACK_REQUIRE_SCRIPT=1")
 	}
 	bin := filepath.Join(t.TempDir(), "mhictl")
 	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

@@ -122,7 +122,8 @@ func TestSessionTakesQMAPv1FromAV1OnlyModem(t *testing.T) {
 }
 
 // TestSessionErrors: the knobs of the shared network fail the session
-// with errors that say why and wrap the QMI code.
+// with errors that say why and wrap the QMI code; a refused call is a
+// *qmi.CallError with the network's 3GPP cause.
 func TestSessionErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -130,14 +131,17 @@ func TestSessionErrors(t *testing.T) {
 		cfg  qmi.SessionConfig
 		want error
 		text string
+		// cause is the 3GPP cause of a refused call, 0 for an error
+		// before the call.
+		cause int
 	}{
-		{"bad APN", simnet.NetworkConfig{APN: "internet"}, qmi.SessionConfig{APN: "nosuch", Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 27"},
-		{"bad credentials", simnet.NetworkConfig{User: "u", Password: "p"}, qmi.SessionConfig{Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 29"},
-		{"sim absent", simnet.NetworkConfig{SIMAbsent: true}, qmi.SessionConfig{}, qmi.ErrSIM, "no SIM card"},
-		{"pin locked, none configured", simnet.NetworkConfig{PIN: "1234"}, qmi.SessionConfig{}, qmi.ErrSIM, "no PIN configured"},
-		{"wrong pin", simnet.NetworkConfig{PIN: "1234"}, qmi.SessionConfig{PIN: "0000"}, qmi.ErrIncorrectPIN, "2 attempts left"},
-		{"not registered", simnet.NetworkConfig{NotRegistered: true}, qmi.SessionConfig{RegisterTimeout: 50 * time.Millisecond}, qmi.ErrNoService, "searching"},
-		{"denied", simnet.NetworkConfig{RegisterDenied: true}, qmi.SessionConfig{}, qmi.ErrNoService, "denied"},
+		{"bad APN", simnet.NetworkConfig{APN: "internet"}, qmi.SessionConfig{APN: "nosuch", Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 27", 27},
+		{"bad credentials", simnet.NetworkConfig{User: "u", Password: "p"}, qmi.SessionConfig{Families: []qmi.IPFamily{qmi.IPv4}}, qmi.ErrCallFailed, "3GPP cause 29", 29},
+		{"sim absent", simnet.NetworkConfig{SIMAbsent: true}, qmi.SessionConfig{}, qmi.ErrSIM, "no SIM card", 0},
+		{"pin locked, none configured", simnet.NetworkConfig{PIN: "1234"}, qmi.SessionConfig{}, qmi.ErrSIM, "no PIN configured", 0},
+		{"wrong pin", simnet.NetworkConfig{PIN: "1234"}, qmi.SessionConfig{PIN: "0000"}, qmi.ErrIncorrectPIN, "2 attempts left", 0},
+		{"not registered", simnet.NetworkConfig{NotRegistered: true}, qmi.SessionConfig{RegisterTimeout: 50 * time.Millisecond}, qmi.ErrNoService, "searching", 0},
+		{"denied", simnet.NetworkConfig{RegisterDenied: true}, qmi.SessionConfig{}, qmi.ErrNoService, "denied", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := rig(t, simnet.QMIConfig{Network: simnet.NewNetwork(tc.net)})
@@ -150,6 +154,16 @@ func TestSessionErrors(t *testing.T) {
 			_, err := s.WaitUp(testCtx(t))
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
 				t.Fatalf("WaitUp error %v, want %v containing %q", err, tc.want, tc.text)
+			}
+			var ce *qmi.CallError
+			if errors.As(err, &ce) != (tc.cause != 0) {
+				t.Fatalf("WaitUp error %v: *qmi.CallError %v, want one: %v", err, ce != nil, tc.cause != 0)
+			}
+			if ce == nil {
+				return
+			}
+			if cause, ok := ce.End.Cause3GPP(); !ok || cause != tc.cause || ce.Family != qmi.IPv4 {
+				t.Errorf("call end %v of the IPv%d call, want 3GPP cause %d of the IPv4 call", ce.End, ce.Family, tc.cause)
 			}
 		})
 	}

@@ -593,7 +593,7 @@ func (s *Session) startCall(f IPFamily) error {
 	if err != nil {
 		if r != nil {
 			if ce, perr := ParseCallEnd(r); perr == nil && (ce.HasReason || ce.HasVerbose) {
-				return fmt.Errorf("qmi: IPv%d call refused (%v): %w", f, ce, err)
+				return &CallError{Family: f, End: ce, Err: err}
 			}
 		}
 		return fmt.Errorf("qmi: IPv%d call: %w", f, err)

@@ -139,6 +139,33 @@ func (c CallEnd) String() string {
 	return "no reason given"
 }
 
+// Cause3GPP returns the 3GPP cause (TS 24.008 §10.5.6.6, TS 24.301
+// §9.9.4.4: 27 is "missing or unknown APN") when the verbose reason is
+// of type Verbose3GPP.
+func (c CallEnd) Cause3GPP() (int, bool) {
+	if c.HasVerbose && c.VerboseType == Verbose3GPP {
+		return int(c.Verbose), true
+	}
+	return 0, false
+}
+
+// CallError is a Start Network the modem refused with a call end reason
+// (TLVs 0x10/0x11): Family is the call's IP version, End the reason,
+// Err the response's *Error (errors.Is(err, ErrCallFailed)). errors.As
+// finds it in what a Session returns.
+type CallError struct {
+	Family IPFamily
+	End    CallEnd
+	Err    error
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("qmi: IPv%d call refused (%v): %v", e.Family, e.End, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *CallError) Unwrap() error { return e.Err }
+
 // ParseCallEnd decodes TLVs 0x10/0x11 if present.
 func ParseCallEnd(m *Message) (CallEnd, error) {
 	var c CallEnd
