@@ -45,14 +45,19 @@ type txState struct {
 	// while waiting for space.
 	mu sync.Mutex
 
-	// freeMu guards free and the waiters' wake-up channel; completions
+	// freeMu guards free and the waiters' wake-up channels; completions
 	// take it from the poller or from a reaping writer.
 	freeMu sync.Mutex
 	free   []*pci.Buffer
 	all    []*pci.Buffer
-	// room is closed and replaced to wake the waiters (flush, wake);
+	// asleep holds the wake-up channel (capacity 1) of each writer
+	// waiting for room; wakeLocked sends on each and empties it (flush,
+	// wake). spare keeps the channels of writers that left, so that a
+	// wake-up allocates nothing once as many writers as ever wait at
+	// once have waited. waiters is len(asleep), readable without freeMu.
 	// returned says buffers came back since the last flush.
-	room     chan struct{}
+	asleep   []chan struct{}
+	spare    []chan struct{}
 	waiters  atomic.Int32 // changed under freeMu
 	returned bool
 
@@ -71,7 +76,6 @@ func (t *txState) init(dma pci.DMA, e *Endpoint, n int, mtu uint32) error {
 	}
 	t.enc = e.framing.NewEncoder()
 	t.senc, _ = t.enc.(framing.SessionEncoder)
-	t.room = make(chan struct{})
 	t.free = make([]*pci.Buffer, 0, n)
 	for range n {
 		b, err := dma.Alloc(size, 64)
@@ -134,8 +138,49 @@ func (t *txState) wake() {
 }
 
 func (t *txState) wakeLocked() {
-	close(t.room)
-	t.room = make(chan struct{})
+	for i, ch := range t.asleep {
+		select {
+		case ch <- struct{}{}:
+		default: // already woken
+		}
+		t.asleep[i] = nil
+	}
+	t.asleep = t.asleep[:0]
+	t.waiters.Store(0)
+}
+
+// sleep registers a writer that is about to wait for room and returns its
+// wake-up channel (under freeMu).
+func (t *txState) sleepLocked() chan struct{} {
+	var ch chan struct{}
+	if n := len(t.spare); n > 0 {
+		ch, t.spare[n-1] = t.spare[n-1], nil
+		t.spare = t.spare[:n-1]
+	} else {
+		ch = make(chan struct{}, 1)
+	}
+	t.asleep = append(t.asleep, ch)
+	t.waiters.Store(int32(len(t.asleep)))
+	return ch
+}
+
+// wokeLocked takes back the wake-up channel of a writer that stopped
+// waiting, woken or not (under freeMu).
+func (t *txState) wokeLocked(ch chan struct{}) {
+	for i, c := range t.asleep {
+		if c == ch {
+			last := len(t.asleep) - 1
+			t.asleep[i], t.asleep[last] = t.asleep[last], nil
+			t.asleep = t.asleep[:last]
+			break
+		}
+	}
+	t.waiters.Store(int32(len(t.asleep)))
+	select {
+	case <-ch: // a wake-up it did not wait for
+	default:
+	}
+	t.spare = append(t.spare, ch)
 }
 
 func (t *txState) available() int {
@@ -434,15 +479,14 @@ func (e *Endpoint) waitTX(deadline *time.Time, forRing bool) bool {
 			return progress()
 		}
 		t.freeMu.Lock()
-		t.waiters.Add(1)
+		room := t.sleepLocked()
 		t.returned = false // what came back before is seen just below
-		room := t.room
 		t.freeMu.Unlock()
 		// Completions that came in before this writer was counted woke
 		// nobody: look once more now that any later one will.
 		if progress() {
 			t.freeMu.Lock()
-			t.waiters.Add(-1)
+			t.wokeLocked(room)
 			t.freeMu.Unlock()
 			return true
 		}
@@ -465,7 +509,7 @@ func (e *Endpoint) waitTX(deadline *time.Time, forRing bool) bool {
 		t.mu.Lock()
 		e.stats.txWakeups.Add(1)
 		t.freeMu.Lock()
-		t.waiters.Add(-1)
+		t.wokeLocked(room)
 		t.freeMu.Unlock()
 		if e.closed.Load() {
 			return false
