@@ -16,7 +16,7 @@ const (
 	// splits them itself, and each MSS-sized packet comes down the stack
 	// (IP, NIC, WritePackets, doorbell) on its own.
 	GSOGVisor
-	// GSOOff advertises no GSO (as NoGSO).
+	// GSOOff advertises no GSO: TCP hands over MTU-sized segments.
 	GSOOff
 )
 

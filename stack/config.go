@@ -31,8 +31,6 @@ type Config struct {
 	TCP    TCPOptions
 	Limits Limits
 
-	// NoGSO turns off gVisor GSO even when the link supports it.
-	NoGSO bool
 	// TXQueueLen is the length, in packets, of the transmit queue in
 	// front of the link (gVisor's fifo queueing discipline; Linux's
 	// txqueuelen and qdisc): the stack's goroutines queue their packets

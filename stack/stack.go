@@ -117,7 +117,7 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.holder, _ = ep.(txHolder)
-	s.tap = newTap(ep, cfg.NoGSO)
+	s.tap = newTap(ep)
 	if cfg.MTU != 0 {
 		ep.SetMTU(cfg.MTU)
 	}

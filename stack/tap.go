@@ -15,28 +15,18 @@ import (
 )
 
 // tap sits between the gVisor NIC and the link endpoint: it copies
-// packets to a link.Tap (the pcap writer) while a capture runs and can hide the link's
-// GSO support. With no capture it costs one atomic load per packet (or
+// packets to a link.Tap (the pcap writer) while a capture runs. With no capture it costs one atomic load per packet (or
 // per GRO batch on RX).
 type tap struct {
 	nested.Endpoint
-	noGSO bool
-	mu    sync.Mutex // serializes CapturePcap and its stop
-	pcap  atomic.Pointer[link.Tap]
+	mu   sync.Mutex // serializes CapturePcap and its stop
+	pcap atomic.Pointer[link.Tap]
 }
 
-func newTap(lower gstack.LinkEndpoint, noGSO bool) *tap {
-	t := &tap{noGSO: noGSO}
+func newTap(lower gstack.LinkEndpoint) *tap {
+	t := &tap{}
 	t.Endpoint.Init(lower, t)
 	return t
-}
-
-// SupportedGSO implements stack.GSOEndpoint.
-func (t *tap) SupportedGSO() gstack.SupportedGSO {
-	if t.noGSO {
-		return gstack.GSONotSupported
-	}
-	return t.Endpoint.SupportedGSO()
 }
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher (RX from the
