@@ -97,6 +97,7 @@ type tlpFlow struct {
 	recovering      bool // the sender retransmitted: no probe until ack ≥ recover
 	recover         seqnum.Value
 	probed          bool // the current tail was probed
+	started         bool // high and ack are set: the flow has sent data
 	mss             int
 	slots           [tlpSegments][]byte // the newest segments, a ring
 	next, n         int
@@ -133,6 +134,14 @@ func (t *tailProber) wake() {
 	}
 }
 
+// add starts tracking a flow that negotiated SACK (Linux probes only
+// those: tcp_schedule_loss_probe wants tcp_is_sack); t.mu is held.
+func (t *tailProber) add(k tlpKey, now int64) {
+	if len(t.flows) < tlpMaxFlows {
+		t.flows[k] = &tlpFlow{seen: now}
+	}
+}
+
 // pto is the flow's probe timeout; 0: no probe (no RTT sample yet).
 func (f *tlpFlow) pto() time.Duration {
 	if f.srtt == 0 {
@@ -146,7 +155,7 @@ func (f *tlpFlow) pto() time.Duration {
 
 // due returns when the flow's probe is due, or false if none is.
 func (f *tlpFlow) due() (int64, bool) {
-	if !f.ack.LessThan(f.high) || f.probed || f.recovering || f.n == 0 {
+	if !f.started || !f.ack.LessThan(f.high) || f.probed || f.recovering || f.n == 0 {
 		return 0, false
 	}
 	pto := f.pto()
@@ -226,6 +235,9 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 	if flags.Intersects(header.TCPFlagRst | header.TCPFlagSyn) {
 		// Reset, or a new connection on the 4-tuple: forget the old one.
 		delete(t.flows, k)
+		if flags.Contains(header.TCPFlagSyn|header.TCPFlagAck) && header.ParseSynOptions(th[header.TCPMinimumSize:], true).SACKPermitted {
+			t.add(k, now) // the host offered SACK, the carrier agreed
+		}
 		return
 	}
 	if payload <= 0 && !flags.Contains(header.TCPFlagFin) {
@@ -240,11 +252,10 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 		end++
 	}
 	if f == nil {
-		if len(t.flows) >= tlpMaxFlows {
-			return
-		}
-		f = &tlpFlow{high: seq, ack: seq}
-		t.flows[k] = f
+		return // not a flow that negotiated SACK
+	}
+	if !f.started {
+		f.started, f.high, f.ack = true, seq, seq
 	}
 	f.seen, f.lastSend = now, now
 	if !f.high.LessThan(end) {
@@ -306,6 +317,14 @@ func (t *tailProber) ack(p []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.flows[k]
+	if flags.Contains(header.TCPFlagSyn|header.TCPFlagAck) && int(tcp.DataOffset()) <= len(tcp) {
+		// The host answers a connection the carrier opened (Dial).
+		delete(t.flows, k)
+		if header.ParseSynOptions(tcp.Options(), true).SACKPermitted {
+			t.add(k, t.now())
+		}
+		return
+	}
 	if f == nil {
 		return
 	}
@@ -313,7 +332,7 @@ func (t *tailProber) ack(p []byte) {
 		delete(t.flows, k)
 		return
 	}
-	if !flags.Contains(header.TCPFlagAck) {
+	if !flags.Contains(header.TCPFlagAck) || !f.started {
 		return
 	}
 	now := t.now()
