@@ -69,12 +69,20 @@ func openPipeline(t TB, configure func(*proxy.Server)) *pipeline {
 // openPipelineWith is openPipeline with a stack configuration (limits).
 func openPipelineWith(t TB, cfg stack.Config, configure func(*proxy.Server)) *pipeline {
 	t.Helper()
+	return openPipelineCarrier(t, cfg, simnet.CarrierOptions{}, configure)
+}
+
+// openPipelineCarrier is openPipelineWith with the carrier network's
+// options (its Logger is the rig's).
+func openPipelineCarrier(t TB, cfg stack.Config, co simnet.CarrierOptions, configure func(*proxy.Server)) *pipeline {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	carrierLog := &lastLines{}
+	co.Logger = slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	st, err := stack.Open(ctx, stack.Options{APN: "internet", Config: cfg, Sim: stack.SimOptions{
 		NetworkConfig: simnet.NetworkConfig{APN: "internet"},
-		Carrier:       simnet.CarrierOptions{Logger: slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))},
+		Carrier:       co,
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -141,6 +142,9 @@ type StormConfig struct {
 	// MaxRTO caps the retransmission timeout of both TCPs, the stack's
 	// and the emulated network's (0: gVisor's default, what users get).
 	MaxRTO time.Duration
+	// NoTailLossProbe runs the emulated network's TCP without its tail
+	// loss probe (simnet.CarrierOptions.NoTailLossProbe), for comparison.
+	NoTailLossProbe bool
 }
 
 // Sample is the pipeline's progress at one moment of a storm run, taken
@@ -225,7 +229,7 @@ func RunStorm(t TB, cfg StormConfig) *StormResult {
 	g := newGate(ctx)
 	srv := newStreamServer(t, g)
 	defer srv.close()
-	p := openPipeline(t, nil)
+	p := openPipelineCarrier(t, stack.Config{}, simnet.CarrierOptions{NoTailLossProbe: cfg.NoTailLossProbe}, nil)
 	defer p.close()
 	return runStorm(t, p, srv, g, cfg)
 }

@@ -135,19 +135,8 @@ func TestSysErrTCPResumesBothWays(t *testing.T) {
 	for k := 1; k <= sysErrFaults; k++ {
 		// Both streams at full speed again after the last fault.
 		waitBoth(fmt.Sprintf("before SYS_ERR #%d", k), downBytes.Load(), upBytes.Load(), 4*step)
-		recovered, unsub := onRecovered(p.ctrl)
 		cBefore, sBefore := tcpCountersOf(p.carrier.GVisor()), tcpCountersOf(p.st.GVisor())
-		t0 := time.Now()
-		if err := p.modem.TriggerSysErr(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-recovered:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("SYS_ERR #%d: no recovery within 30 s", k)
-		}
-		unsub()
-		mhiRecovery := time.Since(t0)
+		mhiRecovery := sysErrRecovered(t, p, k)
 		dAt, uAt := waitBoth(fmt.Sprintf("after SYS_ERR #%d", k), downBytes.Load(), upBytes.Load(), step)
 		c, s := tcpCountersOf(p.carrier.GVisor()).Sub(cBefore), tcpCountersOf(p.st.GVisor()).Sub(sBefore)
 		fmt.Fprintf(&tab, "| #%d | %v | %v | %v | %v | %v |\n", k, mhiRecovery.Round(100*time.Microsecond),
@@ -165,4 +154,22 @@ func TestSysErrTCPResumesBothWays(t *testing.T) {
 	}
 	t.Log(tab.String())
 	t.Logf("worst resume %v; most RTOs one sender took for one SYS_ERR: %d", worst.Round(time.Millisecond), maxRTO)
+}
+
+// sysErrRecovered injects SYS_ERR #k and waits for the controller's
+// EventRecovered (30 s bound); it returns how long recovery took.
+func sysErrRecovered(t *testing.T, p *pipeline, k int) time.Duration {
+	t.Helper()
+	recovered, unsub := onRecovered(p.ctrl)
+	defer unsub()
+	t0 := time.Now()
+	if err := p.modem.TriggerSysErr(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-recovered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("SYS_ERR #%d: no recovery within 30 s", k)
+	}
+	return time.Since(t0)
 }

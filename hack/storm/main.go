@@ -40,6 +40,7 @@ func main() {
 	size := flag.Int64("mib", 64, "MiB each run moves (half down over SOCKS5, half up over HTTP CONNECT)")
 	maxRTO := flag.Duration("maxrto", 0, "cap both TCPs' RTO (0: gVisor's default, as stack.Open and mhiproxy run)")
 	verbose := flag.Bool("v", false, "print every fault of every storm run")
+	noTLP := flag.Bool("notlp", false, "run the emulated network's TCP without its tail loss probe, for comparison")
 	flag.Parse()
 	if *runs < 1 || *size < 1 {
 		fmt.Fprintln(os.Stderr, "storm: -runs and -mib must be at least 1")
@@ -48,7 +49,7 @@ func main() {
 	var free, storms []*reliability.StormResult
 	for i := range *runs {
 		for _, noFaults := range []bool{true, false} {
-			cfg := reliability.StormConfig{Bytes: *size << 20, NoFaults: noFaults, MaxRTO: *maxRTO}
+			cfg := reliability.StormConfig{Bytes: *size << 20, NoFaults: noFaults, MaxRTO: *maxRTO, NoTailLossProbe: *noTLP}
 			r, err := run(cfg)
 			kind := "storm"
 			if noFaults {

@@ -83,6 +83,12 @@ type CarrierOptions struct {
 	// UDPIdle closes a forwarded UDP flow after this long without
 	// traffic (default 30 s).
 	UDPIdle time.Duration
+	// NoTailLossProbe turns off the network's tail loss probe. By
+	// default the network's TCP senders repair a lost tail of a flight
+	// (a SYS_ERR loses whatever the modem held) with a probe after about
+	// two round trips, as real servers do (RACK-TLP, RFC 8985 §7; see
+	// carrier_tlp.go), instead of waiting out the retransmission timeout.
+	NoTailLossProbe bool
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -136,6 +142,7 @@ type CarrierNetwork struct {
 
 	stats  carrierCounters
 	chunks relayChunks // the forwarded flows' relay chunks
+	tlp    *tailProber // nil with NoTailLossProbe
 }
 
 // CarrierStats are the network's counters.
@@ -158,6 +165,10 @@ type CarrierStats struct {
 	// TimeWaitReused counts the host's SYNs that took over a 4-tuple
 	// the carrier held in TIME-WAIT (see takeOverTimeWait).
 	TimeWaitReused uint64
+	// TailLossProbes counts the tail loss probes the network's TCP
+	// senders sent (CarrierOptions.NoTailLossProbe): each sends a flow's
+	// newest segments again, up to three.
+	TailLossProbes uint64
 	// RelayChunks is how many 256 KiB relay chunks the forwarded TCP
 	// flows hold now: a direction holds one only while it has data to
 	// move, so idle flows hold none.
@@ -202,6 +213,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		mtu = max(mtu, a.Carrier.MTU)
 	}
 	cn.ep = &carrierLink{cn: cn, mtu: mtu}
+	if !opts.NoTailLossProbe {
+		cn.tlp = new(tailProber)
+		cn.tlp.init(cn)
+	}
 	cn.groSink.cn = cn
 	cn.gro.Init(true)
 	cn.gro.Dispatcher = &cn.groSink
@@ -268,6 +283,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
 	cn.wg.Add(1)
 	go cn.rxLoop()
+	if cn.tlp != nil {
+		cn.wg.Add(1)
+		go cn.tlp.run()
+	}
 	if !isRawIP(opts.Framing) {
 		cn.wg.Add(1)
 		go cn.ep.runSender()
@@ -312,7 +331,14 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(),
-		RelayChunks: cn.chunks.held.Load()}
+		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
+}
+
+func (cn *CarrierNetwork) tailLossProbes() uint64 {
+	if cn.tlp == nil {
+		return 0
+	}
+	return cn.tlp.sent.Load()
 }
 
 // GVisor returns the gVisor stack that terminates the host's flows on
@@ -322,7 +348,12 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 func (cn *CarrierNetwork) GVisor() *stack.Stack { return cn.s }
 
 // Start implements sim.Function.
-func (cn *CarrierNetwork) Start(p *sim.Port) { cn.ep.port.Store(p) }
+func (cn *CarrierNetwork) Start(p *sim.Port) {
+	cn.ep.port.Store(p)
+	if cn.tlp != nil {
+		cn.tlp.started()
+	}
+}
 
 // Stop implements sim.Function.
 func (cn *CarrierNetwork) Stop() { cn.ep.port.Store(nil) }

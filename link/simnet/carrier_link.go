@@ -78,6 +78,17 @@ func (l *carrierLink) Attach(d stack.NetworkDispatcher) {
 }
 
 func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if t := l.cn.tlp; t != nil {
+		for _, pkt := range pkts.AsSlice() {
+			t.record(pkt)
+		}
+	}
+	return l.writeOut(pkts)
+}
+
+// writeOut sends pkts to the host: WritePackets without the tail loss
+// probe's bookkeeping, which the probes themselves take.
+func (l *carrierLink) writeOut(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	p := l.port.Load()
 	if p == nil {
 		// The data pair is stopped: the packets are lost, as on a

@@ -138,6 +138,9 @@ func (cn *CarrierNetwork) enqueueGRO(pkt *stack.PacketBuffer) {
 	}
 	pkt.RXChecksumValidated = true
 	cn.takeOverTimeWait(p, pkt.NetworkProtocolNumber)
+	if cn.tlp != nil {
+		cn.tlp.ack(p)
+	}
 	cn.groSink.in++
 	cn.gro.Enqueue(pkt)
 	pkt.DecRef()
