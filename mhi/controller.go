@@ -73,6 +73,12 @@ type Options struct {
 	// device, e.g. when its only user is blocked in ControlPort.Recv
 	// (liveness.go). Default DefaultLivenessInterval; negative: never.
 	LivenessInterval time.Duration
+	// HealthCheckInterval is how often a powered controller reads the
+	// function's vendor ID from config space, like Linux pci_generic's
+	// health check: 0xFFFF means removal, 0 a function-level reset and,
+	// if that does not bring it back, removal (health.go). Default
+	// DefaultHealthCheckInterval (2 s); negative: never.
+	HealthCheckInterval time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -209,6 +215,7 @@ type ControllerStats struct {
 	Suspends        atomic.Uint64
 	Resumes         atomic.Uint64
 	LivenessChecks  atomic.Uint64
+	HealthChecks    atomic.Uint64
 	CrashDumps      atomic.Uint64
 }
 
@@ -219,6 +226,7 @@ type Stats struct {
 	LastRecovery                                                 time.Duration
 	LivenessChecks                                               uint64 // MHISTATUS reads by the liveness check
 	CrashDumps                                                   uint64 // RDDM dumps collected (rddm.go)
+	HealthChecks                                                 uint64 // vendor-ID reads by the health check (health.go)
 }
 
 // New prepares a controller for dev: it matches the profile, maps BAR 0,
@@ -405,6 +413,7 @@ func (c *Controller) Stats() Stats {
 		Commands: s.Commands.Load(), CommandTimeouts: s.CommandTimeouts.Load(), SysErrs: s.SysErrs.Load(),
 		Recoveries: s.Recoveries.Load(), Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(),
 		LastRecovery: last, LivenessChecks: s.LivenessChecks.Load(), CrashDumps: s.CrashDumps.Load(),
+		HealthChecks: s.HealthChecks.Load(),
 	}
 }
 

@@ -443,18 +443,27 @@ func (c *Controller) sysErrDetected(ee EE, how string) {
 		c.mu.Unlock()
 		return
 	}
+	c.devState = StateSysErr
+	ctx := c.beginRecoveryLocked()
+	c.mu.Unlock()
+	c.log.Warn("SYS_ERR detected", "dev", c.name, "via", how, "ee", ee)
+	go c.recover(ctx)
+}
+
+// beginRecoveryLocked marks the controller recovering, for the recovery
+// goroutine the caller starts next with the context returned (which
+// PowerDown and Close cancel); that goroutine calls c.wg.Done, then
+// finishRecovery. The caller holds c.mu.
+func (c *Controller) beginRecoveryLocked() context.Context {
 	c.recovering = true
 	c.pm = pmSysErrProcess
 	c.mission = false
-	c.devState = StateSysErr
 	c.dmaFence = true
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancelRecovery = cancel
 	c.broadcast()
 	c.wg.Add(1)
-	c.mu.Unlock()
-	c.log.Warn("SYS_ERR detected", "dev", c.name, "via", how, "ee", ee)
-	go c.recover(ctx)
+	return ctx
 }
 
 // recoveryAttempts bounds how often recovery restarts when the device
@@ -482,7 +491,7 @@ func (c *Controller) recover(ctx context.Context) {
 	var err error
 	for attempt, flr := 1, false; ; {
 		if flr {
-			err = c.recoverByFunctionReset(ctx, err) // flr.go
+			err = c.recoverByFunctionReset(ctx, fmt.Errorf("MHI reset: %w", err)) // flr.go
 		} else if err = c.recoverDevice(ctx); err == nil {
 			err = c.restartChannels(ctx)
 		}
@@ -519,9 +528,17 @@ func (c *Controller) recover(ctx context.Context) {
 		c.mu.Unlock()
 		c.collectCrashDump(ctx)
 	}
+	c.finishRecovery(ctx, start, err)
+}
+
+// finishRecovery ends a recovery goroutine's run: EventRecovered when err
+// is nil (endRecovery has cleared recovering), else the buffers back if no
+// MHI reset will ever complete, pmFatal (unless removed or closed) and
+// EventRecoveryFailed.
+func (c *Controller) finishRecovery(ctx context.Context, start time.Time, err error) {
 	if err == nil {
 		c.stats.Recoveries.Add(1)
-		c.log.Info("recovered from SYS_ERR", "dev", c.name, "took", time.Since(start))
+		c.log.Info("device recovered", "dev", c.name, "took", time.Since(start))
 		c.emit(Event{Kind: EventRecovered, EE: c.currentEE()})
 		return
 	}
@@ -539,7 +556,7 @@ func (c *Controller) recover(ctx context.Context) {
 	}
 	c.broadcast()
 	c.mu.Unlock()
-	c.log.Error("SYS_ERR recovery failed", "dev", c.name, "err", err)
+	c.log.Error("recovery failed", "dev", c.name, "err", err)
 	c.emit(Event{Kind: EventRecoveryFailed, Err: err})
 }
 
