@@ -79,6 +79,15 @@ type Options struct {
 	// if that does not bring it back, removal (health.go). Default
 	// DefaultHealthCheckInterval (2 s); negative: never.
 	HealthCheckInterval time.Duration
+	// CrashLoopLimit and CrashLoopWindow bound SYS_ERR recovery: the
+	// CrashLoopLimit-th SYS_ERR within CrashLoopWindow is not recovered
+	// from; the controller resets the device to quiet it, reports
+	// EventRecoveryFailed with an error wrapping ErrCrashLoop, and stays
+	// failed until the next PowerUp (crashloop.go). Defaults
+	// DefaultCrashLoopLimit (5) and DefaultCrashLoopWindow (60 s); a
+	// negative limit: no bound.
+	CrashLoopLimit  int
+	CrashLoopWindow time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -193,6 +202,11 @@ type Controller struct {
 	live           *liveness   // the liveness goroutine while powered
 	savedCfg       savedConfig // config space saved by New, read-only after (pcistate.go)
 	lastDump       *CrashDump  // the latest RDDM dump (rddm.go)
+	// crashes are the starts of the recent SYS_ERR recoveries, and
+	// recoveryStopped the crash-loop error once they were too many
+	// (crashloop.go); PowerUp clears both.
+	crashes         []time.Time
+	recoveryStopped error
 
 	stats ControllerStats
 
@@ -643,6 +657,8 @@ func (c *Controller) operationalLocked() error {
 		return ErrClosed
 	case c.pm == pmRemoved:
 		return ErrRemoved
+	case c.pm == pmFatal && c.recoveryStopped != nil:
+		return c.recoveryStopped
 	case c.pm == pmSysErrProcess || c.pm == pmFatal:
 		return ErrSysErr
 	case c.mission:

@@ -26,6 +26,7 @@ func (c *Controller) PowerUp(ctx context.Context) error {
 		return fmt.Errorf("mhi: %s: power-up in state %s: %w", c.name, c.pm, ErrState)
 	}
 	c.poweringUp = true
+	c.crashes, c.recoveryStopped = nil, nil
 	c.mu.Unlock()
 	err := c.powerUp(ctx)
 	c.mu.Lock()
@@ -429,7 +430,7 @@ func (c *Controller) wake(assert bool) {
 // the waits fail instead, and the caller reports the error.
 func (c *Controller) sysErrDetected(ee EE, how string) {
 	c.mu.Lock()
-	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.devState == StateSysErr {
+	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.devState == StateSysErr || c.recoveryStopped != nil {
 		c.mu.Unlock()
 		return
 	}
@@ -481,13 +482,19 @@ const recoveryAttempts = 3
 // round again (at most recoveryAttempts times), then the function-level
 // reset (flr.go) is the last resort. Every crash into RDDM, the first and
 // any during recovery, has its RAM dump collected before the reset that
-// follows it (rddm.go).
+// follows it (rddm.go). The CrashLoopLimit-th SYS_ERR within
+// CrashLoopWindow is not recovered from (crashloop.go).
 func (c *Controller) recover(ctx context.Context) {
 	defer c.wg.Done()
 	start := time.Now()
 	c.quiesceChannels(ErrSysErr)
 	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
 	c.collectCrashDump(ctx) // rddm.go: only a device in EE RDDM
+	if err := c.noteCrash(start); err != nil {
+		c.stopForCrashLoop(ctx, err) // crashloop.go
+		c.finishRecovery(ctx, start, err)
+		return
+	}
 	var err error
 	for attempt, flr := 1, false; ; {
 		if flr {
