@@ -15,14 +15,7 @@ import (
 const DefaultHealthCheckInterval = 2 * time.Second
 
 func (c *Controller) healthCheckInterval() time.Duration {
-	switch iv := c.opts.HealthCheckInterval; {
-	case iv == 0:
-		return DefaultHealthCheckInterval
-	case iv < 0:
-		return 0
-	default:
-		return iv
-	}
+	return optInterval(c.opts.HealthCheckInterval, DefaultHealthCheckInterval) // liveness.go
 }
 
 // healthCheck reads the vendor ID from config space, as Linux

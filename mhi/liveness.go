@@ -27,9 +27,15 @@ type liveness struct {
 }
 
 func (c *Controller) livenessInterval() time.Duration {
-	switch iv := c.opts.LivenessInterval; {
+	return optInterval(c.opts.LivenessInterval, DefaultLivenessInterval)
+}
+
+// optInterval is the period an Options interval field asks for: def for
+// 0, none (0) for a negative one.
+func optInterval(iv, def time.Duration) time.Duration {
+	switch {
 	case iv == 0:
-		return DefaultLivenessInterval
+		return def
 	case iv < 0:
 		return 0
 	default:
