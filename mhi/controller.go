@@ -73,6 +73,21 @@ type Options struct {
 	// device, e.g. when its only user is blocked in ControlPort.Recv
 	// (liveness.go). Default DefaultLivenessInterval; negative: never.
 	LivenessInterval time.Duration
+	// HealthCheckInterval is how often a powered controller reads the
+	// function's vendor ID from config space, like Linux pci_generic's
+	// health check: 0xFFFF means removal, 0 a function-level reset and,
+	// if that does not bring it back, removal (health.go). Default
+	// DefaultHealthCheckInterval (2 s); negative: never.
+	HealthCheckInterval time.Duration
+	// CrashLoopLimit and CrashLoopWindow bound SYS_ERR recovery: the
+	// CrashLoopLimit-th SYS_ERR within CrashLoopWindow is not recovered
+	// from; the controller resets the device to quiet it, reports
+	// EventRecoveryFailed with an error wrapping ErrCrashLoop, and stays
+	// failed until the next PowerUp (crashloop.go). Defaults
+	// DefaultCrashLoopLimit (5) and DefaultCrashLoopWindow (60 s); a
+	// negative limit: no bound.
+	CrashLoopLimit  int
+	CrashLoopWindow time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -187,6 +202,11 @@ type Controller struct {
 	live           *liveness   // the liveness goroutine while powered
 	savedCfg       savedConfig // config space saved by New, read-only after (pcistate.go)
 	lastDump       *CrashDump  // the latest RDDM dump (rddm.go)
+	// crashes are the starts of the recent SYS_ERR recoveries, and
+	// recoveryStopped the crash-loop error once they were too many
+	// (crashloop.go); PowerUp clears both.
+	crashes         []time.Time
+	recoveryStopped error
 
 	stats ControllerStats
 
@@ -209,6 +229,7 @@ type ControllerStats struct {
 	Suspends        atomic.Uint64
 	Resumes         atomic.Uint64
 	LivenessChecks  atomic.Uint64
+	HealthChecks    atomic.Uint64
 	CrashDumps      atomic.Uint64
 }
 
@@ -219,6 +240,7 @@ type Stats struct {
 	LastRecovery                                                 time.Duration
 	LivenessChecks                                               uint64 // MHISTATUS reads by the liveness check
 	CrashDumps                                                   uint64 // RDDM dumps collected (rddm.go)
+	HealthChecks                                                 uint64 // vendor-ID reads by the health check (health.go)
 }
 
 // New prepares a controller for dev: it matches the profile, maps BAR 0,
@@ -405,6 +427,7 @@ func (c *Controller) Stats() Stats {
 		Commands: s.Commands.Load(), CommandTimeouts: s.CommandTimeouts.Load(), SysErrs: s.SysErrs.Load(),
 		Recoveries: s.Recoveries.Load(), Suspends: s.Suspends.Load(), Resumes: s.Resumes.Load(),
 		LastRecovery: last, LivenessChecks: s.LivenessChecks.Load(), CrashDumps: s.CrashDumps.Load(),
+		HealthChecks: s.HealthChecks.Load(),
 	}
 }
 
@@ -634,6 +657,8 @@ func (c *Controller) operationalLocked() error {
 		return ErrClosed
 	case c.pm == pmRemoved:
 		return ErrRemoved
+	case c.pm == pmFatal && c.recoveryStopped != nil:
+		return c.recoveryStopped
 	case c.pm == pmSysErrProcess || c.pm == pmFatal:
 		return ErrSysErr
 	case c.mission:

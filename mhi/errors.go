@@ -31,4 +31,9 @@ var (
 	// (Linux mhi_pm_suspend's -EBUSY); the device stays in M0, retry
 	// later. It wraps syscall.EBUSY.
 	ErrBusy = fmt.Errorf("mhi: transfers pending: %w", syscall.EBUSY)
+	// ErrCrashLoop: the firmware crashed Options.CrashLoopLimit times
+	// within Options.CrashLoopWindow and the controller stopped
+	// recovering it (crashloop.go); the modem likely needs a firmware
+	// flash. It wraps ErrSysErr.
+	ErrCrashLoop = fmt.Errorf("mhi: firmware crash loop: %w", ErrSysErr)
 )

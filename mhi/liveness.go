@@ -12,7 +12,8 @@ import (
 const DefaultLivenessInterval = time.Second
 
 // liveness is the goroutine that reads MHISTATUS every interval while the
-// controller is powered (from PowerUp until PowerDown or Close).
+// controller is powered (from PowerUp until PowerDown or Close), and the
+// vendor ID every health-check interval (health.go).
 //
 // Removal is otherwise noticed only when something reads a register: a
 // command or state wait, an interrupt. An idle controller whose only user
@@ -26,9 +27,15 @@ type liveness struct {
 }
 
 func (c *Controller) livenessInterval() time.Duration {
-	switch iv := c.opts.LivenessInterval; {
+	return optInterval(c.opts.LivenessInterval, DefaultLivenessInterval)
+}
+
+// optInterval is the period an Options interval field asks for: def for
+// 0, none (0) for a negative one.
+func optInterval(iv, def time.Duration) time.Duration {
+	switch {
 	case iv == 0:
-		return DefaultLivenessInterval
+		return def
 	case iv < 0:
 		return 0
 	default:
@@ -43,9 +50,9 @@ func (c *Controller) livenessInterval() time.Duration {
 // (vfio-pci's request interrupt on hot-unplug), also with the periodic
 // check disabled (releaseOnRequest).
 func (c *Controller) startLiveness() {
-	iv := c.livenessInterval()
+	iv, hc := c.livenessInterval(), c.healthCheckInterval()
 	_, removable := c.dev.(pci.Removable)
-	if iv == 0 && !removable {
+	if iv == 0 && hc == 0 && !removable {
 		return
 	}
 	c.mu.Lock()
@@ -56,7 +63,7 @@ func (c *Controller) startLiveness() {
 	l := &liveness{stop: make(chan struct{}), done: make(chan struct{})}
 	c.live = l
 	c.wg.Add(1)
-	go c.livenessLoop(l, iv)
+	go c.livenessLoop(l, iv, hc)
 }
 
 // stopLiveness stops the liveness goroutine and waits until it is gone.
@@ -74,14 +81,19 @@ func (c *Controller) stopLiveness() {
 	<-l.done
 }
 
-func (c *Controller) livenessLoop(l *liveness, iv time.Duration) {
+func (c *Controller) livenessLoop(l *liveness, iv, hc time.Duration) {
 	defer c.wg.Done()
 	defer close(l.done)
-	var tick <-chan time.Time
+	var tick, health <-chan time.Time
 	if iv > 0 {
 		t := time.NewTicker(iv)
 		defer t.Stop()
 		tick = t.C
+	}
+	if hc > 0 {
+		t := time.NewTicker(hc)
+		defer t.Stop()
+		health = t.C
 	}
 	var requested <-chan struct{}
 	rm, _ := c.dev.(pci.Removable)
@@ -96,6 +108,9 @@ func (c *Controller) livenessLoop(l *liveness, iv time.Duration) {
 			c.releaseOnRequest(rm)
 			return
 		case <-tick:
+		case <-health:
+			c.healthCheck() // health.go
+			continue
 		}
 		c.mu.Lock()
 		pm, closed := c.pm, c.closed

@@ -26,6 +26,7 @@ func (c *Controller) PowerUp(ctx context.Context) error {
 		return fmt.Errorf("mhi: %s: power-up in state %s: %w", c.name, c.pm, ErrState)
 	}
 	c.poweringUp = true
+	c.crashes, c.recoveryStopped = nil, nil
 	c.mu.Unlock()
 	err := c.powerUp(ctx)
 	c.mu.Lock()
@@ -429,7 +430,7 @@ func (c *Controller) wake(assert bool) {
 // the waits fail instead, and the caller reports the error.
 func (c *Controller) sysErrDetected(ee EE, how string) {
 	c.mu.Lock()
-	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.devState == StateSysErr {
+	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.devState == StateSysErr || c.recoveryStopped != nil {
 		c.mu.Unlock()
 		return
 	}
@@ -443,18 +444,27 @@ func (c *Controller) sysErrDetected(ee EE, how string) {
 		c.mu.Unlock()
 		return
 	}
+	c.devState = StateSysErr
+	ctx := c.beginRecoveryLocked()
+	c.mu.Unlock()
+	c.log.Warn("SYS_ERR detected", "dev", c.name, "via", how, "ee", ee)
+	go c.recover(ctx)
+}
+
+// beginRecoveryLocked marks the controller recovering, for the recovery
+// goroutine the caller starts next with the context returned (which
+// PowerDown and Close cancel); that goroutine calls c.wg.Done, then
+// finishRecovery. The caller holds c.mu.
+func (c *Controller) beginRecoveryLocked() context.Context {
 	c.recovering = true
 	c.pm = pmSysErrProcess
 	c.mission = false
-	c.devState = StateSysErr
 	c.dmaFence = true
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancelRecovery = cancel
 	c.broadcast()
 	c.wg.Add(1)
-	c.mu.Unlock()
-	c.log.Warn("SYS_ERR detected", "dev", c.name, "via", how, "ee", ee)
-	go c.recover(ctx)
+	return ctx
 }
 
 // recoveryAttempts bounds how often recovery restarts when the device
@@ -472,17 +482,23 @@ const recoveryAttempts = 3
 // round again (at most recoveryAttempts times), then the function-level
 // reset (flr.go) is the last resort. Every crash into RDDM, the first and
 // any during recovery, has its RAM dump collected before the reset that
-// follows it (rddm.go).
+// follows it (rddm.go). The CrashLoopLimit-th SYS_ERR within
+// CrashLoopWindow is not recovered from (crashloop.go).
 func (c *Controller) recover(ctx context.Context) {
 	defer c.wg.Done()
 	start := time.Now()
 	c.quiesceChannels(ErrSysErr)
 	c.emit(Event{Kind: EventSysErr, Err: ErrSysErr})
 	c.collectCrashDump(ctx) // rddm.go: only a device in EE RDDM
+	if err := c.noteCrash(start); err != nil {
+		c.stopForCrashLoop(ctx, err) // crashloop.go
+		c.finishRecovery(ctx, start, err)
+		return
+	}
 	var err error
 	for attempt, flr := 1, false; ; {
 		if flr {
-			err = c.recoverByFunctionReset(ctx, err) // flr.go
+			err = c.recoverByFunctionReset(ctx, fmt.Errorf("MHI reset: %w", err)) // flr.go
 		} else if err = c.recoverDevice(ctx); err == nil {
 			err = c.restartChannels(ctx)
 		}
@@ -519,9 +535,17 @@ func (c *Controller) recover(ctx context.Context) {
 		c.mu.Unlock()
 		c.collectCrashDump(ctx)
 	}
+	c.finishRecovery(ctx, start, err)
+}
+
+// finishRecovery ends a recovery goroutine's run: EventRecovered when err
+// is nil (endRecovery has cleared recovering), else the buffers back if no
+// MHI reset will ever complete, pmFatal (unless removed or closed) and
+// EventRecoveryFailed.
+func (c *Controller) finishRecovery(ctx context.Context, start time.Time, err error) {
 	if err == nil {
 		c.stats.Recoveries.Add(1)
-		c.log.Info("recovered from SYS_ERR", "dev", c.name, "took", time.Since(start))
+		c.log.Info("device recovered", "dev", c.name, "took", time.Since(start))
 		c.emit(Event{Kind: EventRecovered, EE: c.currentEE()})
 		return
 	}
@@ -539,7 +563,7 @@ func (c *Controller) recover(ctx context.Context) {
 	}
 	c.broadcast()
 	c.mu.Unlock()
-	c.log.Error("SYS_ERR recovery failed", "dev", c.name, "err", err)
+	c.log.Error("recovery failed", "dev", c.name, "err", err)
 	c.emit(Event{Kind: EventRecoveryFailed, Err: err})
 }
 

@@ -80,7 +80,9 @@ func openPipelineCarrier(t TB, cfg stack.Config, co simnet.CarrierOptions, confi
 	defer cancel()
 	carrierLog := &lastLines{}
 	co.Logger = slog.New(slog.NewTextHandler(carrierLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	st, err := stack.Open(ctx, stack.Options{APN: "internet", Config: cfg, Sim: stack.SimOptions{
+	// The storms crash the firmware ten times in well under a minute on
+	// purpose: no crash-loop bound.
+	st, err := stack.Open(ctx, stack.Options{APN: "internet", Config: cfg, CrashLoopLimit: -1, Sim: stack.SimOptions{
 		NetworkConfig: simnet.NetworkConfig{APN: "internet"},
 		Carrier:       co,
 	}})

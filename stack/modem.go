@@ -99,7 +99,7 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	}
 	defer func() { err = removalCause(err, dev) }()
 	closers = append(closers, cls...)
-	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger, OnCrashDump: opts.OnCrashDump})
+	c, err := mhi.New(dev, mhi.Options{Profile: p, Logger: opts.Logger, OnCrashDump: opts.OnCrashDump, CrashLoopLimit: opts.CrashLoopLimit})
 	if err != nil {
 		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 	}

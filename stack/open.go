@@ -69,6 +69,10 @@ type Options struct {
 	// crashed into RDDM (mhi.Options.OnCrashDump; docs/RELIABILITY.md
 	// "Crash dumps"). The DMA arena has room for Profile.CrashDumpSize.
 	OnCrashDump func(mhi.CrashDump)
+	// CrashLoopLimit is mhi.Options.CrashLoopLimit: the firmware crash
+	// within a minute at which SYS_ERR recovery stops, a crash loop
+	// (docs/RELIABILITY.md, "Crash loop"; 0: 5; negative: no bound).
+	CrashLoopLimit int
 	// DMASize overrides the size of the VFIO or vfio-user DMA arena (0:
 	// computed from the profile and Link, see DMASize). With VFIO it is
 	// pinned memory and counts against RLIMIT_MEMLOCK (docs/VFIO.md).

@@ -201,6 +201,7 @@ func (m *Modem) sblDone() {
 	switch m.state {
 	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
 		m.post(0, mhi.EEEvent(mhi.EEAMSS), false)
+		m.armCrashLoop() // faults.go
 	}
 }
 

@@ -237,3 +237,31 @@ func (m *Modem) CommandRing() (base uint64, n int, ok bool) {
 func ringSpan(r ring) (base uint64, n int, ok bool) {
 	return r.base, int(r.size / mhi.ElementSize), r.size > 0
 }
+
+// armCrashLoop starts Options.CrashLoop's clock when the modem arrives in
+// AMSS in M0 (from READY, or from the SBL). The caller holds m.mu.
+func (m *Modem) armCrashLoop() {
+	if m.opts.CrashLoop > 0 && m.ee == mhi.EEAMSS {
+		m.crashAt = m.now().Add(m.opts.CrashLoop)
+	}
+}
+
+// crashLoop crashes the firmware (SYS_ERR) once Options.CrashLoop has
+// passed since the modem arrived in AMSS, if it is still there and awake:
+// a modem running an image that does not fit it (the wrong variant's
+// firmware) crashes the same way after every recovery. The caller holds
+// m.mu.
+func (m *Modem) crashLoop(now time.Time) {
+	if m.crashAt.IsZero() || now.Before(m.crashAt) {
+		return
+	}
+	m.crashAt = zeroTime
+	if m.ee != mhi.EEAMSS {
+		return
+	}
+	switch m.state {
+	case mhi.StateM0, mhi.StateM1, mhi.StateM2:
+		m.log.Warn("crash loop: the firmware crashes again (SYS_ERR)", "after", m.opts.CrashLoop)
+		m.enterSysErr()
+	}
+}

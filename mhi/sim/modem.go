@@ -143,6 +143,15 @@ type Options struct {
 	MSIVectors int
 	// Logger receives device logs (nil: discarded).
 	Logger *slog.Logger
+
+	// Firmware misbehaviour a real modem shows (faults.go), apart from
+	// the quirks.
+	//
+	// CrashLoop, when positive, makes the firmware crash this long after
+	// every arrival in AMSS M0: SYS_ERR, as TriggerSysErr, and the same
+	// again after each recovery, like a modem flashed with the wrong
+	// image (docs/RELIABILITY.md, "Crash loop").
+	CrashLoop time.Duration
 }
 
 func (o *Options) setDefaults(p *mhi.Profile) {
@@ -238,7 +247,8 @@ type Modem struct {
 	lastActive time.Time // a polling channel last found something new
 	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
-	hung       bool // Hang: MHICTRL ignored until an FLR or SoC reset
+	crashAt    time.Time // when Options.CrashLoop crashes the firmware (faults.go)
+	hung       bool      // Hang: MHICTRL ignored until an FLR or SoC reset
 	actions    []action
 	boot       bootState
 	evBuf      [mhi.ElementSize]byte
@@ -407,6 +417,7 @@ func (m *Modem) powerOn() {
 	m.regs.powerOn(m.cfgPOR, m.bhiPOR, m.opts.SOCHWVersion)
 	m.state = mhi.StateReset
 	m.sblUntil = zeroTime
+	m.crashAt = zeroTime
 	m.hung = false
 	m.sblReleased = false
 	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
@@ -607,6 +618,7 @@ func (m *Modem) step() bool {
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
 	}
+	m.crashLoop(now) // faults.go
 	if p.crdb || m.cmdPending {
 		m.cmdPending = m.holdCmds.Load()
 		if !m.cmdPending {
@@ -654,6 +666,9 @@ func (m *Modem) nextWait() time.Duration {
 	}
 	if !m.watchNext.IsZero() {
 		d = min(d, time.Until(m.watchNext))
+	}
+	if !m.crashAt.IsZero() {
+		d = min(d, time.Until(m.crashAt))
 	}
 	return max(d, time.Microsecond)
 }

@@ -92,6 +92,7 @@ func (m *Modem) toM0() {
 		if m.ee == mhi.EESBL {
 			m.sblUntil = m.now().Add(m.opts.SBLTime)
 		}
+		m.armCrashLoop() // faults.go
 	}
 	m.resume()
 }

@@ -12,7 +12,7 @@
 //	vecs, _ := dev.Interrupts().Enable(2)  // eventfds the model's RaiseMSI signals
 //
 // For tests of the host engine, *Device also injects faults (Remove,
-// SetMSIFilter) and reports what the device did (Stats, Faults).
+// SetDead, SetMSIFilter) and reports what the device did (Stats, Faults).
 package vpci
 
 import (
@@ -79,6 +79,7 @@ type Device struct {
 	closed  atomic.Bool
 	closing sync.Once
 	removed atomic.Bool
+	dead    atomic.Uint32 // Death flags (SetDead, dead.go)
 
 	// cfgMu serialises config writes with the mirrors below, which the
 	// data paths read without taking it. Lock order: cfgMu, then msi.mu.
@@ -186,8 +187,10 @@ func (d *Device) ConfigRead(off int, p []byte) error {
 	if err := checkConfigAccess(off, len(p)); err != nil {
 		return err
 	}
-	if d.removed.Load() {
-		fillOnes(p)
+	if fill, dead := d.configDead(); dead {
+		for i := range p {
+			p[i] = fill
+		}
 		return nil
 	}
 	d.cfg.Read(off, p)
@@ -223,7 +226,7 @@ func (d *Device) ConfigWrite(off int, p []byte) error {
 // writeConfigLocked applies a config write and refreshes the mirrors the
 // data paths read. The caller holds cfgMu.
 func (d *Device) writeConfigLocked(off int, p []byte) {
-	if d.removed.Load() {
+	if _, dead := d.configDead(); dead {
 		return
 	}
 	d.cfg.Write(off, p)
@@ -293,6 +296,9 @@ func (d *Device) Reset() error {
 	// mastering goes off; otherwise their last DMAs would be recorded as
 	// faults the host did not cause.
 	d.model.Reset()
+	if how := d.death(); how&DeadUntilReset != 0 {
+		d.dead.CompareAndSwap(uint32(how), 0)
+	}
 	d.cfgMu.Lock()
 	if !d.removed.Load() {
 		d.cfg.Reset()
@@ -378,7 +384,7 @@ func (b *bar) Len() uint64 { return b.size }
 func (b *bar) claims(off uint64) bool {
 	d := b.d
 	return off%4 == 0 && off <= b.size-4 &&
-		!d.closed.Load() && !d.removed.Load() && d.cmd.Load()&pci.CmdMemory != 0
+		!d.closed.Load() && !d.removed.Load() && d.death()&DeadBAR == 0 && d.cmd.Load()&pci.CmdMemory != 0
 }
 
 func (b *bar) Read32(off uint64) uint32 {
@@ -403,10 +409,4 @@ func (b *bar) Write32(off uint64, v uint32) {
 	}
 	d.stats.mmioWrites.Add(1)
 	d.model.MMIOWrite(b.index, off, v)
-}
-
-func fillOnes(p []byte) {
-	for i := range p {
-		p[i] = 0xff
-	}
 }

@@ -991,3 +991,51 @@ func BenchmarkRaiseMSI(b *testing.B) {
 		}
 	}
 }
+
+func TestSetDeadConfigAndBAR(t *testing.T) {
+	d, m := newDevice(t, 1)
+	d.SetBusMaster(true)
+	b := bar0(t, d)
+	b.Write32(0, 5)
+	vendor := func() uint32 { return cfg32(t, d, pci.CfgVendorID) & 0xFFFF }
+	want := vendor()
+
+	d.SetDead(DeadConfigOnes)
+	if got := vendor(); got != 0xFFFF {
+		t.Errorf("vendor ID with DeadConfigOnes = %#x, want 0xffff", got)
+	}
+	if got := b.Read32(0); got != 5 {
+		t.Errorf("BAR read with config dead only = %#x, want 5", got)
+	}
+	d.SetDead(DeadConfigZero | DeadBAR)
+	if got := vendor(); got != 0 {
+		t.Errorf("vendor ID with DeadConfigZero = %#x, want 0", got)
+	}
+	m.lastOff.Store(-1)
+	if got := b.Read32(0); got != 0xFFFFFFFF {
+		t.Errorf("BAR read with DeadBAR = %#x", got)
+	}
+	b.Write32(4, 1)
+	if m.lastOff.Load() != -1 {
+		t.Error("MMIO reached a dead BAR")
+	}
+	// A reset does not revive a plain death; it does with DeadUntilReset.
+	if err := d.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if got := vendor(); got != 0 {
+		t.Errorf("vendor ID after a reset = %#x, want 0 (still dead)", got)
+	}
+	d.SetDead(DeadConfigZero | DeadUntilReset)
+	if err := d.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if got := vendor(); got != want {
+		t.Errorf("vendor ID after a reviving reset = %#x, want %#x", got, want)
+	}
+	d.SetDead(DeadConfigOnes)
+	d.SetDead(0)
+	if got := vendor(); got != want {
+		t.Errorf("vendor ID after SetDead(0) = %#x, want %#x", got, want)
+	}
+}
