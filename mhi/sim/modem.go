@@ -141,6 +141,14 @@ type Options struct {
 	// one per event ring plus one, at most 32). Fewer than that make
 	// the host share vector 0 among BHI and every event ring.
 	MSIVectors int
+	// Quirks turns on documented behaviours of real modems (quirks.go,
+	// docs/QUIRKS.md) besides the profile's own (ProfileQuirks), which
+	// are on unless NoProfileQuirks is set. ReadyDelay is how long
+	// READY takes after power-on or a reset with QuirkSlowReady (0:
+	// READY at once; tests keep it short).
+	Quirks          []Quirk
+	NoProfileQuirks bool
+	ReadyDelay      time.Duration
 	// Logger receives device logs (nil: discarded).
 	Logger *slog.Logger
 }
@@ -238,7 +246,9 @@ type Modem struct {
 	lastActive time.Time // a polling channel last found something new
 	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
-	hung       bool // Hang: MHICTRL ignored until an FLR or SoC reset
+	readyAt    time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
+	quirks     quirkSet  // the quirks played (quirks.go)
+	hung       bool      // Hang: MHICTRL ignored until an FLR or SoC reset
 	actions    []action
 	boot       bootState
 	evBuf      [mhi.ElementSize]byte
@@ -307,6 +317,10 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 		return nil, fmt.Errorf("sim: unknown boot stage %d", opts.Boot)
 	}
 	opts.setDefaults(p)
+	quirks, err := activeQuirks(p, &opts)
+	if err != nil {
+		return nil, err
+	}
 	fns := map[string]Function{}
 	for name, f := range opts.Functions {
 		if _, _, ok := p.ChannelPair(name); !ok {
@@ -330,6 +344,7 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 		exited:    make(chan struct{}),
 		irqExited: make(chan struct{}),
 		waitTimer: time.NewTimer(time.Hour),
+		quirks:    quirks,
 	}
 	m.waitTimer.Stop()
 	m.irq.kick = make(chan struct{}, 1)
@@ -342,6 +357,9 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 	}
 	if opts.MSIVectors > 0 {
 		m.id.MSIVectors = min(opts.MSIVectors, 32)
+	}
+	if quirks.has(QuirkOneMSI) {
+		m.id.MSIVectors = 1
 	}
 	if id.MatchSub {
 		m.id.SubVendor, m.id.SubDev = id.SubVendor, id.SubDevice
@@ -406,6 +424,7 @@ func (m *Modem) powerOn() {
 	m.forgetRings()
 	m.regs.powerOn(m.cfgPOR, m.bhiPOR, m.opts.SOCHWVersion)
 	m.state = mhi.StateReset
+	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
 	m.hung = false
 	m.sblReleased = false
@@ -607,6 +626,9 @@ func (m *Modem) step() bool {
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
 	}
+	if !m.readyAt.IsZero() && !now.Before(m.readyAt) {
+		m.readyDone()
+	}
 	if p.crdb || m.cmdPending {
 		m.cmdPending = m.holdCmds.Load()
 		if !m.cmdPending {
@@ -652,6 +674,9 @@ func (m *Modem) nextWait() time.Duration {
 	if !m.sblUntil.IsZero() {
 		d = min(d, time.Until(m.sblUntil))
 	}
+	if !m.readyAt.IsZero() {
+		d = min(d, time.Until(m.readyAt))
+	}
 	if !m.watchNext.IsZero() {
 		d = min(d, time.Until(m.watchNext))
 	}
@@ -662,6 +687,10 @@ func (m *Modem) nextWait() time.Duration {
 // m.mu.
 func (m *Modem) chDoorbell(n int) {
 	if n == mhi.WakeDoorbellChannel {
+		if m.quirks.has(QuirkNoInbandWake) {
+			m.fuzedByWake()
+			return
+		}
 		m.wakeDoorbell()
 		return
 	}
