@@ -123,7 +123,13 @@ registration and calls when the profile has both) unless -function says
 otherwise;
 -function NAME=carrier puts the carrier network on a data pair: TCP and UDP
 to 198.18.0.1 reach this host's 127.0.0.1, other destinations the host's
-network, and DL packets are aggregated like a modem (-flush-delay).`,
+network, and DL packets are aggregated like a modem (-flush-delay).
+
+The modem plays the documented behaviours (quirks) of the profile's model,
+e.g. slow-ready (READY comes up -ready-delay after power-on or a reset) or
+no-inband-wake (a write to the wake doorbell wedges it); -quirk adds more,
+-no-profile-quirks drops the model's, -quirk list prints them all
+(docs/QUIRKS.md).`,
 		Run: simServe,
 	})
 }
