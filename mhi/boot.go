@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/mhistack/mhistack/mhi/pci"
 )
@@ -56,11 +57,19 @@ const (
 // Progress reports a boot step. Done counts bytes staged in DMA memory for
 // the device; the device acknowledges a whole BHI or BHIe transfer at once,
 // so Complete (with Done == Total) is set only when it reported success.
+//
+// A PhaseReady report is a power-up wait still running (the first after
+// a second, then every few seconds): Waiting names what it waits for
+// ("READY", "mission mode and M0", …), Waited is how long it has waited
+// so far and Limit its bound (Profile.ReadyWait); Done and Total are 0.
 type Progress struct {
 	Phase    Phase
 	Done     int
 	Total    int
 	Complete bool
+
+	Waiting       string
+	Waited, Limit time.Duration
 }
 
 // BHIeOptions override the controller's BootOptions for one LoadBHIe.

@@ -505,20 +505,38 @@ func (c *Controller) broadcast() {
 type bound struct {
 	d    time.Duration
 	from string // "profile Timeout", "Options.Timeout", …
+	// power: a power-up wait (Profile.ReadyWait), which can take tens of
+	// seconds on some modems: it reports progress (waitProgress).
+	power bool
+}
+
+// Progress of the long power-up waits: the first report after
+// waitProgressFirst, then one every waitProgressEvery.
+const (
+	waitProgressFirst = time.Second
+	waitProgressEvery = 5 * time.Second
+)
+
+// waitProgress reports a power-up wait still running: a log line and a
+// PhaseReady Progress ("still waiting for READY: 6s of 50s").
+func (c *Controller) waitProgress(what string, waited time.Duration, limit bound) {
+	waited = waited.Truncate(100 * time.Millisecond)
+	c.log.Info("still waiting for "+what, "dev", c.name, "waited", waited, "bound", limit.d, "from", limit.from)
+	c.progress(nil, Progress{Phase: PhaseReady, Waiting: what, Waited: waited, Limit: limit.d})
 }
 
 // stateBound bounds the waits of the state and command timeout
 // (Profile.Timeout, or Options.Timeout when set).
 func (c *Controller) stateBound() bound {
 	if c.opts.Timeout > 0 {
-		return bound{c.timeout, "Options.Timeout"}
+		return bound{d: c.timeout, from: "Options.Timeout"}
 	}
-	return bound{c.timeout, "profile Timeout"}
+	return bound{d: c.timeout, from: "profile Timeout"}
 }
 
 // twice is b doubled, for the waits that cover a whole sequence of waits
 // bounded by b.
-func (b bound) twice() bound { return bound{2 * b.d, "twice the " + b.from} }
+func (b bound) twice() bound { return bound{d: 2 * b.d, from: "twice the " + b.from, power: b.power} }
 
 // waitFor blocks until cond (called with c.mu held) reports done or an
 // error, the bound passes, or ctx ends. It re-evaluates on every
@@ -530,6 +548,7 @@ func (c *Controller) waitFor(ctx context.Context, limit bound, what string, cond
 	defer deadline.Stop()
 	tick := time.NewTicker(c.poll)
 	defer tick.Stop()
+	start, nextReport := time.Now(), waitProgressFirst
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -553,6 +572,10 @@ func (c *Controller) waitFor(ctx context.Context, limit bound, what string, cond
 		case <-ch:
 		case <-tick.C:
 			c.checkAlive()
+			if waited := time.Since(start); limit.power && waited >= nextReport {
+				nextReport = waited + waitProgressEvery
+				c.waitProgress(what, waited, limit)
+			}
 		case <-deadline.C:
 			return fmt.Errorf("mhi: %s: waited %v for %s (%s): %w", c.name, limit.d, what, limit.from, ErrTimeout)
 		case <-ctx.Done():

@@ -170,9 +170,9 @@ func (p *Profile) ReadyWait() time.Duration { return p.readyBound().d }
 // a wait that runs out.
 func (p *Profile) readyBound() bound {
 	if p.ReadyTimeout > 0 {
-		return bound{p.ReadyTimeout, "profile ReadyTimeout"}
+		return bound{d: p.ReadyTimeout, from: "profile ReadyTimeout", power: true}
 	}
-	return bound{p.Timeout, "profile Timeout, as ReadyTimeout is unset"}
+	return bound{d: p.Timeout, from: "profile Timeout, as ReadyTimeout is unset", power: true}
 }
 
 // Validate checks the profile is self-consistent: channel pairs, event

@@ -70,7 +70,7 @@ func info(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseNoArgs(fs, args, df.check); err != nil {
 		return err
 	}
-	t, err := df.open(sim.Options{}, mhi.Options{}, mhi.DMAUse{}, 0)
+	t, err := df.open(sim.Options{}, mhi.Options{Boot: waitProgress(stderr)}, mhi.DMAUse{}, 0)
 	if err != nil {
 		return err
 	}

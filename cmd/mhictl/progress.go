@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
@@ -70,6 +71,12 @@ func (p *progressPrinter) report(pr mhi.Progress) {
 	if p.mode == progressNone {
 		return
 	}
+	if pr.Phase == mhi.PhaseReady && pr.Limit > 0 {
+		// A long power-up wait (a modem slow to come up READY).
+		p.finishBar()
+		fmt.Fprintf(p.w, "%s: still waiting for %s: %v of %v\n", pr.Phase, pr.Waiting, pr.Waited.Round(time.Second), pr.Limit)
+		return
+	}
 	if pr.Total == 0 {
 		// A step without bytes: EDL trigger, flash programmer up.
 		p.finishBar()
@@ -128,4 +135,11 @@ func phaseText(ph mhi.Phase) string {
 		return "flash programmer running (EE FP); FIREHOSE channels 34/35 available"
 	}
 	return "done"
+}
+
+// waitProgress is the boot option of the commands that only power the
+// modem up: a modem slow to come up READY is reported on w ("READY:
+// still waiting for READY: 6s of 50s") rather than looking hung.
+func waitProgress(w io.Writer) mhi.BootOptions {
+	return mhi.BootOptions{OnProgress: newProgressPrinter(w, progressPlain).report}
 }

@@ -81,7 +81,7 @@ func selftest(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if name == "" {
 		name = mhi.ChannelLoopback
 	}
-	t, err := df.open(so, mhi.Options{}, mhi.DMAUse{}, (selftestBufs+selftestBufs)*mhi.DMAFootprint(*size, 64))
+	t, err := df.open(so, mhi.Options{Boot: waitProgress(stderr)}, mhi.DMAUse{}, (selftestBufs+selftestBufs)*mhi.DMAFootprint(*size, 64))
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,62 @@ import (
 // 1000 burst pings, cause not found (docs/KERNEL-CROSSCHECK.md).
 const serveBurstIdle = 50 * time.Millisecond
 
+// serveReadyDelay is how long a served modem with the slow-ready quirk
+// takes to come up READY: long enough to see a host wait for it (and
+// report its progress), far inside every budget Linux gives such a
+// modem (pci_generic ready_timeout_ms, 50 s and more).
+const serveReadyDelay = 2 * time.Second
+
+// quirkFlag collects -quirk NAME[,NAME…]; "list" asks for the registry.
+type quirkFlag struct {
+	quirks []sim.Quirk
+	list   bool
+}
+
+func (f *quirkFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	var s []string
+	for _, q := range f.quirks {
+		s = append(s, string(q))
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *quirkFlag) Set(v string) error {
+	if v == "list" {
+		f.list = true
+		return nil
+	}
+	qs, err := sim.ParseQuirks(v)
+	if err != nil {
+		return err
+	}
+	f.quirks = append(f.quirks, qs...)
+	return nil
+}
+
+// printQuirks writes the quirk registry: name, the models that have it,
+// what the modem does, the public source.
+func printQuirks(w io.Writer) {
+	for _, q := range sim.Registry() {
+		var models []string
+		if q.Models != nil {
+			for _, p := range mhi.Profiles() {
+				if q.Models(p) {
+					models = append(models, p.Name)
+				}
+			}
+		}
+		m := strings.Join(models, " ")
+		if m == "" {
+			m = "-"
+		}
+		fmt.Fprintf(w, "%s\n  %s\n  models: %s (%s)\n  source: %s\n", q.Name, q.Description, m, q.ModelsText, q.Source)
+	}
+}
+
 func init() {
 	register(&command{
 		Name:  "sim serve",
@@ -67,7 +123,13 @@ registration and calls when the profile has both) unless -function says
 otherwise;
 -function NAME=carrier puts the carrier network on a data pair: TCP and UDP
 to 198.18.0.1 reach this host's 127.0.0.1, other destinations the host's
-network, and DL packets are aggregated like a modem (-flush-delay).`,
+network, and DL packets are aggregated like a modem (-flush-delay).
+
+The modem plays the documented behaviours (quirks) of the profile's model,
+e.g. slow-ready (READY comes up -ready-delay after power-on or a reset) or
+no-inband-wake (a write to the wake doorbell wedges it); -quirk adds more,
+-no-profile-quirks drops the model's, -quirk list prints them all
+(docs/QUIRKS.md).`,
 		Run: simServe,
 	})
 }
@@ -98,7 +160,7 @@ func (f functionFlag) Set(v string) error {
 	return nil
 }
 
-func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["sim serve"]
 	fs := newFlagSet(c, "-socket PATH [flags]", stderr)
 	profile := fs.String("profile", "qcom-sdx55m", "modem `profile` to impersonate (mhi profile table name)")
@@ -123,11 +185,19 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logVFIO := fs.Bool("log-messages", false, "log every vfio-user message (at debug level; very verbose)")
+	quirks := &quirkFlag{}
+	fs.Var(quirks, "quirk", "play a documented real-modem behaviour besides the profile's own (`NAME`[,NAME...], repeatable; list: print them and exit; docs/QUIRKS.md)")
+	noProfileQuirks := fs.Bool("no-profile-quirks", false, "do not play the quirks the profile's model has")
+	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usagef("unexpected arguments %q", fs.Args())
+	}
+	if quirks.list {
+		printQuirks(stdout)
+		return nil
 	}
 	if *socket == "" {
 		return usagef("-socket is required")
@@ -158,6 +228,9 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		DBModeWatchdog:       *dbModeWatchdog,
 		SBLTime:              *sblTime,
 		LoseFirmwareOnSysErr: *loseFW,
+		Quirks:               quirks.quirks,
+		NoProfileQuirks:      *noProfileQuirks,
+		ReadyDelay:           *readyDelay,
 		Logger:               log.With("part", "modem"),
 	}
 	switch *boot {
@@ -222,7 +295,7 @@ func simServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defer signal.Stop(usr2)
 	id := srv.Identity()
 	log.Info("serving the emulated modem", "profile", p.Name, "pci", fmt.Sprintf("%04x:%04x", id.Vendor, id.Device),
-		"socket", *socket, "boot", *boot, "functions", functions.String())
+		"socket", *socket, "boot", *boot, "functions", functions.String(), "quirks", fmt.Sprint(modem.Quirks()))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
@@ -66,5 +70,35 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 	p, _ := mhi.Lookup("quectel-em1xx")
 	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, 0, log); err == nil {
 		t.Error("-function QMI=qmi on a profile without a QMI pair: no error")
+	}
+}
+
+// TestServeQuirkList: -quirk list prints the registry (with the models
+// that have each quirk) and exits without serving; an unknown quirk is a
+// usage error.
+func TestServeQuirkList(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "serve", "-quirk", "list"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"slow-ready", "no-inband-wake", "one-msi", "quectel-em1xx", "drivers/bus/mhi/host/pci_generic.c"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"sim", "serve", "-socket", t.TempDir() + "/s", "-quirk", "bogus"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "bogus") {
+		t.Errorf("-quirk bogus: exit %d, stderr %q; want a usage error naming it", code, errb.String())
+	}
+}
+
+// TestProgressShowsLongReadyWaits: a power-up wait still running is one
+// line with what it waits for, how long so far and its bound.
+func TestProgressShowsLongReadyWaits(t *testing.T) {
+	var out bytes.Buffer
+	waitProgress(&out).OnProgress(mhi.Progress{Phase: mhi.PhaseReady, Waiting: "READY", Waited: 6 * time.Second, Limit: 50 * time.Second})
+	if want := "READY: still waiting for READY: 6s of 50s\n"; out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
 	}
 }

@@ -43,6 +43,7 @@ func (m *Modem) socReset() {
 	}
 	m.boot.edlEntries++
 	m.setState(mhi.StateReset)
+	m.readyAt = zeroTime
 	m.setEE(mhi.EEEDL)
 	m.log.Info("SoC reset into EDL")
 	m.raiseIntVec()

@@ -141,6 +141,14 @@ type Options struct {
 	// one per event ring plus one, at most 32). Fewer than that make
 	// the host share vector 0 among BHI and every event ring.
 	MSIVectors int
+	// Quirks turns on documented behaviours of real modems (quirks.go,
+	// docs/QUIRKS.md) besides the profile's own (ProfileQuirks), which
+	// are on unless NoProfileQuirks is set. ReadyDelay is how long
+	// READY takes after power-on or a reset with QuirkSlowReady (0:
+	// READY at once; tests keep it short).
+	Quirks          []Quirk
+	NoProfileQuirks bool
+	ReadyDelay      time.Duration
 	// Logger receives device logs (nil: discarded).
 	Logger *slog.Logger
 
@@ -248,6 +256,8 @@ type Modem struct {
 	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
 	crashAt    time.Time // when Options.CrashLoop crashes the firmware (faults.go)
+	readyAt    time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
+	quirks     quirkSet  // the quirks played (quirks.go)
 	hung       bool      // Hang: MHICTRL ignored until an FLR or SoC reset
 	actions    []action
 	boot       bootState
@@ -317,6 +327,10 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 		return nil, fmt.Errorf("sim: unknown boot stage %d", opts.Boot)
 	}
 	opts.setDefaults(p)
+	quirks, err := activeQuirks(p, &opts)
+	if err != nil {
+		return nil, err
+	}
 	fns := map[string]Function{}
 	for name, f := range opts.Functions {
 		if _, _, ok := p.ChannelPair(name); !ok {
@@ -340,6 +354,7 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 		exited:    make(chan struct{}),
 		irqExited: make(chan struct{}),
 		waitTimer: time.NewTimer(time.Hour),
+		quirks:    quirks,
 	}
 	m.waitTimer.Stop()
 	m.irq.kick = make(chan struct{}, 1)
@@ -352,6 +367,9 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 	}
 	if opts.MSIVectors > 0 {
 		m.id.MSIVectors = min(opts.MSIVectors, 32)
+	}
+	if quirks.has(QuirkOneMSI) {
+		m.id.MSIVectors = 1
 	}
 	if id.MatchSub {
 		m.id.SubVendor, m.id.SubDev = id.SubVendor, id.SubDevice
@@ -416,6 +434,7 @@ func (m *Modem) powerOn() {
 	m.forgetRings()
 	m.regs.powerOn(m.cfgPOR, m.bhiPOR, m.opts.SOCHWVersion)
 	m.state = mhi.StateReset
+	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
 	m.crashAt = zeroTime
 	m.hung = false
@@ -619,6 +638,9 @@ func (m *Modem) step() bool {
 		m.sblDone()
 	}
 	m.crashLoop(now) // faults.go
+	if !m.readyAt.IsZero() && !now.Before(m.readyAt) {
+		m.readyDone()
+	}
 	if p.crdb || m.cmdPending {
 		m.cmdPending = m.holdCmds.Load()
 		if !m.cmdPending {
@@ -664,6 +686,9 @@ func (m *Modem) nextWait() time.Duration {
 	if !m.sblUntil.IsZero() {
 		d = min(d, time.Until(m.sblUntil))
 	}
+	if !m.readyAt.IsZero() {
+		d = min(d, time.Until(m.readyAt))
+	}
 	if !m.watchNext.IsZero() {
 		d = min(d, time.Until(m.watchNext))
 	}
@@ -677,6 +702,10 @@ func (m *Modem) nextWait() time.Duration {
 // m.mu.
 func (m *Modem) chDoorbell(n int) {
 	if n == mhi.WakeDoorbellChannel {
+		if m.quirks.has(QuirkNoInbandWake) {
+			m.fuzedByWake()
+			return
+		}
 		m.wakeDoorbell()
 		return
 	}

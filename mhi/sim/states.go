@@ -158,6 +158,19 @@ func (m *Modem) wakeDoorbell() {
 	}
 }
 
+// fuzedByWake is QuirkNoInbandWake: firmware without a wake doorbell
+// takes a write to channel doorbell 127 as a kick of a channel it never
+// set up and wedges ("can fuze MHI devices", Linux pci_generic.c, "bus:
+// mhi: pci_generic: No-Op for device_wake operations"). The emulator
+// records the violation and wedges as Hang does: SYS_ERR, MHICTRL
+// ignored until an FLR or SoC reset.
+func (m *Modem) fuzedByWake() {
+	l := m.regs.chLatch(mhi.WakeDoorbellChannel)
+	m.violate(ruleNoWakeDoorbell, "channel doorbell %d written (%#x) on firmware without an in-band wake doorbell", mhi.WakeDoorbellChannel, l.val)
+	m.enterSysErr()
+	m.hung = true
+}
+
 // enterSysErr is the device's fatal error (§8.6): channels stop, MHISTATUS
 // says SYS_ERR, STATE_CHANGE(SYS_ERR) goes on event ring 0 when the host
 // has set one up (not in M3), and the INTVEC MSI fires. Then only
@@ -210,6 +223,7 @@ func (m *Modem) mhiReset() {
 	m.forgetRings()
 	m.regs.resetMHI()
 	m.state = mhi.StateReset
+	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
 	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
 	m.raiseIntVec()
@@ -222,11 +236,29 @@ func (m *Modem) mhiReset() {
 }
 
 // enterReady is §8.1 step 3: allowed only from RESET with READY clear.
+// With QuirkSlowReady and a ReadyDelay, READY comes up that much later
+// (readyDone).
 func (m *Modem) enterReady() {
 	if m.state != mhi.StateReset {
 		return
 	}
+	if m.quirks.has(QuirkSlowReady) && m.opts.ReadyDelay > 0 {
+		m.readyAt = m.now().Add(m.opts.ReadyDelay)
+		return
+	}
 	m.setState(mhi.StateReady)
+}
+
+// readyDone ends QuirkSlowReady's delay: READY, and the INTVEC MSI a
+// host waiting for it is woken by. A reset or crash meanwhile moved the
+// state on and cancelled it.
+func (m *Modem) readyDone() {
+	m.readyAt = zeroTime
+	if m.state != mhi.StateReset {
+		return
+	}
+	m.setState(mhi.StateReady)
+	m.raiseIntVec()
 }
 
 // setEE publishes the execution environment in BHI_EXECENV.

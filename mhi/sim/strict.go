@@ -51,6 +51,7 @@ const (
 	ruleNER              = "§1.1: MHICFG.NER is between 1 and the number of event ring doorbells"
 	ruleBHI              = "§4.4: BHI_IMGTXDB carries a non-zero session id and is written in PBL"
 	ruleEventSpace       = "§5.5/§10 pitfall 3: the host recycles event ring elements and rings the event ring doorbell"
+	ruleNoWakeDoorbell   = "§4.6: a host never writes the wake doorbell (channel 127) of a modem with sideband wake"
 	ruleZeroLenTRE       = "§3.2: a DL TRE has a buffer to fill"
 )
 

@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mhistack/mhistack/mhi"
+)
+
+// Quirks are documented behaviours of real modems (docs/QUIRKS.md) that
+// the emulated modem plays when they are on. A model's own quirks follow
+// from its profile (ProfileQuirks) and are on by default; Options.Quirks
+// adds more, Options.NoProfileQuirks drops the profile's.
+
+// Quirk names one behaviour of the registry (Quirks).
+type Quirk string
+
+const (
+	// QuirkSlowReady: READY comes up Options.ReadyDelay after power-on
+	// or a reset, not at once.
+	QuirkSlowReady Quirk = "slow-ready"
+	// QuirkNoInbandWake: the firmware has no wake doorbell; a write to
+	// channel doorbell 127 wedges it.
+	QuirkNoInbandWake Quirk = "no-inband-wake"
+	// QuirkOneMSI: the platform grants one MSI vector, shared by BHI and
+	// every event ring.
+	QuirkOneMSI Quirk = "one-msi"
+)
+
+// QuirkInfo describes a registered quirk.
+type QuirkInfo struct {
+	Name Quirk
+	// Description says what the emulated modem does, in one line.
+	Description string
+	// Source is the public record of the behaviour: a Linux file and
+	// commit subject.
+	Source string
+	// Models reports whether a profile's model has the quirk (nil: no
+	// model does by itself; a platform or test property).
+	Models func(*mhi.Profile) bool
+	// ModelsText says in words which models have it.
+	ModelsText string
+}
+
+var quirkRegistry = []QuirkInfo{
+	{
+		Name:        QuirkSlowReady,
+		Description: "MHISTATUS.READY is set only Options.ReadyDelay after power-on or a reset",
+		Source:      `drivers/bus/mhi/host/pci_generic.c, init.c: "bus: mhi: host: Add a separate timeout parameter for waiting ready"`,
+		// The models Linux gives a READY budget of its own
+		// (ready_timeout_ms) are the slow ones.
+		Models:     func(p *mhi.Profile) bool { return p.ReadyTimeout > 0 },
+		ModelsText: "profiles with a ReadyTimeout (pci_generic ready_timeout_ms)",
+	},
+	{
+		Name:        QuirkNoInbandWake,
+		Description: "no wake doorbell: a write to channel doorbell 127 wedges the firmware (strict mode: a violation)",
+		Source:      `drivers/bus/mhi/host/pci_generic.c: "bus: mhi: pci_generic: No-Op for device_wake operations"`,
+		Models:      func(p *mhi.Profile) bool { return p.SidebandWake },
+		ModelsText:  "profiles with SidebandWake (pci_generic sideband_wake)",
+	},
+	{
+		Name:        QuirkOneMSI,
+		Description: "the platform grants a single MSI vector: BHI and every event ring share vector 0",
+		Source:      `drivers/bus/mhi/host/pci_generic.c (mhi_pci_get_irqs, "using shared MSI")`,
+		ModelsText:  "none by model (a platform limit)",
+	},
+}
+
+// Registry returns the registered quirks, in a stable order.
+func Registry() []QuirkInfo { return slices.Clone(quirkRegistry) }
+
+// LookupQuirk returns the registry entry of name.
+func LookupQuirk(name string) (QuirkInfo, bool) {
+	for _, q := range quirkRegistry {
+		if string(q.Name) == name {
+			return q, true
+		}
+	}
+	return QuirkInfo{}, false
+}
+
+// ParseQuirks parses a comma-separated list of quirk names.
+func ParseQuirks(list string) ([]Quirk, error) {
+	var qs []Quirk
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if _, ok := LookupQuirk(n); !ok {
+			return nil, fmt.Errorf("sim: unknown quirk %q (known: %s)", n, strings.Join(QuirkNames(), ", "))
+		}
+		qs = append(qs, Quirk(n))
+	}
+	return qs, nil
+}
+
+// QuirkNames lists the registered names.
+func QuirkNames() []string {
+	var ns []string
+	for _, q := range quirkRegistry {
+		ns = append(ns, string(q.Name))
+	}
+	return ns
+}
+
+// ProfileQuirks returns the quirks of p's model.
+func ProfileQuirks(p *mhi.Profile) []Quirk {
+	var qs []Quirk
+	for _, q := range quirkRegistry {
+		if q.Models != nil && q.Models(p) {
+			qs = append(qs, q.Name)
+		}
+	}
+	return qs
+}
+
+// quirkSet is the set of quirks a modem plays.
+type quirkSet uint32
+
+func (s quirkSet) has(q Quirk) bool { return s&quirkBit(q) != 0 }
+
+func quirkBit(q Quirk) quirkSet {
+	for i, r := range quirkRegistry {
+		if r.Name == q {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// activeQuirks resolves Options.Quirks and the profile's quirks.
+func activeQuirks(p *mhi.Profile, o *Options) (quirkSet, error) {
+	var s quirkSet
+	if !o.NoProfileQuirks {
+		for _, q := range ProfileQuirks(p) {
+			s |= quirkBit(q)
+		}
+	}
+	for _, q := range o.Quirks {
+		b := quirkBit(q)
+		if b == 0 {
+			return 0, fmt.Errorf("sim: unknown quirk %q (known: %s)", q, strings.Join(QuirkNames(), ", "))
+		}
+		s |= b
+	}
+	return s, nil
+}
+
+// Quirks returns the quirks the modem plays.
+func (m *Modem) Quirks() []Quirk {
+	var qs []Quirk
+	for _, q := range quirkRegistry {
+		if m.quirks.has(q.Name) {
+			qs = append(qs, q.Name)
+		}
+	}
+	return qs
+}
