@@ -82,8 +82,9 @@ type Channel struct {
 }
 
 type slot struct {
-	buf *pci.Buffer
-	n   int
+	buf   *pci.Buffer
+	n     int
+	chain bool // the TRE has CHAIN: its TD continues in the next slot
 }
 
 // chanOp is one state change of a channel in flight; done is closed when
@@ -498,7 +499,7 @@ func (ch *Channel) Queue(buf *pci.Buffer, n int, flags Flags) error {
 		f |= TREBEI
 	}
 	TRE(buf.IOVA, n, f).Encode(ch.ring.element(wp))
-	ch.slots[wp] = slot{buf: buf, n: n}
+	ch.slots[wp] = slot{buf: buf, n: n, chain: f&TREChain != 0}
 	// Publish the slot to the consumer only after the TRE and slot are
 	// written.
 	ch.wp.Store(ch.ring.next(wp))
@@ -621,6 +622,15 @@ func (ch *Channel) complete(e Element, fn func(Completion)) bool {
 	rp, wp := ch.rp.Load(), ch.wp.Load()
 	if ch.ring.pending(rp, t) >= ch.ring.pending(rp, wp) {
 		return false // not an outstanding TRE: never walk past wp
+	}
+	// One event completes one TD: the TRE at rp, or the last of the
+	// chain that starts there. An event naming a TRE past the end of
+	// that chain points at a transfer the device has not done (Linux
+	// main.c, "Detect events pointing to unexpected TREs").
+	for i := rp; i != t; i = ch.ring.next(i) {
+		if !ch.slots[i].chain {
+			return false
+		}
 	}
 	for i := rp; ; i = ch.ring.next(i) {
 		s := ch.slots[i]

@@ -101,3 +101,19 @@ func SetRecoveryEndHookForTest(c *Controller, f func()) {
 	c.recoveryEndHook = f
 	c.mu.Unlock()
 }
+
+// EventContextSettledForTest reports whether event ring i has consumed
+// every event the device posted and its context WP hands back every slot
+// but the one before the device's RP (§2.2: the host's WP trails the
+// device's RP by one when it has caught up).
+func EventContextSettledForTest(c *Controller, i int) bool {
+	er := c.events[i]
+	er.mu.Lock()
+	defer er.mu.Unlock()
+	rp, wp := c.evCtx.Load64(er.ctxOff+CtxRP), c.evCtx.Load64(er.ctxOff+CtxWP)
+	dev, ok := er.ring.index(rp)
+	if !ok || !er.active || dev != er.rp {
+		return false
+	}
+	return wp == er.ring.iova(er.wp) && er.ring.next(er.wp) == dev
+}

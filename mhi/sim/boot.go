@@ -201,7 +201,8 @@ func (m *Modem) sblDone() {
 	switch m.state {
 	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
 		m.post(0, mhi.EEEvent(mhi.EEAMSS), false)
-		m.armCrashLoop() // faults.go
+		m.eeChangeQuirks() // quirks_memory.go
+		m.armCrashLoop()   // faults.go
 	}
 }
 

@@ -221,6 +221,9 @@ func (m *Modem) readTD(c *channel) ([]byte, bool) {
 		m.stats.tres.Add(1)
 		m.stats.bytesUL.Add(uint64(n))
 		c.advance()
+		if want && !chain && code == mhi.CodeEOT && m.quirks.has(QuirkStrayCompletion) {
+			m.strayCompletion(c, addr, n) // quirks_memory.go
+		}
 		if want {
 			m.post(c.er, mhi.TxEvent(addr, n, code, c.num), bei && code != mhi.CodeBadTRE)
 		}

@@ -371,6 +371,7 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 	if quirks.has(QuirkOneMSI) {
 		m.id.MSIVectors = 1
 	}
+	m.regs.badOffsets = quirks.has(QuirkBadOffsets)
 	if id.MatchSub {
 		m.id.SubVendor, m.id.SubDev = id.SubVendor, id.SubDevice
 	}

@@ -26,6 +26,23 @@ const (
 	// QuirkOneMSI: the platform grants one MSI vector, shared by BHI and
 	// every event ring.
 	QuirkOneMSI Quirk = "one-msi"
+
+	// Device-written memory (quirks_memory.go).
+
+	// QuirkStaleERWP: at every EE change the device writes each started
+	// event ring context's WP back to the ring base, its value before the
+	// host handed the ring over (the SBL flushing its whole context).
+	QuirkStaleERWP Quirk = "stale-er-wp"
+	// QuirkUnalignedERRP: at every EE change the device stores a data
+	// event ring context RP 8 bytes before its true RP (inside the ring,
+	// not 16-byte aligned) and raises the ring's MSI.
+	QuirkUnalignedERRP Quirk = "unaligned-er-rp"
+	// QuirkStrayCompletion: before the event of a non-chained UL TRE the
+	// device posts one naming the TRE three slots further on.
+	QuirkStrayCompletion Quirk = "stray-completion"
+	// QuirkBadOffsets: MHI CHDBOFF reads as an offset 8 bytes before the
+	// end of the BAR, leaving no room for the channel doorbells.
+	QuirkBadOffsets Quirk = "bad-offsets"
 )
 
 // QuirkInfo describes a registered quirk.
@@ -65,6 +82,31 @@ var quirkRegistry = []QuirkInfo{
 		Description: "the platform grants a single MSI vector: BHI and every event ring share vector 0",
 		Source:      `drivers/bus/mhi/host/pci_generic.c (mhi_pci_get_irqs, "using shared MSI")`,
 		ModelsText:  "none by model (a platform limit)",
+	},
+	// Device-written memory (quirks_memory.go).
+	{
+		Name:        QuirkStaleERWP,
+		Description: "at every EE change each started event ring context WP is written back to the ring base (its value before the host handed the ring over)",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Use cached values for calculating the shared write pointer"`,
+		ModelsText:  "none by model (SBL firmware flushing its event contexts)",
+	},
+	{
+		Name:        QuirkUnalignedERRP,
+		Description: "at every EE change each data event ring context RP is stored 8 bytes before the true RP (in the ring, unaligned) and the ring's MSI raised",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Add alignment check for event ring read pointer"`,
+		ModelsText:  "none by model (a broken or hostile device)",
+	},
+	{
+		Name:        QuirkStrayCompletion,
+		Description: "before the event of a non-chained UL TRE an EOT event naming the TRE three slots on is posted",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Detect events pointing to unexpected TREs"`,
+		ModelsText:  "none by model (a device that moves its RP before writing the event)",
+	},
+	{
+		Name:        QuirkBadOffsets,
+		Description: "CHDBOFF reads 8 bytes before the end of the BAR (no room for the channel doorbells)",
+		Source:      `drivers/bus/mhi/host/init.c: "bus: mhi: host: Sanity check values from remote device before use"`,
+		ModelsText:  "none by model (a broken or hostile device)",
 	},
 }
 

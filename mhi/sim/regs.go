@@ -78,6 +78,7 @@ type regFile struct {
 	ctrlBase, ctrlLimit    [2]uint32
 	dataBase, dataLimit    [2]uint32
 	socHWVersion           uint32
+	badOffsets             bool // QuirkBadOffsets; set once by New
 	crdb                   doorbell
 	chdb                   [mhi.MaxChannels]doorbell
 	erdb                   [maxEventRings]doorbell
@@ -111,6 +112,9 @@ func (r *regFile) read(off uint64) uint32 {
 	case mhi.RegMHICFG:
 		return r.cfg
 	case mhi.RegCHDBOFF:
+		if r.badOffsets {
+			return badCHDBOff
+		}
 		return chdbOff
 	case mhi.RegERDBOFF:
 		return erdbOff

@@ -89,6 +89,7 @@ func (m *Modem) toM0() {
 	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
 	if prev == mhi.StateReady {
 		m.post(0, mhi.EEEvent(m.ee), false)
+		m.eeChangeQuirks() // quirks_memory.go
 		if m.ee == mhi.EESBL {
 			m.sblUntil = m.now().Add(m.opts.SBLTime)
 		}
