@@ -33,11 +33,10 @@ func TestNoM3ProfileSuspendIsRefusedWithoutTouchingTheDevice(t *testing.T) {
 	l := newLoop(r, "LOOPBACK", 4096, 8, 8)
 	rng := rand.New(rand.NewPCG(51, 52))
 	l.exchange(t, rng, 5, 4096)
-	waitUntil(t, 5*time.Second, "every UL buffer back", func() bool { return len(l.txFree) == 8 })
 	// QDU100's timeout is 120 s: a Suspend that asked would still wait.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	err := r.c.Suspend(ctx)
+	err := l.suspendIdle(ctx)
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Suspend = %v, want errors.ErrUnsupported", err)
 	}
@@ -77,10 +76,9 @@ func TestD3ColdResumeRecoversTheDevice(t *testing.T) {
 			l := newLoop(r, pair, 4096, 8, 8)
 			rng := rand.New(rand.NewPCG(61, 62))
 			l.exchange(t, rng, 5, 4096)
-			waitUntil(t, 5*time.Second, "every UL buffer back", func() bool { return len(l.txFree) == 8 })
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := r.c.Suspend(ctx); err != nil {
+			if err := l.suspendIdle(ctx); err != nil {
 				t.Fatalf("Suspend: %v", err)
 			}
 			if tt.quirks == nil {
@@ -133,4 +131,12 @@ func TestSysErrAtPowerUpResetsAndBoots(t *testing.T) {
 	if st := r.m.Stats(); st.Violations != 0 {
 		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
 	}
+}
+
+// suspendIdle suspends the controller once every UL buffer of l is back:
+// Suspend refuses while UL transfers are outstanding, and moderated
+// completions may still be on their way after an exchange.
+func (l *loop) suspendIdle(ctx context.Context) error {
+	waitUntil(l.r.t, 5*time.Second, "every UL buffer back", func() bool { return len(l.txFree) == cap(l.txFree) })
+	return l.r.c.Suspend(ctx)
 }
