@@ -765,7 +765,9 @@ func (c *Controller) Resume(ctx context.Context) error {
 		c.markRemoved()
 		return fmt.Errorf("mhi: %s: resume: %w", c.name, ErrRemoved)
 	}
-	if s := State(Field(st, StatusStateMask, StatusStateShift)); s != StateM3 {
+	// All-ones from a function that still answers config reads is a
+	// BAR not readable yet, not a state: resume as usual.
+	if s := State(Field(st, StatusStateMask, StatusStateShift)); st != 0xFFFFFFFF && s != StateM3 {
 		return c.resumeByRecovery(ctx, s, ee)
 	}
 	c.mu.Lock()
