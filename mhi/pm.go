@@ -695,7 +695,9 @@ func (c *Controller) rewindRings() {
 // STATE_CHANGE(M3). Running channels become SUSPENDED on the device;
 // their TREs stay queued. Like Linux mhi_pm_suspend, it refuses while UL
 // transfers are outstanding: the error wraps ErrBusy (and syscall.EBUSY),
-// the device stays in M0, and the caller retries once they completed.
+// the device stays in M0, and the caller retries once they completed. On
+// a profile with NoM3 it returns an error wrapping errors.ErrUnsupported
+// at once, without touching the device.
 func (c *Controller) Suspend(ctx context.Context) error {
 	c.mu.Lock()
 	if err := c.operationalLocked(); err != nil {
@@ -705,6 +707,13 @@ func (c *Controller) Suspend(ctx context.Context) error {
 	if c.pm != pmM0 && c.pm != pmM2 {
 		c.mu.Unlock()
 		return fmt.Errorf("mhi: %s: suspend from %s: %w", c.name, c.pm, ErrState)
+	}
+	if c.prof.NoM3 {
+		// The device rejects M3 (docs/QUIRKS.md, "No M3"): asking
+		// would leave the host waiting for a STATE_CHANGE that never
+		// comes. Nothing is written; the device stays in M0.
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: suspend: model %s has no M3 (profile NoM3): %w", c.name, c.prof.Name, errors.ErrUnsupported)
 	}
 	if ch := c.pendingULLocked(); ch != nil {
 		c.mu.Unlock()
@@ -740,8 +749,27 @@ func (c *Controller) pendingULLocked() *Channel {
 	return nil
 }
 
-// Resume brings a suspended device back to M0; queued TREs are rung.
+// Resume brings a suspended device back to M0; queued TREs are rung. A
+// device that is no longer in M3 lost power while suspended (D3cold,
+// docs/QUIRKS.md): it is recovered like after a SYS_ERR, and Resume
+// returns once the recovery ended, its channels started again.
 func (c *Controller) Resume(ctx context.Context) error {
+	c.mu.Lock()
+	if c.pm != pmM3 {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: resume from %s: %w", c.name, c.pm, ErrState)
+	}
+	c.mu.Unlock()
+	st, ee, removed := c.deviceStatus()
+	if removed {
+		c.markRemoved()
+		return fmt.Errorf("mhi: %s: resume: %w", c.name, ErrRemoved)
+	}
+	// All-ones from a function that still answers config reads is a
+	// BAR not readable yet, not a state: resume as usual.
+	if s := State(Field(st, StatusStateMask, StatusStateShift)); st != 0xFFFFFFFF && s != StateM3 {
+		return c.resumeByRecovery(ctx, s, ee)
+	}
 	c.mu.Lock()
 	if c.pm != pmM3 {
 		c.mu.Unlock()
@@ -758,6 +786,40 @@ func (c *Controller) Resume(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	c.stats.Resumes.Add(1)
+	c.emit(Event{Kind: EventResumed})
+	return nil
+}
+
+// resumeByRecovery resumes a device found in state s, not M3, at resume:
+// power was lost in suspend and it is back at its power-on state (Linux
+// pci_generic queues its recovery instead of failing the resume). The
+// SYS_ERR recovery (recover) resets it, boots it and starts the channels
+// again; Resume waits for it to end.
+func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error {
+	c.mu.Lock()
+	if c.pm != pmM3 || c.recovering {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: resume from %s: %w", c.name, c.pm, ErrState)
+	}
+	c.devState = s
+	rctx := c.beginRecoveryLocked()
+	c.mu.Unlock()
+	c.log.Warn("device not in M3 at resume (power lost in suspend); recovering it", "dev", c.name, "state", s, "ee", ee)
+	go c.recover(rctx)
+	err := c.waitFor(ctx, c.prof.readyBound().twice(), "recovery after a power loss in suspend", func() (bool, error) {
+		return !c.recovering, nil
+	})
+	if err != nil {
+		return fmt.Errorf("mhi: %s: resume: %w", c.name, err)
+	}
+	c.mu.Lock()
+	ok := c.mission && c.pm == pmM0
+	pm := c.pm
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("mhi: %s: resume: recovery after a power loss in suspend left the device in %s: %w", c.name, pm, ErrSysErr)
 	}
 	c.stats.Resumes.Add(1)
 	c.emit(Event{Kind: EventResumed})

@@ -233,7 +233,11 @@ func sblRig(t *testing.T) *rig {
 // is called).
 func startInSBL(t *testing.T) (*rig, <-chan error, context.CancelFunc) {
 	t.Helper()
-	r := newRig(t, "qcom-qdu100",
+	// QDU100 itself has no M3 (no-m3); TestM0ReRingsChannelsQueuedInM3InTheSBL
+	// suspends this one.
+	p := *profile(t, "qcom-qdu100")
+	p.NoM3 = false
+	r := newRigProfile(t, &p,
 		sim.Options{Boot: sim.BootPBL, StayInSBL: true, Functions: map[string]sim.Function{"SAHARA": &sim.Loopback{}}},
 		mhi.Options{Firmware: func(string) ([]byte, error) { return []byte("sbl image"), nil }})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -42,6 +42,9 @@ type Profile struct {
 	// EDLTrigger: EDL can be forced with the doorbell-91 cookie and a
 	// SoC reset.
 	EDLTrigger bool
+	// NoM3: the device does not support M3 (Linux pci_generic leaves
+	// runtime PM off for it); Suspend refuses without writing MHICTRL.
+	NoM3 bool
 	// RDDMSize is how many bytes of RAM dump the host collects over BHIe
 	// when the firmware crashes into EE RDDM (Linux
 	// mhi_controller.rddm_size); 0: DefaultRDDMSize. Linux pci_generic

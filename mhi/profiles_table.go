@@ -459,6 +459,7 @@ var profiles = []*Profile{
 		Timeout:       120000 * time.Millisecond,
 		FirmwareImage: "qcom/qdu100/xbl_s.melf",
 		EDLTrigger:    true,
+		NoM3:          true,
 	},
 
 	// ---- Quectel (Quectel EM1xx config, mhi_quectel_em1xx_info /

@@ -56,6 +56,9 @@ type expect struct {
 	pingDev string
 	// loseFirmware: the modem comes back in PBL after a crash (PBL runs).
 	loseFirmware bool
+	// noM3: the model has no M3 (Profile.NoM3, the no-m3 quirk): Linux
+	// leaves its runtime PM off, so the M3 checks do not apply.
+	noM3 bool
 	// tcpPort, tcpSum: the harness's blob server on the host's loopback
 	// and the blob's SHA-256, for the TCP section (tcp.go); port 0: no
 	// carrier network on the data pair.
@@ -90,6 +93,7 @@ func lags(profile, channel string) bool {
 // should show for profile p.
 func expectFor(p *mhi.Profile, ko []byte) expect {
 	var e expect
+	e.noM3 = p.NoM3
 	seen := map[string]bool{}
 	count := map[string]int{}
 	var names []string
@@ -151,6 +155,7 @@ PORTS="@PORTS@"
 NETDEVS="@NETDEVS@"
 PINGDEV="@PINGDEV@"
 LOSEFW=@LOSEFW@
+NOM3=@NOM3@
 WAIT=@WAIT@
 STALL=@STALL@
 
@@ -331,6 +336,10 @@ ping_burst() {
 runtime_pm() {
 	local d=$(ls -d /sys/bus/pci/drivers/mhi-pci-generic/0000:* 2>/dev/null | head -n 1)
 	[ -n "$d" ] || { check runtime-pm FAIL "no device bound to mhi-pci-generic"; return; }
+	if [ "$NOM3" = 1 ]; then
+		check runtime-pm SKIP "the model has no M3 (no-m3; docs/QUIRKS.md)"
+		return
+	fi
 	echo auto > $d/power/control
 	if ! wait_for 15 grep -q suspended $d/power/runtime_status; then
 		check runtime-pm FAIL "not suspended after 15 s idle: runtime_status $(cat $d/power/runtime_status), control $(cat $d/power/control)"
@@ -359,6 +368,10 @@ syserr_in_m3() {
 		# power-up reads the EE before it resets the modem out of
 		# SYS_ERR, so it waits for READY in vain ("Recovery failed").
 		check syserr-in-m3 SKIP "not with a modem that loses its firmware on SYS_ERR (docs/KERNEL-CROSSCHECK.md §4)"
+		return
+	fi
+	if [ "$NOM3" = 1 ]; then
+		check syserr-in-m3 SKIP "the model has no M3 (no-m3; docs/QUIRKS.md)"
 		return
 	fi
 	[ -n "$d" ] && [ -n "$dev" ] || { check syserr-in-m3 FAIL "no device or no data interface"; return; }
@@ -501,6 +514,7 @@ func script(e expect, wait int) string {
 		"@NETDEVS@", strings.Join(e.netdevs, " "),
 		"@PINGDEV@", e.pingDev,
 		"@LOSEFW@", map[bool]string{false: "0", true: "1"}[e.loseFirmware],
+		"@NOM3@", map[bool]string{false: "0", true: "1"}[e.noM3],
 		"@WAIT@", fmt.Sprint(wait),
 		"@STALL@", fmt.Sprint(e.stallDump),
 		"@MODULES@", strings.Join(mods, " "),

@@ -259,6 +259,7 @@ type Modem struct {
 	readyAt    time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
 	quirks     quirkSet  // the quirks played (quirks.go)
 	hung       bool      // Hang: MHICTRL ignored until an FLR or SoC reset
+	bootSysErr bool      // QuirkSysErrAtPowerUp's SYS_ERR, until the reset
 	actions    []action
 	boot       bootState
 	evBuf      [mhi.ElementSize]byte
@@ -441,12 +442,14 @@ func (m *Modem) powerOn() {
 	m.hung = false
 	m.sblReleased = false
 	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
+	m.bootSysErr = false
 	if m.opts.Boot == BootPBL {
 		m.setEE(mhi.EEPBL)
-		return
+	} else {
+		m.setEE(mhi.EEAMSS)
+		m.enterReady()
 	}
-	m.setEE(mhi.EEAMSS)
-	m.enterReady()
+	m.powerOnQuirks() // quirks_pm.go
 }
 
 // Identity implements vpci.Model: the profile's PCI IDs (subsystem IDs

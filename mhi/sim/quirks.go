@@ -108,6 +108,26 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/init.c: "bus: mhi: host: Sanity check values from remote device before use"`,
 		ModelsText:  "none by model (a broken or hostile device)",
 	},
+	// Power management and power-up (quirks_pm.go).
+	{
+		Name:        QuirkNoM3,
+		Description: "no M3: MHICTRL = M3 is refused (a violation); the device stays in M0",
+		Source:      `drivers/bus/mhi/host/pci_generic.c: "bus: mhi: host: pci_generic: Disable runtime PM for QDU100"`,
+		Models:      func(p *mhi.Profile) bool { return p.NoM3 },
+		ModelsText:  "profiles with NoM3 (QDU100)",
+	},
+	{
+		Name:        QuirkD3Cold,
+		Description: "power is lost in M3 (D3cold): right after entering M3 the modem is back at its power-on state",
+		Source:      `drivers/bus/mhi/host/pci_generic.c: "bus: mhi: host: pci_generic: Add suspend/resume/recovery procedure", "Early MHI resume failure in non M3 state"`,
+		ModelsText:  "none by model (a platform property)",
+	},
+	{
+		Name:        QuirkSysErrAtPowerUp,
+		Description: "SYS_ERR at power-on, before host interrupts; PBL/SBL act on MHI RESET only in SYS_ERR",
+		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Fix check for syserr at power_up", "bus: mhi: host: Address conflict between power_up and syserr"`,
+		ModelsText:  "none by model (Cloud AI 100 firmware; not a modem profile here)",
+	},
 }
 
 // Registry returns the registered quirks, in a stable order.

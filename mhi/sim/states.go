@@ -13,7 +13,9 @@ func (m *Modem) handleCtrl() {
 	}
 	v := m.regs.getCtrl()
 	if v&mhi.CtrlReset != 0 {
-		m.mhiReset()
+		if !m.ignoresReset() { // quirks_pm.go
+			m.mhiReset()
+		}
 		return
 	}
 	req := mhi.State(mhi.Field(v, mhi.CtrlStateMask, mhi.CtrlStateShift))
@@ -29,7 +31,9 @@ func (m *Modem) handleCtrl() {
 	case mhi.StateM0:
 		m.toM0()
 	case mhi.StateM3:
-		m.toM3()
+		if !m.refusesM3() { // quirks_pm.go
+			m.toM3()
+		}
 	case mhi.StateM2:
 		if m.state != mhi.StateM1 {
 			m.illegal(req)
@@ -131,6 +135,7 @@ func (m *Modem) toM3() {
 	}
 	m.setState(mhi.StateM3)
 	m.post(0, mhi.StateChangeEvent(mhi.StateM3), false)
+	m.afterM3() // quirks_pm.go
 }
 
 // enterM1 is the device-initiated M0 → M1 (§4.6): STATE_CHANGE(M1); the
@@ -212,7 +217,9 @@ func (m *Modem) mhiReset() {
 	// completes (Options.DrainDMAOnSysErr).
 	m.drainDMA()
 	m.draining = nil
-	if prev == mhi.StateSysErr {
+	bootSysErr := m.bootSysErr
+	m.bootSysErr = false
+	if prev == mhi.StateSysErr && !bootSysErr {
 		// Before MHICTRL.RESET clears: a host that sees it clear reads
 		// BHI_EXECENV next and must find where the modem restarts.
 		m.setEE(mhi.EEAMSS)

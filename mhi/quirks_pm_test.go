@@ -1,0 +1,142 @@
+package mhi_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/sim"
+)
+
+// Tests of the host against the power-management and power-up quirks
+// (mhi/sim/quirks_pm.go, docs/QUIRKS.md).
+
+// TestNoM3ProfileSuspendIsRefusedWithoutTouchingTheDevice: a model
+// without M3 (no-m3, QDU100: Linux leaves its runtime PM off) refuses
+// M3; Suspend says so at once (errors.ErrUnsupported) without writing
+// MHICTRL, which the strict modem would report as a violation, and data
+// keeps flowing.
+func TestNoM3ProfileSuspendIsRefusedWithoutTouchingTheDevice(t *testing.T) {
+	p := profile(t, "qcom-qdu100")
+	if !p.NoM3 {
+		t.Fatal("qcom-qdu100 lacks NoM3")
+	}
+	r := newRig(t, p.Name, sim.Options{}, mhi.Options{})
+	if !slices.Contains(r.m.Quirks(), sim.QuirkNoM3) {
+		t.Fatalf("modem quirks %v lack no-m3", r.m.Quirks())
+	}
+	r.powerUp()
+	l := newLoop(r, "LOOPBACK", 4096, 8, 8)
+	rng := rand.New(rand.NewPCG(51, 52))
+	l.exchange(t, rng, 5, 4096)
+	// QDU100's timeout is 120 s: a Suspend that asked would still wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := l.suspendIdle(ctx)
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Suspend = %v, want errors.ErrUnsupported", err)
+	}
+	if st, _ := r.m.State(); st != mhi.StateM0 {
+		t.Fatalf("modem in %s after the refused Suspend, want M0", st)
+	}
+	if st, _, mission := r.c.State(); st != mhi.StateM0 || !mission {
+		t.Fatalf("controller in %s (mission %v) after the refused Suspend", st, mission)
+	}
+	l.exchange(t, rng, 5, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	}
+}
+
+// TestD3ColdResumeRecoversTheDevice: power lost while suspended (D3cold;
+// Linux pci_generic recovers a device found out of M3 at resume): the
+// modem is back in its boot ROM, Resume runs a full recovery (reset,
+// firmware download, channels started again) and returns nil, and data
+// flows again. Both ways of losing power: Modem.LosePower after Suspend,
+// and the d3cold quirk (power goes at every M3 entry).
+func TestD3ColdResumeRecoversTheDevice(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		quirks []sim.Quirk
+	}{
+		{"LosePower", nil},
+		{"quirk", []sim.Quirk{sim.QuirkD3Cold}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			so := sim.Options{Boot: sim.BootPBL, Quirks: tt.quirks}
+			pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+			r := newRig(t, "qcom-sdx55m", so, mhi.Options{
+				Firmware: func(string) ([]byte, error) { return bootImage(8192), nil },
+			})
+			r.powerUp()
+			l := newLoop(r, pair, 4096, 8, 8)
+			rng := rand.New(rand.NewPCG(61, 62))
+			l.exchange(t, rng, 5, 4096)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := l.suspendIdle(ctx); err != nil {
+				t.Fatalf("Suspend: %v", err)
+			}
+			if tt.quirks == nil {
+				if err := r.m.LosePower(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st, ee := r.m.State(); st != mhi.StateReset || ee != mhi.EEPBL {
+				t.Fatalf("modem in %s/%s after the power loss, want RESET/PBL", st, ee)
+			}
+			if err := r.c.Resume(ctx); err != nil {
+				t.Fatalf("Resume after a power loss: %v", err)
+			}
+			if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || !mission {
+				t.Fatalf("controller in %s/%s (mission %v) after Resume", st, ee, mission)
+			}
+			l.exchange(t, rng, 5, 4096)
+			if st := r.m.Stats(); st.Violations != 0 {
+				t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+			}
+		})
+	}
+}
+
+// TestSysErrAtPowerUpResetsAndBoots: a device that crashed before the
+// host enabled its interrupts (syserr-at-powerup; Linux pm.c "Fix check
+// for syserr at power_up") and whose boot ROM acts on MHI RESET only in
+// SYS_ERR: power-up finds SYS_ERR in MHISTATUS, resets the device (which
+// stays in PBL), re-writes BHI_INTVEC, downloads the firmware and reaches
+// mission mode.
+func TestSysErrAtPowerUpResetsAndBoots(t *testing.T) {
+	img := bootImage(8192)
+	so := sim.Options{Boot: sim.BootPBL, Quirks: []sim.Quirk{sim.QuirkSysErrAtPowerUp}}
+	pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{
+		Firmware: func(string) ([]byte, error) { return img, nil },
+	})
+	if st, ee := r.m.State(); st != mhi.StateSysErr || ee != mhi.EEPBL {
+		t.Fatalf("modem in %s/%s before power-up, want SYS_ERR/PBL", st, ee)
+	}
+	r.powerUp()
+	if _, ee, mission := r.c.State(); ee != mhi.EEAMSS || !mission {
+		t.Fatalf("after power-up: ee %s mission %v", ee, mission)
+	}
+	if got := r.m.BHIImage(); got.Size == 0 {
+		t.Error("no BHI download: the reset did not leave the device in PBL")
+	}
+	l := newLoop(r, pair, 4096, 8, 8)
+	l.exchange(t, rand.New(rand.NewPCG(71, 72)), 5, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	}
+}
+
+// suspendIdle suspends the controller once every UL buffer of l is back:
+// Suspend refuses while UL transfers are outstanding, and moderated
+// completions may still be on their way after an exchange.
+func (l *loop) suspendIdle(ctx context.Context) error {
+	waitUntil(l.r.t, 5*time.Second, "every UL buffer back", func() bool { return len(l.txFree) == cap(l.txFree) })
+	return l.r.c.Suspend(ctx)
+}

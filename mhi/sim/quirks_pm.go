@@ -1,0 +1,70 @@
+package sim
+
+import "github.com/mhistack/mhistack/mhi"
+
+// Power-management and power-up quirks (docs/QUIRKS.md).
+
+const (
+	// QuirkNoM3: the device has no M3: it refuses MHICTRL = M3 (a
+	// violation), stays in M0 and sends no STATE_CHANGE.
+	QuirkNoM3 Quirk = "no-m3"
+	// QuirkD3Cold: power is lost in M3 (D3cold): right after
+	// STATE_CHANGE(M3) the modem is back at its power-on state (RESET in
+	// PBL, or READY in AMSS with Options.Boot BootAMSS). Modem.LosePower
+	// does the same once, on demand.
+	QuirkD3Cold Quirk = "d3cold"
+	// QuirkSysErrAtPowerUp: the device comes out of power-on (New, SoC
+	// reset, FLR) already in SYS_ERR, before the host enabled its
+	// interrupts (no MSI), and in PBL or SBL acts on MHICTRL.RESET only
+	// while it advertises SYS_ERR; a reset from that SYS_ERR keeps the
+	// execution environment (a boot ROM crash does not load firmware).
+	QuirkSysErrAtPowerUp Quirk = "syserr-at-powerup"
+)
+
+// ruleNoM3 is the violation a host commits asking a modem without M3 for
+// M3.
+const ruleNoM3 = "docs/QUIRKS.md: a host does not request M3 of a device without M3 (profile NoM3)"
+
+// refusesM3 reports whether MHICTRL = M3 is refused (QuirkNoM3): the
+// request is a violation and the device stays where it is. The caller
+// holds m.mu.
+func (m *Modem) refusesM3() bool {
+	if !m.quirks.has(QuirkNoM3) {
+		return false
+	}
+	m.violate(ruleNoM3, "MHICTRL requests M3 of a device without M3 (in %s)", m.state)
+	return true
+}
+
+// afterM3 runs once the modem entered M3: with QuirkD3Cold the power goes.
+// The caller holds m.mu.
+func (m *Modem) afterM3() {
+	if m.quirks.has(QuirkD3Cold) {
+		m.powerOn()
+	}
+}
+
+// LosePower plays a power loss while the host has the modem suspended
+// (D3cold): the modem returns to its power-on state as after a SoC reset,
+// without an MSI; the host finds MHISTATUS ≠ M3 at resume. PCI config
+// (MSI, bus mastering) is left alone, as the host's PCI layer restores it.
+func (m *Modem) LosePower() error { return m.call(reqReset) }
+
+// powerOnQuirks runs at the end of powerOn: with QuirkSysErrAtPowerUp the
+// device crashes before the host is there (no event, no MSI). The caller
+// holds m.mu.
+func (m *Modem) powerOnQuirks() {
+	if !m.quirks.has(QuirkSysErrAtPowerUp) {
+		return
+	}
+	m.readyAt = zeroTime
+	m.setState(mhi.StateSysErr)
+	m.bootSysErr = true
+}
+
+// ignoresReset reports whether MHICTRL.RESET is not acted on: with
+// QuirkSysErrAtPowerUp, PBL and SBL act on it only in SYS_ERR (the RESET
+// bit stays set). The caller holds m.mu.
+func (m *Modem) ignoresReset() bool {
+	return m.quirks.has(QuirkSysErrAtPowerUp) && (m.ee == mhi.EEPBL || m.ee == mhi.EESBL) && m.state != mhi.StateSysErr
+}
