@@ -92,7 +92,7 @@ func TestClientNamesAShortTLV(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = qmi.ParseServingSystem(r)
-	if !errors.Is(err, qmi.ErrMalformed) || !strings.Contains(err.Error(), "TLV 0x12") {
+	if !errors.Is(err, qmi.ErrMalformed) || !strings.Contains(err.Error(), "Get Serving System TLV 0x12: description needs 8 bytes, 7 left") {
 		t.Fatalf("short PLMN TLV: %v", err)
 	}
 }
