@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mhistack/mhistack/internal/ctrlclient"
@@ -63,16 +64,22 @@ func (o *Options) setDefaults() {
 
 // Client is the host side of a QMI port: it allocates client IDs,
 // assigns transaction IDs (8-bit on CTL, 16-bit per service client),
-// matches responses to requests by (service, client, transaction), and
-// hands indications to subscribers.
+// matches responses to requests by (service, client, transaction,
+// message ID), and hands indications to subscribers. A response that
+// matches no outstanding request on all four (a modem answering a
+// transaction it already answered or that timed out, or with another
+// message's ID) is dropped, logged at debug and counted (Stats); the
+// request keeps waiting for its own answer.
 //
 // All methods may be called from any goroutine. The client owns one
 // goroutine, the reader, which Close stops; subscriber callbacks run on it
 // and must not block.
 type Client struct {
-	conn *ctrlclient.Conn[pendingKey, struct{}, *Message]
-	opts Options
-	log  *slog.Logger
+	conn *ctrlclient.Conn[pendingKey, uint16, *Message] // waits keep the message ID
+	// unmatched counts responses that answered no outstanding request.
+	unmatched atomic.Uint64
+	opts      Options
+	log       *slog.Logger
 
 	// guarded by conn.Mu
 	mu   *sync.Mutex         // conn.Mu
@@ -91,7 +98,7 @@ type pendingKey struct {
 func NewClient(t Transport, opts Options) *Client {
 	opts.setDefaults()
 	c := &Client{opts: opts, log: opts.Logger, tids: map[ClientID]uint16{}, cids: map[ClientID]bool{}}
-	c.conn = ctrlclient.New(t, ctrlclient.Config[pendingKey, struct{}, *Message]{
+	c.conn = ctrlclient.New(t, ctrlclient.Config[pendingKey, uint16, *Message]{
 		Proto: "qmi", Logger: opts.Logger, ErrClosed: ErrClosed, Decoder: &Decoder{},
 		Dispatch: c.dispatch, Malformed: c.malformed,
 	})
@@ -182,7 +189,7 @@ func (c *Client) do(ctx context.Context, m *Message, d time.Duration) (*Message,
 	})
 	c.tids[id] = tid
 	key := pendingKey{m.Service, m.Client, tid}
-	ch := c.conn.AddLocked(key, struct{}{})
+	ch := c.conn.AddLocked(key, m.ID)
 	c.mu.Unlock()
 
 	req := *m
@@ -281,17 +288,31 @@ func (c *Client) malformed(err error) {
 	c.log.Warn("qmi: dropped malformed input", "err", err)
 	var fe *FormatError
 	if errors.As(err, &fe) && fe.Header && fe.Kind == Response {
-		c.conn.Complete(pendingKey{fe.Service, fe.Client, fe.TID}, ctrlclient.Result[*Message]{Err: err}, nil)
+		c.conn.Complete(pendingKey{fe.Service, fe.Client, fe.TID}, ctrlclient.Result[*Message]{Err: err}, sameID(fe.ID))
 	}
 }
+
+// sameID matches a waiting request by its message ID.
+func sameID(id uint16) func(uint16) bool { return func(want uint16) bool { return want == id } }
+
+// ClientStats counts what the client refused.
+type ClientStats struct {
+	// Unmatched counts responses that matched no outstanding request's
+	// service, client ID, transaction ID and message ID.
+	Unmatched uint64
+}
+
+// Stats returns the counters.
+func (c *Client) Stats() ClientStats { return ClientStats{Unmatched: c.unmatched.Load()} }
 
 func (c *Client) dispatch(m *Message) {
 	switch {
 	case !m.FromModem:
 		c.log.Debug("qmi: ignored a request from the modem side", "msg", m.String())
 	case m.Kind == Response:
-		if !c.conn.Complete(pendingKey{m.Service, m.Client, m.TID}, ctrlclient.Result[*Message]{M: m}, nil) {
-			c.log.Debug("qmi: unexpected response (late or unknown transaction)", "msg", m.String())
+		if !c.conn.Complete(pendingKey{m.Service, m.Client, m.TID}, ctrlclient.Result[*Message]{M: m}, sameID(m.ID)) {
+			c.unmatched.Add(1)
+			c.log.Debug("qmi: dropped a response that matches no outstanding request (service, client, transaction, message ID)", "msg", m.String())
 		}
 	case m.Kind == Indication:
 		c.conn.Indicate(m)

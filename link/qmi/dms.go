@@ -37,7 +37,7 @@ func (d IDs) TLVs() []TLV {
 
 // ParseIDs decodes DMS Get IDs.
 func ParseIDs(m *Message) IDs {
-	get := func(t uint8) string { v, _ := m.Get(t); return string(v) }
+	get := func(t uint8) string { v, _ := m.Get(t); return tlvString(v) }
 	return IDs{ESN: get(0x10), IMEI: get(0x11), MEID: get(0x12), IMEISV: get(0x13)}
 }
 
@@ -48,7 +48,7 @@ func ParseString(m *Message) (string, error) {
 	if !ok {
 		return "", missing(m, 0x01, "string")
 	}
-	return string(v), nil
+	return tlvString(v), nil
 }
 
 // OperatingMode is the DMS operating mode (QmiDmsOperatingMode).

@@ -267,7 +267,8 @@ func Parse(b []byte) (*Message, error) {
 	}
 	for len(tlvs) > 0 {
 		if len(tlvs) < TLVHeaderLen {
-			e.Reason = fmt.Sprintf("%d trailing bytes: shorter than a TLV header", len(tlvs))
+			// A TLV whose size is missing or cut: name it.
+			e.Reason = fmt.Sprintf("TLV %#02x: %d trailing bytes, shorter than a TLV header", tlvs[0], len(tlvs))
 			return nil, e
 		}
 		t, l := tlvs[0], int(le.Uint16(tlvs[1:]))
@@ -427,7 +428,25 @@ func (r *reader) u32(field string) uint32 {
 // str8 reads a string with a u8 length prefix.
 func (r *reader) str8(field string) string {
 	n := int(r.u8(field + " length"))
-	return string(r.take(n, field))
+	return tlvString(r.take(n, field))
+}
+
+// tlvString decodes a string field, dropping trailing NUL, tab, CR and
+// LF bytes: QMI strings are counted, not terminated, but real modems send
+// C strings copied with their NUL and AT-style values ending in CRLF or a
+// tab (docs/QUIRKS.md). Every codec decodes strings through it, so the
+// padding is dropped in one place.
+func tlvString(b []byte) string {
+	end := len(b)
+	for end > 0 {
+		switch b[end-1] {
+		case 0, '\t', '\r', '\n':
+			end--
+			continue
+		}
+		break
+	}
+	return string(b[:end])
 }
 
 // bytes8 reads a byte array with a u8 count prefix.

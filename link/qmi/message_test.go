@@ -139,7 +139,7 @@ func TestParseRejects(t *testing.T) {
 		{"unknown QMUX flag", "01 0b00 40 00 00 00 00 2700 0000", "QMUX flags", false},
 		{"CTL TLV length too long", "01 0b00 00 00 00 00 07 2700 0100", "TLV length 1", true},
 		{"TLV overruns", "01 0f00 00 00 00 00 01 2200 0400 01 0200 01", "TLV 0x01 of 2 bytes", true},
-		{"TLV header cut", "01 0d00 00 00 00 00 01 2200 0200 01 02", "shorter than a TLV header", true},
+		{"TLV header cut", "01 0d00 00 00 00 00 01 2200 0200 01 02", "TLV 0x01: 2 trailing bytes, shorter than a TLV header", true},
 		{"service SDU too short", "01 0b00 00 01 14 00 0100 2000 00", "shorter than its header", false},
 		{"service flags unknown", "01 0c00 00 01 14 08 0100 2000 0000", "SDU flags", true},
 		{"compound", "01 0c00 00 01 14 01 0100 2000 0000", "compound", true},

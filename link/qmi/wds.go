@@ -77,7 +77,7 @@ func (s *StartNetwork) Request() *Message {
 // ParseStartNetwork decodes a Start Network request.
 func ParseStartNetwork(m *Message) (StartNetwork, error) {
 	var s StartNetwork
-	get := func(t uint8) string { v, _ := m.Get(t); return string(v) }
+	get := func(t uint8) string { v, _ := m.Get(t); return tlvString(v) }
 	s.APN, s.User, s.Password = get(0x14), get(0x17), get(0x18)
 	a, _, err := u8TLV(m, 0x16, "authentication", false)
 	if err != nil {
@@ -379,7 +379,7 @@ func ParseSettings(m *Message) (Settings, error) {
 		return v, true, nil
 	}
 	if v, ok := m.Get(0x14); ok {
-		s.APN = string(v)
+		s.APN = tlvString(v)
 	}
 	for i := range uint8(2) {
 		v, ok, err := fixed(0x15+i, 4, "IPv4 DNS")

@@ -92,11 +92,34 @@ type QMIConfig struct {
 	// ULMaxDatagrams and ULMaxSize are the UL limits the modem answers
 	// (defaults 11 and 8192, what Quectel modules answer).
 	DLMaxDatagrams, DLMaxSize, ULMaxDatagrams, ULMaxSize uint32
+	// Quirks make the function answer as real modems do where they
+	// break the spec (docs/QUIRKS.md); the zero value answers by it.
+	Quirks QMIQuirks
 	// OnViolation receives host protocol violations when the function
 	// runs without a Port (Serve); on a Port they go to Port.Violation.
 	OnViolation func(error)
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
+}
+
+// QMIQuirks are the spec breaches of real modems' QMI the function can
+// play, for testing the host's tolerance of them (docs/QMI.md).
+type QMIQuirks struct {
+	// StringPad is appended to the strings the modem sends: DMS Get
+	// IDs' IMEI, Get Revision, Get Model and NAS's PLMN description
+	// ("\x00", "\t", "\r\n": a C string copied with its NUL, an
+	// AT-style value).
+	StringPad string
+	// StrayReplies sends, before each response, four that answer no
+	// outstanding request: each has one of the transaction ID, message
+	// ID, client ID or service changed (a reply to a transaction the host
+	// gave up on, a modem mixing up its clients) and reports
+	// QMI_ERR_INTERNAL, so a host that takes one fails.
+	StrayReplies bool
+	// ShortPLMN cuts the last byte of NAS Get Serving System's current
+	// PLMN TLV (0x12): its description's length prefix says more than
+	// the TLV holds.
+	ShortPLMN bool
 }
 
 // ruleQMI names the rule a host breaks with a malformed QMI request.
@@ -332,7 +355,33 @@ func (f *QMIFunction) handleLocked(m *qmi.Message) {
 		}
 		tlvs = nil
 	}
-	f.sendLocked(m.Reply(code, tlvs...))
+	r := m.Reply(code, tlvs...)
+	if f.cfg.Quirks.StrayReplies {
+		f.strayRepliesLocked(r)
+	}
+	f.sendLocked(r)
+}
+
+// strayRepliesLocked sends the replies QMIQuirks.StrayReplies describes
+// ahead of r: r with one matching field changed at a time, each an
+// error. The transaction ID is moved by half its space, away from the
+// host's other outstanding requests.
+func (f *QMIFunction) strayRepliesLocked(r *qmi.Message) {
+	half := uint16(0x8000)
+	if r.Service == qmi.ServiceCTL {
+		half = 0x80
+	}
+	for _, change := range []func(*qmi.Message){
+		func(s *qmi.Message) { s.TID ^= half },
+		func(s *qmi.Message) { s.ID ^= 0x0100 },
+		func(s *qmi.Message) { s.Client ^= 0x80 },
+		func(s *qmi.Message) { s.Service ^= 0x80 },
+	} {
+		s := &qmi.Message{Service: r.Service, Client: r.Client, FromModem: true, Kind: qmi.Response, TID: r.TID, ID: r.ID,
+			TLVs: []qmi.TLV{qmi.ResultTLV(qmi.ErrInternal)}}
+		change(s)
+		f.sendLocked(s)
+	}
 }
 
 // errMissing marks a parse error for a missing mandatory TLV.
@@ -431,11 +480,11 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 	cfg := &n.cfg
 	switch m.ID {
 	case qmi.DMSGetIDs:
-		return 0, qmi.IDs{IMEI: cfg.DeviceID}.TLVs(), nil
+		return 0, qmi.IDs{IMEI: f.padded(cfg.DeviceID)}.TLVs(), nil
 	case qmi.DMSGetRevision:
-		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(cfg.FirmwareInfo)}}, nil
+		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(f.padded(cfg.FirmwareInfo))}}, nil
 	case qmi.DMSGetModel:
-		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(cfg.HardwareInfo)}}, nil
+		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(f.padded(cfg.HardwareInfo))}}, nil
 	case qmi.DMSGetOperatingMode:
 		return 0, []qmi.TLV{{Type: 0x01, Value: []byte{byte(f.modeLocked())}}}, nil
 	case qmi.DMSSetOperatingMode:
@@ -459,6 +508,9 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 	}
 	return qmi.ErrInvalidQMICommand, nil, nil
 }
+
+// padded returns s with QMIQuirks.StringPad.
+func (f *QMIFunction) padded(s string) string { return s + f.cfg.Quirks.StringPad }
 
 func (f *QMIFunction) modeLocked() qmi.OperatingMode {
 	if f.net.st.radioOn() {
@@ -484,7 +536,7 @@ func (f *QMIFunction) servingSystemLocked() qmi.ServingSystem {
 		if st.reg == mbim.RegisterRoaming || st.reg == mbim.RegisterPartner {
 			ss.Roaming = 0
 		}
-		ss.PLMN = plmnOf(cfg.ProviderID, cfg.ProviderName)
+		ss.PLMN = plmnOf(cfg.ProviderID, f.padded(cfg.ProviderName))
 	case st.reg == mbim.RegisterSearching:
 		ss.Registration = qmi.Searching
 	case st.reg == mbim.RegisterDenied:
@@ -516,7 +568,11 @@ func (f *QMIFunction) nasLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 	switch m.ID {
 	case qmi.NASGetServingSystem:
 		ss := f.servingSystemLocked()
-		return 0, ss.TLVs(), nil
+		tlvs := ss.TLVs()
+		if last := &tlvs[len(tlvs)-1]; f.cfg.Quirks.ShortPLMN && last.Type == 0x12 {
+			last.Value = last.Value[:len(last.Value)-1]
+		}
+		return 0, tlvs, nil
 	case qmi.NASGetSignalStrength, qmi.NASGetSignalInfo:
 		if !st.reg.Registered() || st.signal.RSSI == 99 {
 			return qmi.ErrNoNetworkFound, nil, nil
