@@ -84,7 +84,7 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 func newGuestRun(c config, k kernelDir, profile string, pbl bool) (*guestRun, error) {
 	p, _ := mhi.Lookup(profile)
 	g := &guestRun{c: c, k: k, p: p, pbl: pbl, r: &result{kernel: k.label, profile: profile},
-		modemArgs: []string{"sim", "serve", "-profile", profile, "-once", "-strict"}}
+		modemArgs: []string{"sim", "serve", "-profile", profile, "-once", "-strict", "-no-profile-quirks"}}
 	if pbl {
 		g.r.profile += "+pbl"
 		g.modemArgs = append(g.modemArgs, "-boot", "pbl", "-lose-firmware-on-syserr")

@@ -96,7 +96,7 @@ func (r *runner) run(ctx context.Context) error {
 	defer blobs.Close()
 
 	sock, ctl := filepath.Join(dir, "modem.sock"), filepath.Join(dir, "control.sock")
-	modemArgs := []string{"sim", "serve", "-profile", r.profile, "-once", "-strict", "-socket", sock, "-control", ctl}
+	modemArgs := []string{"sim", "serve", "-profile", r.profile, "-once", "-strict", "-no-profile-quirks", "-socket", sock, "-control", ctl}
 	stPair, stArgs := selftestPair(p)
 	var fw []byte
 	if r.pbl {
