@@ -5,18 +5,19 @@ import (
 	"time"
 )
 
-// CoDel's defaults (RFC 8289 §4.2 TARGET 5 ms, §4.3 INTERVAL 100 ms).
+// CoDel's defaults: RFC 8289 §4, TARGET 5 ms and INTERVAL 100 ms.
 const (
 	defaultTarget   = 5 * time.Millisecond
 	defaultInterval = 100 * time.Millisecond
 	// codelMaxPacket is RFC 8289's MAXPACKET: a queue holding no more
-	// than one packet is not dropped from (§5.3, "ok_to_drop").
+	// than one packet is not dropped from (ok_to_drop in RFC 8289 §5).
 	codelMaxPacket = 1500
 )
 
 // codel is RFC 8289's state for one queue, decided at the queue's head:
 // drop reports whether the packet about to leave at now, after waiting
-// sojourn, is dropped instead (written from the RFC's description, §5).
+// sojourn, is dropped instead (written from the RFC's description and
+// its §5 pseudocode).
 type codel struct {
 	target, interval time.Duration
 	dropping         bool
@@ -36,7 +37,7 @@ func (c *codel) init(q Queue) {
 	}
 }
 
-// okToDrop is §5.3's: sojourn above target for at least an interval, and
+// okToDrop is the pseudocode's ok_to_drop: sojourn above target for at least an interval, and
 // more than one packet's worth left behind.
 func (c *codel) okToDrop(sojourn, now time.Duration, backlog int) bool {
 	if sojourn < c.target || backlog <= codelMaxPacket {
@@ -50,7 +51,7 @@ func (c *codel) okToDrop(sojourn, now time.Duration, backlog int) bool {
 	return now >= c.firstAbove
 }
 
-// controlLaw is §5.4's: the next drop comes interval/√count later.
+// controlLaw is the pseudocode's control_law: the next drop comes interval/√count later.
 func (c *codel) controlLaw(t time.Duration) time.Duration {
 	return t + time.Duration(float64(c.interval)/math.Sqrt(float64(c.count)))
 }
@@ -74,7 +75,7 @@ func (c *codel) drop(sojourn, now time.Duration, backlog int) bool {
 		return false
 	}
 	// Enter the dropping state; start near the previous drop rate if
-	// the last episode was recent (§5.5).
+	// the last episode was recent, as the pseudocode's dequeue does.
 	c.dropping = true
 	if delta := c.count - c.lastCount; delta > 1 && now-c.dropNext < 16*c.interval {
 		c.count = delta

@@ -69,7 +69,7 @@ type Direction struct {
 // Queue is a bottleneck queue. A packet that would take it past Bytes or
 // Packets is dropped on arrival (drop-tail); with CoDel the queue also
 // drops at its head when packets have waited above Target for an
-// Interval (RFC 8289).
+// Interval (RFC 8289, Controlled Delay Active Queue Management).
 type Queue struct {
 	// Bytes and Packets bound the queue (0: that bound is off). With
 	// a rate, at least one of them must be set.
@@ -77,7 +77,7 @@ type Queue struct {
 	// CoDel turns on RFC 8289's controlled delay at the queue's head.
 	CoDel bool
 	// Target and Interval are CoDel's parameters (0: 5 ms and 100 ms,
-	// RFC 8289 §4.2–4.3).
+	// RFC 8289 §4).
 	Target, Interval time.Duration
 }
 
@@ -114,7 +114,7 @@ type Handover struct {
 	// DropQueue drops what is queued when a gap starts and what
 	// arrives during it (a break without data forwarding). Otherwise
 	// the queue is held and drains after the gap, as with a lossless
-	// handover (3GPP TS 36.300 §10.1.2.3, data forwarding).
+	// handover (3GPP TS 36.300 §10.1.2, handover with data forwarding).
 	DropQueue bool
 }
 
