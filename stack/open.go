@@ -99,7 +99,10 @@ type SimOptions struct {
 	// it back.
 	Network *simnet.Network
 	// Carrier configures the carrier network (its Carrier field is
-	// taken from NetworkConfig).
+	// taken from NetworkConfig). Carrier.Radio puts a radio link model
+	// (link/radio: a preset such as radio.Preset("lte"), or a file,
+	// radio.Load) between the modem and the network, both ways; nil
+	// (the default) passes packets at once (docs/RADIO.md).
 	Carrier simnet.CarrierOptions
 	// MBIM configures the emulated MBIM function (on profiles with an
 	// MBIM pair) and QMI the emulated QMI function (on profiles with a

@@ -16,6 +16,7 @@ import (
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/link/qmap"
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
@@ -124,6 +125,12 @@ otherwise;
 -function NAME=carrier puts the carrier network on a data pair: TCP and UDP
 to 198.18.0.1 reach this host's 127.0.0.1, other destinations the host's
 network, and DL packets are aggregated like a modem (-flush-delay).
+-radio PRESET|FILE puts a radio link model on every carrier network's side
+of the modem, both ways: a bottleneck rate or trace, a drop-tail or CoDel
+queue, one-way delay, loss, handover gaps and RRC promotion after idle
+(-radio list prints the presets: lte, nr-sa, nr-mmwave, nr-mmwave-far,
+congested-cell, handover-train; docs/RADIO.md); its counters join the
+carrier counters (SIGUSR2, stats).
 
 The modem plays the documented behaviours (quirks) of the profile's model,
 e.g. slow-ready (READY comes up -ready-delay after power-on or a reset) or
@@ -171,6 +178,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	functions := functionFlag{}
 	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi or none (repeatable)")
 	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
+	radioName := fs.String("radio", "", "carrier network: put a radio link model between the modem and the network, both ways: a preset `NAME` or a JSON FILE (rate or trace, queue, delay, loss, handover gaps, RRC promotion; docs/RADIO.md); list: print the presets and exit (default: none, packets pass at once)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
 	burstIdle := fs.Duration("burst-idle", serveBurstIdle, "idle time before a polling burst channel sends DB_MODE (longer than the in-process modem's 2 ms: a host behind QEMU can take milliseconds between its doorbell write and the next instruction, see serveBurstIdle)")
 	pollInterval := fs.Duration("poll-interval", 0, "burst channel polling interval (0: modem default)")
@@ -198,6 +206,18 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if quirks.list {
 		printQuirks(stdout)
 		return nil
+	}
+	if *radioName == "list" {
+		printRadioPresets(stdout)
+		return nil
+	}
+	carrier := simnet.CarrierOptions{FlushDelay: *flushDelay}
+	if *radioName != "" {
+		cfg, err := radio.Load(*radioName)
+		if err != nil {
+			return usagef("-radio: %v", err)
+		}
+		carrier.Radio = &cfg
 	}
 	if *socket == "" {
 		return usagef("-socket is required")
@@ -244,7 +264,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *strict {
 		opts.OnViolation = func(err error) { log.Error("host protocol violation", "err", err) }
 	}
-	fns, err := serveFunctions(p, functions, *flushDelay, log)
+	fns, err := serveFunctions(p, functions, carrier, log)
 	if err != nil {
 		return err
 	}
@@ -396,12 +416,13 @@ func (s *servedFunctions) close() {
 }
 
 // serveFunctions builds the functions for profile p: what -function asks
-// for (functions, which it completes with the defaults), an ICMP
+// for (functions, which it completes with the defaults; carrier is the
+// base of every carrier network's options), an ICMP
 // responder on every data pair it names not, the emulated MBIM function
 // on the MBIM pair and the QMI function on the QMI pair. When both
 // control functions run they share one simnet.Network (SIM, registration,
 // addresses), as on a modem.
-func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, log *slog.Logger) (*servedFunctions, error) {
+func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.CarrierOptions, log *slog.Logger) (*servedFunctions, error) {
 	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*simnet.ICMPResponder{}, carriers: map[string]*simnet.CarrierNetwork{}}
 	// The data pairs (mhi.DataChannels: the pairs Linux turns into
 	// network interfaces, mhi_net and mhi_wwan_mbim) answer pings.
@@ -456,7 +477,9 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 					return nil, err
 				}
 			}
-			cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: f, FlushDelay: flushDelay, Logger: log.With("part", "carrier", "channel", name)})
+			co := carrier
+			co.Framing, co.Logger = f, log.With("part", "carrier", "channel", name)
+			cn, err := simnet.NewCarrierNetwork(co)
 			if err != nil {
 				s.close()
 				return nil, err
@@ -592,9 +615,34 @@ func logCarriers(log *slog.Logger, carriers map[string]*simnet.CarrierNetwork) s
 			"tcp_flows", cs.TCPFlows, "udp_flows", cs.UDPFlows, "refused", cs.Refused, "dns", cs.DNSQueries, "dropped", cs.Dropped)
 		sum = append(sum, fmt.Sprintf("%s: ul_packets=%d dl_packets=%d dl_frames=%d tcp_flows=%d dropped=%d",
 			name, cs.ULPackets, cs.DLPackets, cs.DLFrames, cs.TCPFlows, cs.Dropped))
+		for _, d := range []struct {
+			dir string
+			st  radio.Stats
+		}{{"down", cs.RadioDown}, {"up", cs.RadioUp}} {
+			if d.st.Enqueued == 0 {
+				continue
+			}
+			st := d.st
+			log.Info("radio stats", "channel", name, "dir", d.dir, "enqueued", st.Enqueued, "delivered", st.Delivered,
+				"dropped_queue", st.DroppedQueue, "dropped_aqm", st.DroppedAQM, "dropped_loss", st.DroppedLoss, "dropped_gap", st.DroppedGap,
+				"max_queue_delay", st.MaxQueueDelay, "max_queued_bytes", st.MaxQueuedBytes, "promotions", st.Promotions)
+			sum = append(sum, fmt.Sprintf("%s radio %s: enqueued=%d delivered=%d dropped_queue=%d dropped_aqm=%d dropped_loss=%d dropped_gap=%d",
+				name, d.dir, st.Enqueued, st.Delivered, st.DroppedQueue, st.DroppedAQM, st.DroppedLoss, st.DroppedGap))
+		}
 	}
 	sort.Strings(sum)
 	return strings.Join(sum, "; ")
+}
+
+// printRadioPresets writes the radio presets: name, what it is, its
+// sources.
+func printRadioPresets(w io.Writer) {
+	for _, p := range radio.Presets() {
+		fmt.Fprintf(w, "%s\n  %s\n", p.Name, p.Summary)
+		for _, src := range p.Sources {
+			fmt.Fprintf(w, "  source: %s\n", src)
+		}
+	}
 }
 
 func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -24,7 +25,7 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 		if !ok {
 			t.Fatalf("no profile %s", profile)
 		}
-		fns, err := serveFunctions(p, set, 0, log)
+		fns, err := serveFunctions(p, set, simnet.CarrierOptions{}, log)
 		if err != nil {
 			t.Fatalf("%s: %v", profile, err)
 		}
@@ -68,7 +69,7 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 	}
 
 	p, _ := mhi.Lookup("quectel-em1xx")
-	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, 0, log); err == nil {
+	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, simnet.CarrierOptions{}, log); err == nil {
 		t.Error("-function QMI=qmi on a profile without a QMI pair: no error")
 	}
 }
@@ -100,5 +101,41 @@ func TestProgressShowsLongReadyWaits(t *testing.T) {
 	waitProgress(&out).OnProgress(mhi.Progress{Phase: mhi.PhaseReady, Waiting: "READY", Waited: 6 * time.Second, Limit: 50 * time.Second})
 	if want := "READY: still waiting for READY: 6s of 50s\n"; out.String() != want {
 		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+}
+
+// TestServeRadio: -radio list prints the presets with their sources, an
+// unknown preset is a usage error, and a preset reaches the carrier
+// networks serveFunctions builds (the host's UL packets enter its model).
+func TestServeRadio(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "serve", "-radio", "list"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"lte", "nr-sa", "nr-mmwave", "congested-cell", "handover-train", "source: "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"sim", "serve", "-socket", t.TempDir() + "/s", "-radio", "bogus"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "bogus") {
+		t.Errorf("-radio bogus: exit %d, stderr %q; want a usage error naming it", code, errb.String())
+	}
+	p, _ := mhi.Lookup("qcom-sdx55m")
+	cfg, err := radio.Preset("lte")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, err := serveFunctions(p, functionFlag{"IP_HW0": "carrier"}, simnet.CarrierOptions{Radio: &cfg}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fns.close()
+	cn := fns.carriers["IP_HW0"]
+	ip := make([]byte, 20)
+	ip[0] = 0x45
+	cn.Receive(ip)
+	if st := cn.Stats(); st.RadioUp.Enqueued != 1 {
+		t.Errorf("radio up stats %+v, want the packet enqueued", st.RadioUp)
 	}
 }

@@ -13,6 +13,7 @@
 //	go run ./hack/bench -quick                           # CI smoke (~30 s)
 //	go run ./hack/bench -only host                       # table 8: the modem in another process (vfio-user), the host on one CPU
 //	go run ./hack/bench -only host-variants              # table 9: tables 1, 2, 4's link options in table 8's setting
+//	go run ./hack/bench -only radio                      # table 10: a TCP download over each radio preset (docs/RADIO.md)
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
 // configuration, then run 2, …) so that a change of outside load affects
@@ -65,6 +66,7 @@ var tables = []tableFunc{
 	{"scale", "7", (*config).scaleTable},
 	{"host", "8", (*config).hostTable},
 	{"host-variants", "9", (*config).hostVariantsTable},
+	{"radio", "10", (*config).radioTable},
 }
 
 func main() {
@@ -78,7 +80,7 @@ func main() {
 	}
 	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
-	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants or 1–9)")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants,radio or 1–10)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md, and its data to bench/NAME.json beside it (docs/bench/BENCHMARKS.json)")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")

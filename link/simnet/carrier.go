@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -89,6 +90,12 @@ type CarrierOptions struct {
 	// two round trips, as real servers do (RACK-TLP, RFC 8985 §7; see
 	// carrier_tlp.go), instead of waiting out the retransmission timeout.
 	NoTailLossProbe bool
+	// Radio, if set, puts a radio link model between the modem and the
+	// network, both ways (carrier_radio.go, docs/RADIO.md): the host's
+	// UL packets and the network's DL packets cross it, with its rate,
+	// queue, delay, loss, handover gaps and RRC promotion. Nil: packets
+	// pass at once, as a network without a radio.
+	Radio *radio.Config
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -143,6 +150,7 @@ type CarrierNetwork struct {
 	stats  carrierCounters
 	chunks relayChunks // the forwarded flows' relay chunks
 	tlp    *tailProber // nil with NoTailLossProbe
+	radio  *radio.Link // nil without CarrierOptions.Radio
 }
 
 // CarrierStats are the network's counters.
@@ -173,6 +181,11 @@ type CarrierStats struct {
 	// flows hold now: a direction holds one only while it has data to
 	// move, so idle flows hold none.
 	RelayChunks int64
+	// RadioDown and RadioUp are the radio model's counters for each
+	// direction (zero without CarrierOptions.Radio): what it queued,
+	// dropped and why, delivered, and the queue delay. ULPackets count
+	// the host's packets before the model, DLPackets after it.
+	RadioDown, RadioUp radio.Stats
 }
 
 type carrierCounters struct {
@@ -281,6 +294,12 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
 	uf := udp.NewForwarder(s, cn.forwardUDP)
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
+	if opts.Radio != nil {
+		if err := cn.startRadio(*opts.Radio); err != nil {
+			s.Destroy()
+			return nil, err
+		}
+	}
 	cn.wg.Add(1)
 	go cn.rxLoop()
 	if cn.tlp != nil {
@@ -328,10 +347,14 @@ func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 // Stats returns the network's counters.
 func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
-	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
+	st := CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(),
 		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
+	if cn.radio != nil {
+		st.RadioDown, st.RadioUp = cn.radio.Stats(radio.Down), cn.radio.Stats(radio.Up)
+	}
+	return st
 }
 
 func (cn *CarrierNetwork) tailLossProbes() uint64 {
@@ -393,6 +416,11 @@ func (cn *CarrierNetwork) Close() error {
 	close(cn.quit)
 	if !isRawIP(cn.opts.Framing) {
 		cn.ep.agg.close()
+	}
+	// After quit and the aggregation's close, so that the model's
+	// goroutines, which may wait for DL room or the rx queue, return.
+	if cn.radio != nil {
+		cn.radio.Close()
 	}
 	// Abort every endpoint first: a gracefully closed flow would sit in
 	// FIN-WAIT or TIME-WAIT and keep the stack's Wait for minutes.

@@ -141,9 +141,20 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 	return pkts.Len(), nil
 }
 
-// addFramed adds the next piece of seg's packet to the frame being
-// filled, pushing frames as they fill; a.mu is held.
-func (l *carrierLink) addFramed(seg *segment.Segmenter, session uint8) {
+// dlPiece is where addFramed copies a DL packet from: the segmenter
+// cutting a gVisor packet, or a packet the radio model delivers
+// (bytesPiece).
+type dlPiece interface {
+	Next() int        // the next packet's size
+	Write(dst []byte) // copies it to dst
+	Skip()            // passes over it
+}
+
+var _ dlPiece = (*segment.Segmenter)(nil)
+
+// addFramed adds the next packet of seg to the frame being filled,
+// pushing frames as they fill; a.mu is held.
+func (l *carrierLink) addFramed(seg dlPiece, session uint8) {
 	a := &l.agg
 	size := seg.Next()
 	for {

@@ -22,6 +22,9 @@ type carrierLink struct {
 	disp atomic.Pointer[stack.NetworkDispatcher]
 	pool sync.Pool // *dlWriter: Port.Send copies, so one per writer at a time
 	agg  dlAgg     // DL aggregation on a framed pair
+	// radioPiece carries a packet the radio model delivers into
+	// addFramed (radioDown, on the model's DL goroutine only).
+	radioPiece bytesPiece
 }
 
 func (l *carrierLink) MTU() uint32                      { return l.mtu }
@@ -95,6 +98,9 @@ func (l *carrierLink) writeOut(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		// modem whose data channels are down.
 		l.cn.stats.dropped.Add(uint64(pkts.Len()))
 		return 0, &tcpip.ErrClosedForSend{}
+	}
+	if l.cn.radio != nil {
+		return l.writeRadio(pkts)
 	}
 	if !isRawIP(l.cn.opts.Framing) {
 		return l.writeFramed(pkts)

@@ -2,7 +2,7 @@ package simnet
 
 import (
 	"github.com/mhistack/mhistack/internal/csum"
-
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -56,11 +56,30 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	if !isRawIP(cn.opts.Framing) {
 		cn.learnRoute(session, td)
 	}
+	if cn.radio != nil {
+		// The model copies td; it comes back through radioUp.
+		_ = cn.radio.Send(radio.Up, uint32(session), td)
+		return
+	}
+	cn.ingest(session, proto, td)
+}
+
+// ingest hands one UL packet to the network: an echo request is answered
+// at once, anything else is queued for rxLoop. It runs on the device
+// goroutine, or with a radio model on the model's UL goroutine (never
+// both: with a model every UL packet takes that path).
+func (cn *CarrierNetwork) ingest(session uint8, proto tcpip.NetworkProtocolNumber, td []byte) {
 	// Echo requests are answered here, from whatever address was pinged:
 	// gVisor's promiscuous mode accepts flows to any address but answers
 	// echo requests only for its own.
 	if reply, v := echoReply(cn.echo[:0], td); v == echoReplied {
 		cn.echo = reply
+		if cn.radio != nil {
+			// The reply crosses the model's DL like any packet.
+			cn.stats.echoes.Add(1)
+			_ = cn.radio.Send(radio.Down, uint32(session), reply)
+			return
+		}
 		p := cn.ep.port.Load()
 		var err error = sim.ErrStopped
 		if p != nil {
