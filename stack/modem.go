@@ -31,7 +31,8 @@ import (
 type Modem struct {
 	opts    Options // as OpenModem normalized them
 	profile *mhi.Profile
-	path    mhi.DataPath // the control, data pair and framing kind sessions use
+	path    mhi.DataPath  // the control, data pair and framing kind sessions use
+	fcc     mhi.FCCUnlock // the unlock the modem's PCI IDs ship needing
 	ctrl    *mhi.Controller
 	mbim    *mbim.Client
 	qmi     *qmi.Client
@@ -93,7 +94,7 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 			}
 		}
 	}()
-	dev, p, dp, cls, err := openDevice(&opts)
+	dev, p, dp, fcc, cls, err := openDevice(&opts)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	if err := c.PowerUp(ctx); err != nil {
 		return nil, fmt.Errorf("stack: open %s: power up: %w", opts.Device, err)
 	}
-	m := &Modem{opts: opts, profile: p, path: dp, ctrl: c, log: opts.Logger, sessions: map[uint8]*Stack{}}
+	m := &Modem{opts: opts, profile: p, path: dp, fcc: fcc, ctrl: c, log: opts.Logger, sessions: map[uint8]*Stack{}}
 	if dp.Control == mhi.ControlQMI {
 		m.qmi, err = qmi.DialMHI(ctx, c, qmi.Options{Logger: opts.Logger})
 		if err != nil {
@@ -120,6 +121,9 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 			return nil, fmt.Errorf("stack: open %s: MBIM: %w", opts.Device, err)
 		}
 		closers = append(closers, m.mbim.Close)
+	}
+	if err := m.fccRadioOn(ctx); err != nil {
+		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 	}
 	m.closers = closers
 	m.ctx, m.cancel = context.WithCancel(context.Background())

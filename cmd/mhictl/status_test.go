@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -156,5 +157,21 @@ func TestStatusReportsAndWritesTheCrashDump(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"status", "-device", "0000:01:00.0", "-sim-crash"}, &out, &errb); code != 2 {
 		t.Errorf("-sim-crash without -device sim: exit %d, want 2", code)
+	}
+}
+
+// TestStatusShowsTheFCCLockAndUnlocksWithTheFlag: an emulated
+// quectel-rm5xx ships FCC-locked: status prints "radio fcc-locked" and
+// fails naming -fcc-unlock; with -fcc-unlock the radio is on.
+func TestStatusShowsTheFCCLockAndUnlocksWithTheFlag(t *testing.T) {
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"status", "-device", "sim", "-profile", "quectel-rm5xx"}, &out, &out)
+	if code != 1 || !regexp.MustCompile(`radio\s+fcc-locked`).MatchString(out.String()) || !strings.Contains(out.String(), "-fcc-unlock") {
+		t.Fatalf("locked: exit %d:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-profile", "quectel-rm5xx", "-fcc-unlock"}, &out, &out); code != 0 ||
+		!regexp.MustCompile(`radio\s+on`).MatchString(out.String()) {
+		t.Fatalf("-fcc-unlock: exit %d:\n%s", code, out.String())
 	}
 }

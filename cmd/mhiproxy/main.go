@@ -104,6 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.open.APN, "apn", "", "access point name for the data session (empty: the modem's default bearer)")
 	fs.StringVar(&c.open.APNUser, "apn-user", "", "APN username, for carriers that require PAP/CHAP")
 	fs.StringVar(&c.open.APNPassword, "apn-password", "", "APN password")
+	fs.BoolVar(&c.open.Stack.FCCUnlock, "fcc-unlock", false, "run the modem's FCC unlock if the modem is FCC-locked (laptop SKUs whose radio stays off until the host\n"+
+		"sends the vendor command ModemManager's fcc-unlock.d scripts send); off by default: unlocking is your legal choice")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:1080", "`address` for SOCKS5 and HTTP proxy clients (one port serves both); a non-loopback address requires -auth")
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108;\n"+

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
 )
 
 // Network is the emulated modem's cellular network as its control
@@ -72,6 +73,13 @@ type NetworkConfig struct {
 	// HardwareRadioOff is the hardware switch (airplane mode): the radio
 	// never comes on.
 	RadioOff, HardwareRadioOff bool
+	// FCCLock starts the modem FCC-locked, as the laptop SKUs of
+	// ModemManager's fcc-unlock.d list ship (mhi.Profile.FCCLock): the
+	// radio stays off — MBIM RADIO_STATE set on answers
+	// OPERATION_NOT_ALLOWED, QMI DMS Set Operating Mode online answers
+	// Internal — until the host runs this procedure (fcc.go); every
+	// modem restart locks it again.
+	FCCLock mhi.FCCUnlock
 	// NotRegistered keeps the network searching for ever; RegisterDenied
 	// has it refuse registration with cause RegisterNwError (default 11,
 	// PLMN not allowed).
@@ -153,6 +161,7 @@ type networkState struct {
 	pinType    mbim.PINType
 	attempts   int
 	hwOn, swOn bool
+	fccLocked  bool
 	reg        mbim.RegisterStateValue
 	regNw      mbim.NwError
 	ps         mbim.PacketServiceState
@@ -239,6 +248,9 @@ func (s *networkState) powerOn(cfg *NetworkConfig) {
 	}
 	s.attempts = cfg.PINAttempts
 	s.hwOn, s.swOn = !cfg.HardwareRadioOff, !cfg.RadioOff
+	if cfg.FCCLock != mhi.FCCUnlockNone {
+		s.fccLocked, s.swOn = true, false
+	}
 	s.reg, s.ps = mbim.RegisterDeregistered, mbim.PacketServiceDetached
 	s.signal = mbim.SignalState{RSSI: 99, ErrorRate: 99}
 }

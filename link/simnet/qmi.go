@@ -487,6 +487,10 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(f.padded(cfg.HardwareInfo))}}, nil
 	case qmi.DMSGetOperatingMode:
 		return 0, []qmi.TLV{{Type: 0x01, Value: []byte{byte(f.modeLocked())}}}, nil
+	case qmi.DMSFoxconnGetFirmwareVersion, qmi.DMSFoxconnSetFCCAuth:
+		if code, tlvs, ok, err := n.foxconnDMSLocked(m); ok {
+			return code, tlvs, err
+		}
 	case qmi.DMSSetOperatingMode:
 		mode, err := qmi.ParseOperatingMode(m)
 		if err != nil {
@@ -496,6 +500,12 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 		case qmi.ModeOnline:
 			if !n.st.hwOn {
 				return qmi.ErrHardwareRestricted, nil, nil
+			}
+			if n.st.fccLocked {
+				// One of the two errors ModemManager takes as
+				// "FCC-locked, run the unlock" (Internal,
+				// InvalidTransition).
+				return qmi.ErrInternal, nil, nil
 			}
 			n.st.swOn = true
 		case qmi.ModeLowPower, qmi.ModePersistentLowPower, qmi.ModeOnlyLowPower, qmi.ModeOffline:
