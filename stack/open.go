@@ -51,6 +51,11 @@ type Options struct {
 	Auth                mbim.AuthProtocol
 	IPType              mbim.IPType
 	PIN                 string
+	// PUK, when the SIM asks for its PUK (its PIN tries used up), is
+	// entered once with PIN as the new PIN. It is never sent unless
+	// set; a PIN or PUK the SIM refused is never sent again by this
+	// modem's sessions (PINError says how many tries are left).
+	PUK string
 
 	// FCCUnlock runs the modem's FCC unlock (mhi.Profile.FCCLock) when
 	// the modem refuses to turn its radio on, as ModemManager's

@@ -41,6 +41,7 @@ dump and -dump FILE writes it (-sim-crash emulates such a modem).`,
 type sessionFlags struct {
 	*deviceFlags
 	apn, user, password, pin string
+	pinFile, puk             string
 	control                  string
 	simAPN                   string
 	simAbsent                bool
@@ -58,7 +59,10 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 	fs.StringVar(&f.apn, "apn", "internet", "access point name of the data session")
 	fs.StringVar(&f.user, "user", "", "user name of the data session, if the carrier wants one")
 	fs.StringVar(&f.password, "password", "", "password of the data session")
-	fs.StringVar(&f.pin, "pin", "", "SIM PIN, if the SIM is locked")
+	fs.StringVar(&f.pin, "pin", "", "SIM `PIN`, entered once if the SIM asks for it (a rejected PIN is never retried: each try burns one);\n"+
+		"prefer -pin-file or the "+stack.PINEnv+" environment variable, which keep it out of the process list")
+	fs.StringVar(&f.pinFile, "pin-file", "", "read the SIM PIN from the first line of this `file`")
+	fs.StringVar(&f.puk, "puk", "", "SIM `PUK` (8 digits), entered once only if the SIM asks for it, with -pin as the new PIN")
 	fs.BoolVar(&f.fccUnlock, "fcc-unlock", false, "run the modem's FCC unlock (the vendor command ModemManager's fcc-unlock.d scripts send) if the\n"+
 		"modem is FCC-locked; off by default: unlocking is your legal choice (docs/GETTING-ONLINE.md, \"FCC lock\")")
 	fs.StringVar(&f.control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel, else qmi;\n"+
@@ -81,8 +85,15 @@ func (f *sessionFlags) check() error {
 
 // openStack brings the modem up to a configured stack.
 func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
-	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin,
-		FCCUnlock: f.fccUnlock}
+	pin, err := stack.ReadPIN(f.pin, f.pinFile)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	if f.puk != "" && pin == "" {
+		return nil, usagef("-puk needs the new PIN: give it with -pin, -pin-file or %s", stack.PINEnv)
+	}
+	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password,
+		PIN: pin, PUK: f.puk, FCCUnlock: f.fccUnlock}
 	if f.device == "sim" {
 		opts.Profile = f.simProfile().Name
 		opts.Sim.NetworkConfig.APN = f.simAPN
@@ -99,8 +110,8 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 // sessionHint says what to do about data-session failures.
 func sessionHint(err error) error {
 	switch {
-	case errors.Is(err, stack.ErrFCCLocked):
-		return err // its text names -fcc-unlock
+	case errors.Is(err, stack.ErrFCCLocked), errors.Is(err, stack.ErrSIMLocked):
+		return err // its text names the flag
 	case errors.Is(err, mbim.ErrSIMNotInserted):
 		return fmt.Errorf("%w; insert a SIM (and power-cycle the modem)", err)
 	case errors.Is(err, mbim.ErrPINRequired):

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack"
 )
 
 func TestStatusBringsTheEmulatedModemUpAndPrintsTheSession(t *testing.T) {
@@ -173,5 +174,29 @@ func TestStatusShowsTheFCCLockAndUnlocksWithTheFlag(t *testing.T) {
 	if code := run(context.Background(), []string{"status", "-device", "sim", "-profile", "quectel-rm5xx", "-fcc-unlock"}, &out, &out); code != 0 ||
 		!regexp.MustCompile(`radio\s+on`).MatchString(out.String()) {
 		t.Fatalf("-fcc-unlock: exit %d:\n%s", code, out.String())
+	}
+}
+
+// TestStatusPINFlags: -pin with -pin-file, and -puk without a new PIN,
+// are usage errors (exit 2); the PIN given never shows in the output;
+// -pin-file feeds a PIN (an unlocked emulated SIM ignores it).
+func TestStatusPINFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pin")
+	if err := os.WriteFile(file, []byte("1234\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(stack.PINEnv, "")
+	for _, args := range [][]string{
+		{"status", "-pin", "97531", "-pin-file", file},
+		{"status", "-puk", "12345678"},
+	} {
+		var out bytes.Buffer
+		if code := run(context.Background(), args, &out, &out); code != 2 || strings.Contains(out.String(), "97531") {
+			t.Errorf("mhictl %q: exit %d, want 2:\n%s", args, code, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-pin-file", file}, &out, &out); code != 0 {
+		t.Errorf("-pin-file: exit %d:\n%s", code, out.String())
 	}
 }

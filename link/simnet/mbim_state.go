@@ -331,6 +331,9 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 		if s.pinLocked {
 			pi.Type, pi.Locked = s.pinType, true
 		}
+		if s.pinLocked && s.pinType == mbim.PINTypePUK1 {
+			pi.RemainingAttempts = uint32(s.pukLeft)
+		}
 		return pi.Encode()
 	}
 	if m.CommandType != mbim.Set {
@@ -345,6 +348,12 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 	}
 	if !s.pinLocked || req.Type != s.pinType {
 		return mbim.StatusFailure, info()
+	}
+	if req.Type == mbim.PINTypePUK1 {
+		if !f.net.enterPUKLocked(req.PIN, req.NewPIN) {
+			return mbim.StatusFailure, info()
+		}
+		return mbim.StatusNone, info()
 	}
 	if !f.net.enterPINLocked(req.PIN) {
 		return mbim.StatusFailure, info()
