@@ -48,6 +48,8 @@ func (e *sessionError) Error() string {
 	switch {
 	case pe.Need == simlock.PUK1 && pe.Remaining == 0:
 		return e.err.Error() + "; no PUK tries left: the SIM is blocked for good, ask the carrier for a new one"
+	case pe.Need == simlock.PUK1 && pe.Rejected && pe.Reason != "":
+		return e.err.Error() + "; the PIN is used up: give the PUK and a new PIN: Options.PUK and Options.PIN (-puk and -pin)"
 	case pe.Rejected:
 		return e.err.Error() + "; check the code: it is not tried again automatically (each try burns one)"
 	case pe.Need == simlock.PUK1:

@@ -34,10 +34,10 @@ type FCCError struct {
 
 func (e *FCCError) Error() string {
 	if e.Tried {
-		return fmt.Sprintf("stack: modem is FCC-locked and the %s unlock did not lift the lock: %v", e.Procedure, e.Err)
+		return fmt.Sprintf("modem is FCC-locked and the %s unlock did not lift the lock: %v", e.Procedure, e.Err)
 	}
-	return fmt.Sprintf("stack: modem is FCC-locked (radio refused to come on: %v); "+
-		"running the vendor unlock (%s) is your legal choice: set Options.FCCUnlock (mhiproxy -fcc-unlock)", e.Err, e.Procedure)
+	return fmt.Sprintf("modem is FCC-locked (%v); running the vendor unlock (%s) is your legal choice: "+
+		"set Options.FCCUnlock (mhiproxy or mhictl -fcc-unlock)", e.Err, e.Procedure)
 }
 
 func (e *FCCError) Unwrap() error        { return e.Err }
@@ -45,7 +45,7 @@ func (e *FCCError) Is(target error) bool { return target == ErrFCCLocked }
 
 // errRadioRefused is a radio-on the modem refused the way an FCC-locked
 // modem does.
-var errRadioRefused = errors.New("radio refused")
+var errRadioRefused = errors.New("the radio refused to come on")
 
 // fccRadioOn brings the radio of a modem whose profile ships FCC-locked
 // up (a no-op for others: the session does it).
@@ -73,8 +73,8 @@ func (m *Modem) fccRadioOn(ctx context.Context) error {
 // radioOn asks the modem to turn its radio on: MBIM RADIO_STATE set on
 // (refused: any failure, or an answer with the software switch off),
 // QMI DMS Set Operating Mode online (refused: Internal or
-// InvalidTransition), the answers ModemManager runs the unlock on
-// (src/mm-iface-modem.c).
+// InvalidTransition, the two ModemManager's QMI power-up turns into
+// "retry after the FCC unlock", src/mm-broadband-modem-qmi.c).
 func (m *Modem) radioOn(ctx context.Context) error {
 	if m.mbim != nil {
 		rs, err := m.mbim.SetRadioState(ctx, true)

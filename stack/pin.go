@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// checkCode validates a PIN (4–8 digits) or PUK (8 digits), ETSI TS 102
-// 221 §9.5.1 (PIN) and §9.5.2 (unblock PIN), without repeating it.
+// checkCode validates a PIN (4–8 digits) or PUK (8 digits), the lengths
+// of ETSI TS 102 221's PIN and unblock PIN, without repeating it.
 func checkCode(name, v string, min, max int) error {
 	if v == "" {
 		return nil

@@ -55,7 +55,7 @@ func (c *Client) EnterPIN(ctx context.Context, typ PINType, pin string) (PINInfo
 }
 
 // EnterPUK unblocks a SIM that asks for PUK1: PIN set {PUK1, enter, Pin
-// = the PUK, NewPin = the new PIN1} (MBIM §10.5.4; ModemManager
+// = the PUK, NewPin = the new PIN1} (MBIM 1.0 MBIM_CID_PIN; ModemManager
 // src/mm-sim-mbim.c sends the same). Errors as EnterPIN.
 func (c *Client) EnterPUK(ctx context.Context, puk, newPIN string) (PINInfo, error) {
 	return c.setPIN(ctx, PINRequest{Type: PINTypePUK1, Operation: PINEnter, PIN: puk, NewPIN: newPIN})
