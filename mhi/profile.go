@@ -51,6 +51,9 @@ type Profile struct {
 	// sets none (it does not collect dumps); set it to what the
 	// modem's firmware dumps.
 	RDDMSize int
+	// FCCLock is the FCC lock the profile's laptop SKUs ship with
+	// (ModemManager's fcc-unlock.d list; zero: none).
+	FCCLock FCCLock
 }
 
 // DefaultRDDMSize is the RDDM dump size of a profile that sets none

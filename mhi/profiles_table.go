@@ -480,6 +480,7 @@ var profiles = []*Profile{
 		ReadyTimeout: quectelReadyTimeout,
 		EDLImage:     "qcom/prog_firehose_sdx24.mbn",
 		SidebandWake: true,
+		FCCLock:      FCCLock{Unlock: FCCUnlockQuectel, IDs: []PCIID{pciDev(pciVendorQuectel, 0x1001)}},
 	},
 	{
 		Name:         "quectel-rm5xx",
@@ -492,6 +493,8 @@ var profiles = []*Profile{
 		ReadyTimeout: quectelReadyTimeout,
 		EDLImage:     "qcom/prog_firehose_sdx6x.elf",
 		SidebandWake: true,
+		FCCLock: FCCLock{Unlock: FCCUnlockQuectel,
+			IDs: []PCIID{pciDev(pciVendorQuectel, 0x1004), pciDev(pciVendorQuectel, 0x1007)}},
 	},
 
 	// ---- Foxconn, own vendor ID (Foxconn SDX55 / SDX61 / SDX72 configs,
@@ -511,6 +514,8 @@ var profiles = []*Profile{
 		Timeout:    foxconnTimeout,
 		EDLImage:   "qcom/sdx55m/foxconn/prog_firehose_sdx55.mbn",
 		EDLTrigger: true,
+		FCCLock: FCCLock{Unlock: FCCUnlockFoxconn,
+			IDs: []PCIID{pciDev(pciVendorFoxconn, 0xe0ab), pciDev(pciVendorFoxconn, 0xe0c3)}},
 	},
 	{
 		Name:        "foxconn-dw5930e",

@@ -46,7 +46,7 @@ func TestDMAArenaFitsEveryProfile(t *testing.T) {
 				t.Parallel()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				s, err := stack.Open(ctx, stack.Options{Profile: p.Name, APN: "internet", Control: ctl})
+				s, err := stack.Open(ctx, stack.Options{Profile: p.Name, APN: "internet", Control: ctl, FCCUnlock: true})
 				if err != nil {
 					t.Fatal(err)
 				}

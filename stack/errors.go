@@ -4,6 +4,7 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/mhistack/mhistack/internal/simlock"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -17,12 +18,47 @@ import (
 // *qmi.CallError, and errors.Is(err, qmi.ErrCallFailed) holds).
 var ErrUnknownAPN = errors.New("stack: missing or unknown APN")
 
+// PINError is a SIM that stayed locked (errors.As finds it in an Open or
+// OpenSession error): Need is the code it asks for ("PIN" or "PUK"),
+// Remaining the tries left of it (-1 when the modem did not say),
+// Rejected whether the code given (Options.PIN or Options.PUK) was
+// refused — it is not sent again. It matches ErrSIMLocked, and unwraps
+// to the protocol's error (mbim.ErrPINRequired, qmi.ErrSIM).
+type PINError = simlock.Error
+
+// ErrSIMLocked matches (errors.Is) every *PINError.
+var ErrSIMLocked = simlock.ErrLocked
+
+// PINEnv is the environment variable mhiproxy and mhictl read the SIM
+// PIN from when no -pin or -pin-file is given (it keeps the PIN out of
+// the process list).
+const PINEnv = "MHISTACK_PIN"
+
 // sessionError is a data session that did not come up: the MBIM or QMI
 // session's error, matching ErrUnknownAPN when the network refused the
 // APN.
 type sessionError struct{ err error }
 
-func (e *sessionError) Error() string { return e.err.Error() }
+func (e *sessionError) Error() string {
+	var pe *PINError
+	if !errors.As(e.err, &pe) {
+		return e.err.Error()
+	}
+	// Say which option gives the code the SIM wants.
+	switch {
+	case pe.Need == simlock.PUK1 && pe.Remaining == 0:
+		return e.err.Error() + "; no PUK tries left: the SIM is blocked for good, ask the carrier for a new one"
+	case pe.Need == simlock.PUK1 && pe.Rejected && pe.Reason != "":
+		return e.err.Error() + "; the PIN is used up: give the PUK and a new PIN: Options.PUK and Options.PIN (-puk and -pin)"
+	case pe.Rejected:
+		return e.err.Error() + "; check the code: it is not tried again automatically (each try burns one)"
+	case pe.Need == simlock.PUK1:
+		return e.err.Error() + "; give the PUK and a new PIN: Options.PUK and Options.PIN (-puk and -pin)"
+	case pe.Need == simlock.PIN1:
+		return e.err.Error() + "; give the SIM PIN: Options.PIN (-pin, -pin-file or " + PINEnv + ")"
+	}
+	return e.err.Error()
+}
 func (e *sessionError) Unwrap() error { return e.err }
 
 func (e *sessionError) Is(target error) bool {

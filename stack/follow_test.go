@@ -31,7 +31,7 @@ func openOn(t *testing.T, profile string, nw *simnet.Network, car simnet.Carrier
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, Sim: stack.SimOptions{
+	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, FCCUnlock: true, Sim: stack.SimOptions{
 		Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 		NetworkConfig: simnet.NetworkConfig{APN: "internet", Carrier: car},
 		Network:       nw,

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mhistack/mhistack/internal/simlock"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
@@ -31,7 +32,9 @@ import (
 type Modem struct {
 	opts    Options // as OpenModem normalized them
 	profile *mhi.Profile
-	path    mhi.DataPath // the control, data pair and framing kind sessions use
+	path    mhi.DataPath    // the control, data pair and framing kind sessions use
+	fcc     mhi.FCCUnlock   // the unlock the modem's PCI IDs ship needing
+	refused simlock.Refused // SIM codes refused: no session sends them again
 	ctrl    *mhi.Controller
 	mbim    *mbim.Client
 	qmi     *qmi.Client
@@ -85,6 +88,9 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	if opts.Device == "" {
 		opts.Device = "sim"
 	}
+	if err := errors.Join(checkCode("PIN", opts.PIN, 4, 8), checkCode("PUK", opts.PUK, 8, 8)); err != nil {
+		return nil, err
+	}
 	var closers []func() error
 	defer func() {
 		if err != nil {
@@ -93,7 +99,7 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 			}
 		}
 	}()
-	dev, p, dp, cls, err := openDevice(&opts)
+	dev, p, dp, fcc, cls, err := openDevice(&opts)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +113,7 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 	if err := c.PowerUp(ctx); err != nil {
 		return nil, fmt.Errorf("stack: open %s: power up: %w", opts.Device, err)
 	}
-	m := &Modem{opts: opts, profile: p, path: dp, ctrl: c, log: opts.Logger, sessions: map[uint8]*Stack{}}
+	m := &Modem{opts: opts, profile: p, path: dp, fcc: fcc, ctrl: c, log: opts.Logger, sessions: map[uint8]*Stack{}}
 	if dp.Control == mhi.ControlQMI {
 		m.qmi, err = qmi.DialMHI(ctx, c, qmi.Options{Logger: opts.Logger})
 		if err != nil {
@@ -120,6 +126,9 @@ func OpenModem(ctx context.Context, opts Options) (_ *Modem, err error) {
 			return nil, fmt.Errorf("stack: open %s: MBIM: %w", opts.Device, err)
 		}
 		closers = append(closers, m.mbim.Close)
+	}
+	if err := m.fccRadioOn(ctx); err != nil {
+		return nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 	}
 	m.closers = closers
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -249,7 +258,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 	if m.qmi != nil {
 		sess := qmi.NewSession(m.qmi, qmi.SessionConfig{
 			APN: so.APN, User: so.User, Password: so.Password, Auth: qmiAuth(so.Auth),
-			Families: qmiFamilies(so.IPType), PIN: opts.PIN, MuxID: id, Logger: m.log,
+			Families: qmiFamilies(so.IPType), PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused, MuxID: id, Logger: m.log,
 			OnProgress: func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
 			OnAddress:  func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
 		})
@@ -271,7 +280,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		}
 	} else {
 		sess := mbim.NewSession(m.mbim, mbim.SessionConfig{
-			APN: so.APN, User: so.User, Password: so.Password, Auth: so.Auth, IPType: so.IPType, PIN: opts.PIN,
+			APN: so.APN, User: so.User, Password: so.Password, Auth: so.Auth, IPType: so.IPType, PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused,
 			SessionID: uint32(id), OnProgress: f.progress, OnAddress: f.address, Logger: m.log,
 		})
 		closers = append(closers, func() error {

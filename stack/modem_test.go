@@ -73,7 +73,7 @@ func shaEchoSession(ctx context.Context, s *stack.Stack, port uint16, n int, see
 // servers of its own APN.
 func twoSessions(t *testing.T, ctx context.Context, profile, control string) (*stack.Modem, *stack.Stack, *stack.Stack) {
 	t.Helper()
-	m, err := stack.OpenModem(ctx, stack.Options{Profile: profile, Control: control, Sim: stack.SimOptions{
+	m, err := stack.OpenModem(ctx, stack.Options{Profile: profile, Control: control, FCCUnlock: true, Sim: stack.SimOptions{
 		Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 	}})
 	if err != nil {
@@ -241,7 +241,7 @@ func TestModemRefusesAnUnknownAPN(t *testing.T) {
 		t.Run(profile, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			m, err := stack.OpenModem(ctx, stack.Options{Profile: profile})
+			m, err := stack.OpenModem(ctx, stack.Options{Profile: profile, FCCUnlock: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -306,7 +306,7 @@ func TestModemRefusalForCredentialsIsNotAnUnknownAPN(t *testing.T) {
 		t.Run(profile, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			m, err := stack.OpenModem(ctx, stack.Options{Profile: profile,
+			m, err := stack.OpenModem(ctx, stack.Options{Profile: profile, FCCUnlock: true,
 				Sim: stack.SimOptions{NetworkConfig: simnet.NetworkConfig{APN: "internet", User: "user", Password: "secret"}}})
 			if err != nil {
 				t.Fatal(err)
@@ -335,7 +335,7 @@ func TestTwoModemsInOneProcess(t *testing.T) {
 	defer cancel()
 	var stacks []*stack.Stack
 	for _, profile := range []string{"foxconn-t99w175", "telit-fn980-hwv1"} {
-		m, err := stack.OpenModem(ctx, stack.Options{Profile: profile, Sim: stack.SimOptions{
+		m, err := stack.OpenModem(ctx, stack.Options{Profile: profile, FCCUnlock: true, Sim: stack.SimOptions{
 			Modem: sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 		}})
 		if err != nil {

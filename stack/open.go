@@ -51,6 +51,18 @@ type Options struct {
 	Auth                mbim.AuthProtocol
 	IPType              mbim.IPType
 	PIN                 string
+	// PUK, when the SIM asks for its PUK (its PIN tries used up), is
+	// entered once with PIN as the new PIN. It is never sent unless
+	// set; a PIN or PUK the SIM refused is never sent again by this
+	// modem's sessions (PINError says how many tries are left).
+	PUK string
+
+	// FCCUnlock runs the modem's FCC unlock (mhi.Profile.FCCLock) when
+	// the modem refuses to turn its radio on, as ModemManager's
+	// fcc-unlock.d scripts do. Off by default: whether to lift the lock
+	// is the user's legal choice. Without it a locked modem fails Open
+	// with ErrFCCLocked (docs/GETTING-ONLINE.md, "FCC lock").
+	FCCUnlock bool
 
 	// Config configures the stack; Open fills in the addresses, DNS
 	// servers and MTU the session reports.
@@ -271,7 +283,7 @@ func fromQMI(ip qmi.IPConfig) mbim.IPConfig {
 // openDevice returns the PCI device, its profile, the data path on it
 // (dataPath; opts.Control and opts.Link.Channel are set to its control
 // and pair) and what closes the device.
-func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func() error, error) {
+func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fcc mhi.FCCUnlock, _ []func() error, _ error) {
 	if opts.Device == "" || opts.Device == "sim" {
 		name := opts.Profile
 		if name == "" {
@@ -279,11 +291,11 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 		}
 		p, ok := mhi.Lookup(name)
 		if !ok {
-			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: no modem profile %q", name)
+			return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: no modem profile %q", name)
 		}
 		dp, err := dataPath(p, opts)
 		if err != nil {
-			return nil, nil, mhi.DataPath{}, nil, err
+			return nil, nil, mhi.DataPath{}, "", nil, err
 		}
 		opts.Control, opts.Link.Channel = dp.Control, dp.Channel
 		mc := opts.Sim.NetworkConfig
@@ -292,6 +304,12 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 			// an empty APN), "ims" and "corp.mhistack", each with
 			// its own address pool, and refuses other names.
 			mc.APN, mc.APNs = "internet", simnet.DefaultAPNs()[1:]
+		}
+		// The emulated modem presents the profile's first ID
+		// (sim.Options.IDIndex) and is FCC-locked as that ID ships.
+		fcc = p.EmulatedFCCUnlock(opts.Sim.Modem.IDIndex)
+		if mc.FCCLock == mhi.FCCUnlockNone {
+			mc.FCCLock = fcc
 		}
 		nw := opts.Sim.Network
 		if nw == nil {
@@ -334,12 +352,12 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 		default:
 			// The carrier speaks what the host's link does.
 			if co.Framing, err = link.FramingFor(dp.Framing); err != nil {
-				return nil, nil, mhi.DataPath{}, nil, err
+				return nil, nil, mhi.DataPath{}, "", nil, err
 			}
 		}
 		cn, err := simnet.NewCarrierNetwork(co)
 		if err != nil {
-			return nil, nil, mhi.DataPath{}, nil, err
+			return nil, nil, mhi.DataPath{}, "", nil, err
 		}
 		so := opts.Sim.Modem
 		so.Functions = map[string]sim.Function{dp.Channel: cn}
@@ -357,7 +375,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 			n, err := dmaSize(opts, p)
 			if err != nil {
 				cn.Close()
-				return nil, nil, mhi.DataPath{}, nil, err
+				return nil, nil, mhi.DataPath{}, "", nil, err
 			}
 			vo = append(vo, vpci.WithIOVAWindow(uint64(n)))
 		case w > 0:
@@ -366,9 +384,9 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 		dev, _, err := sim.NewDevice(p, so, vo...)
 		if err != nil {
 			cn.Close()
-			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: emulated %s: %w", name, err)
+			return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: emulated %s: %w", name, err)
 		}
-		return dev, p, dp, []func() error{cn.Close, dev.Close}, nil
+		return dev, p, dp, fcc, []func() error{cn.Close, dev.Close}, nil
 	}
 	// The arena is mapped at open, so it is sized from the profile the
 	// function's IDs select, before anything is allocated from it.
@@ -387,6 +405,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 			p = nil
 			return 0
 		}
+		fcc = p.FCCUnlockFor(info.Vendor, info.Device, info.SubVendor, info.SubDev)
 		var n int
 		n, sizeErr = dmaSize(opts, p)
 		return n
@@ -395,31 +414,31 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 	if path, ok := strings.CutPrefix(opts.Device, vfiouserclient.Prefix); ok {
 		d, err := vfiouserclient.Open(path, &vfiouserclient.Options{DMASizeFor: sizeFor})
 		if err != nil {
-			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+			return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 		}
 		dev = d
 	} else {
 		d, err := vfio.Open(opts.Device, &vfio.Options{DMASizeFor: sizeFor})
 		if err != nil {
-			return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
+			return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: open %s: %w", opts.Device, err)
 		}
 		dev = d
 	}
 	switch {
 	case p == nil:
 		dev.Close()
-		return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: no modem profile (set Options.Profile)", opts.Device)
+		return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: open %s: no modem profile (set Options.Profile)", opts.Device)
 	case sizeErr != nil:
 		dev.Close()
-		return nil, nil, mhi.DataPath{}, nil, fmt.Errorf("stack: open %s: %w", opts.Device, sizeErr)
+		return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: open %s: %w", opts.Device, sizeErr)
 	}
 	dp, err := dataPath(p, opts)
 	if err != nil {
 		dev.Close()
-		return nil, nil, mhi.DataPath{}, nil, err
+		return nil, nil, mhi.DataPath{}, "", nil, err
 	}
 	opts.Control, opts.Link.Channel = dp.Control, dp.Channel
-	return dev, p, dp, []func() error{dev.Close}, nil
+	return dev, p, dp, fcc, []func() error{dev.Close}, nil
 }
 
 func mtuOf(ip mbim.IPConfig) uint32 {

@@ -82,7 +82,7 @@ func TestOpenFailsOnARejectedAPN(t *testing.T) {
 func TestOpenSimOnAnMBIMDataChannel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: "quectel-rm5xx", Sim: stack.SimOptions{
+	s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: "quectel-rm5xx", FCCUnlock: true, Sim: stack.SimOptions{
 		Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 		NetworkConfig: simnet.NetworkConfig{APN: "internet"},
 	}})

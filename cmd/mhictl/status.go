@@ -41,10 +41,12 @@ dump and -dump FILE writes it (-sim-crash emulates such a modem).`,
 type sessionFlags struct {
 	*deviceFlags
 	apn, user, password, pin string
+	pinFile, puk             string
 	control                  string
 	simAPN                   string
 	simAbsent                bool
 	simCrashDump             []byte // status -sim-crash
+	fccUnlock                bool
 }
 
 // simCrashImage is the RAM dump the emulated modem of -sim-crash holds.
@@ -57,7 +59,12 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 	fs.StringVar(&f.apn, "apn", "internet", "access point name of the data session")
 	fs.StringVar(&f.user, "user", "", "user name of the data session, if the carrier wants one")
 	fs.StringVar(&f.password, "password", "", "password of the data session")
-	fs.StringVar(&f.pin, "pin", "", "SIM PIN, if the SIM is locked")
+	fs.StringVar(&f.pin, "pin", "", "SIM `PIN`, entered once if the SIM asks for it (a rejected PIN is never retried: each try burns one);\n"+
+		"prefer -pin-file or the "+stack.PINEnv+" environment variable, which keep it out of the process list")
+	fs.StringVar(&f.pinFile, "pin-file", "", "read the SIM PIN from the first line of this `file`")
+	fs.StringVar(&f.puk, "puk", "", "SIM `PUK` (8 digits), entered once only if the SIM asks for it, with -pin as the new PIN")
+	fs.BoolVar(&f.fccUnlock, "fcc-unlock", false, "run the modem's FCC unlock (the vendor command ModemManager's fcc-unlock.d scripts send) if the\n"+
+		"modem is FCC-locked; off by default: unlocking is your legal choice (docs/GETTING-ONLINE.md, \"FCC lock\")")
 	fs.StringVar(&f.control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel, else qmi;\n"+
 		"a QMI session carries data as QMAP, v5 if the modem agrees)")
 	fs.StringVar(&f.simAPN, "sim-apn", "", "-device sim: the only APN the emulated carrier accepts (default: any)")
@@ -78,7 +85,15 @@ func (f *sessionFlags) check() error {
 
 // openStack brings the modem up to a configured stack.
 func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
-	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password, PIN: f.pin}
+	pin, err := stack.ReadPIN(f.pin, f.pinFile)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	if f.puk != "" && pin == "" {
+		return nil, usagef("-puk needs the new PIN: give it with -pin, -pin-file or %s", stack.PINEnv)
+	}
+	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password,
+		PIN: pin, PUK: f.puk, FCCUnlock: f.fccUnlock}
 	if f.device == "sim" {
 		opts.Profile = f.simProfile().Name
 		opts.Sim.NetworkConfig.APN = f.simAPN
@@ -95,6 +110,8 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 // sessionHint says what to do about data-session failures.
 func sessionHint(err error) error {
 	switch {
+	case errors.Is(err, stack.ErrFCCLocked), errors.Is(err, stack.ErrSIMLocked):
+		return err // its text names the flag
 	case errors.Is(err, mbim.ErrSIMNotInserted):
 		return fmt.Errorf("%w; insert a SIM (and power-cycle the modem)", err)
 	case errors.Is(err, mbim.ErrPINRequired):
@@ -119,10 +136,18 @@ func sessionHint(err error) error {
 	return err
 }
 
+// Radio states status reports: a session came up (so the radio is on),
+// or the modem is FCC-locked.
+const (
+	radioOn        = "on"
+	radioFCCLocked = "fcc-locked"
+)
+
 type statusOut struct {
 	Device       string       `json:"device"`
 	Profile      string       `json:"profile"`
 	APN          string       `json:"apn"`
+	Radio        string       `json:"radio"` // radioOn, or radioFCCLocked (the bring-up stopped there)
 	Registration string       `json:"registration"`
 	ProviderID   string       `json:"provider_id"`
 	ProviderName string       `json:"provider_name"`
@@ -183,6 +208,18 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ctx, cancel := sf.context(ctx)
 	defer cancel()
 	s, err := sf.openStack(ctx)
+	if errors.Is(err, stack.ErrFCCLocked) {
+		// The bring-up stops at the radio: say so, then why.
+		if sf.device == "sim" {
+			sf.profile = sf.simProfile().Name
+		}
+		out := &statusOut{Device: sf.device, Profile: sf.profile, Radio: radioFCCLocked}
+		if sf.json {
+			writeJSON(stdout, out)
+		} else {
+			fmt.Fprintf(stdout, "device  %s  %s\nradio   %s\n", out.Device, out.Profile, out.Radio)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -233,6 +270,7 @@ func collectStatus(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*stat
 	out := &statusOut{
 		Device:       sf.device,
 		Profile:      s.Controller().Profile().Name,
+		Radio:        radioOn,
 		APN:          sf.apn,
 		Registration: reg.State.String(),
 		ProviderID:   reg.ProviderID,
@@ -281,6 +319,7 @@ func collectStatusQMI(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*s
 	out := &statusOut{
 		Device:       sf.device,
 		Profile:      s.Controller().Profile().Name,
+		Radio:        radioOn,
 		APN:          sf.apn,
 		Registration: ss.Registration.String(),
 		RSSI:         99,
@@ -377,6 +416,7 @@ func printStatus(w io.Writer, o *statusOut) {
 	if o.ProviderID != "" {
 		op += " (" + o.ProviderID + ")"
 	}
+	fmt.Fprintf(tw, "radio\t%s\n", o.Radio)
 	fmt.Fprintf(tw, "registration\t%s\t%s\n", o.Registration, o.DataClasses)
 	if o.Roaming != "" {
 		op += ", roaming " + o.Roaming

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack"
 )
 
 func TestStatusBringsTheEmulatedModemUpAndPrintsTheSession(t *testing.T) {
@@ -156,5 +158,45 @@ func TestStatusReportsAndWritesTheCrashDump(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"status", "-device", "0000:01:00.0", "-sim-crash"}, &out, &errb); code != 2 {
 		t.Errorf("-sim-crash without -device sim: exit %d, want 2", code)
+	}
+}
+
+// TestStatusShowsTheFCCLockAndUnlocksWithTheFlag: an emulated
+// quectel-rm5xx ships FCC-locked: status prints "radio fcc-locked" and
+// fails naming -fcc-unlock; with -fcc-unlock the radio is on.
+func TestStatusShowsTheFCCLockAndUnlocksWithTheFlag(t *testing.T) {
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"status", "-device", "sim", "-profile", "quectel-rm5xx"}, &out, &out)
+	if code != 1 || !regexp.MustCompile(`radio\s+fcc-locked`).MatchString(out.String()) || !strings.Contains(out.String(), "-fcc-unlock") {
+		t.Fatalf("locked: exit %d:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-profile", "quectel-rm5xx", "-fcc-unlock"}, &out, &out); code != 0 ||
+		!regexp.MustCompile(`radio\s+on`).MatchString(out.String()) {
+		t.Fatalf("-fcc-unlock: exit %d:\n%s", code, out.String())
+	}
+}
+
+// TestStatusPINFlags: -pin with -pin-file, and -puk without a new PIN,
+// are usage errors (exit 2); the PIN given never shows in the output;
+// -pin-file feeds a PIN (an unlocked emulated SIM ignores it).
+func TestStatusPINFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pin")
+	if err := os.WriteFile(file, []byte("1234\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(stack.PINEnv, "")
+	for _, args := range [][]string{
+		{"status", "-pin", "97531", "-pin-file", file},
+		{"status", "-puk", "12345678"},
+	} {
+		var out bytes.Buffer
+		if code := run(context.Background(), args, &out, &out); code != 2 || strings.Contains(out.String(), "97531") {
+			t.Errorf("mhictl %q: exit %d, want 2:\n%s", args, code, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-pin-file", file}, &out, &out); code != 0 {
+		t.Errorf("-pin-file: exit %d:\n%s", code, out.String())
 	}
 }

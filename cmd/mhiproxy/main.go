@@ -36,6 +36,7 @@ import (
 	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
+	"github.com/mhistack/mhistack/stack"
 	"github.com/mhistack/mhistack/stack/proxy"
 )
 
@@ -104,6 +105,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.open.APN, "apn", "", "access point name for the data session (empty: the modem's default bearer)")
 	fs.StringVar(&c.open.APNUser, "apn-user", "", "APN username, for carriers that require PAP/CHAP")
 	fs.StringVar(&c.open.APNPassword, "apn-password", "", "APN password")
+	pin := fs.String("pin", "", "SIM `PIN`, entered once if the SIM asks for it (a rejected PIN is never retried: each try burns one);\n"+
+		"prefer -pin-file or the "+stack.PINEnv+" environment variable, which keep it out of the process list")
+	pinFile := fs.String("pin-file", "", "read the SIM PIN from the first line of this `file`")
+	fs.StringVar(&c.open.Stack.PUK, "puk", "", "SIM `PUK` (8 digits), entered once only if the SIM asks for it (its PIN tries used up),\n"+
+		"with -pin (or -pin-file, "+stack.PINEnv+") as the new PIN")
+	fs.BoolVar(&c.open.Stack.FCCUnlock, "fcc-unlock", false, "run the modem's FCC unlock if the modem is FCC-locked (laptop SKUs whose radio stays off until the host\n"+
+		"sends the vendor command ModemManager's fcc-unlock.d scripts send); off by default: unlocking is your legal choice")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:1080", "`address` for SOCKS5 and HTTP proxy clients (one port serves both); a non-loopback address requires -auth")
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108;\n"+
@@ -128,6 +136,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (all options are flags; see -help)", fs.Arg(0))
+	}
+	var err error
+	if c.open.Stack.PIN, err = stack.ReadPIN(*pin, *pinFile); err != nil {
+		return nil, err
+	}
+	if c.open.Stack.PUK != "" && c.open.Stack.PIN == "" {
+		return nil, errors.New("-puk needs the new PIN: give it with -pin, -pin-file or " + stack.PINEnv)
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", *level)

@@ -256,7 +256,7 @@ func TestSessionsAndDevices(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-profile", "foxconn-t99w175", "-apn", "internet",
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-profile", "foxconn-t99w175", "-fcc-unlock", "-apn", "internet",
 			"-device", "sim", "-device", "sim:telit-fn980-hwv1",
 			"-session", "apn=ims,listen=127.0.0.1:0",
 			"-session", "device=1,apn=corp.mhistack,listen=127.0.0.1:0", "-log-level", "warn"}, &stdout, &stderr, openModem)

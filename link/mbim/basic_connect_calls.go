@@ -51,7 +51,17 @@ func (c *Client) PIN(ctx context.Context) (PINInfo, error) {
 // FAILURE); the remaining attempts are in the returned info when the
 // device sends it.
 func (c *Client) EnterPIN(ctx context.Context, typ PINType, pin string) (PINInfo, error) {
-	req := PINRequest{Type: typ, Operation: PINEnter, PIN: pin}
+	return c.setPIN(ctx, PINRequest{Type: typ, Operation: PINEnter, PIN: pin})
+}
+
+// EnterPUK unblocks a SIM that asks for PUK1: PIN set {PUK1, enter, Pin
+// = the PUK, NewPin = the new PIN1} (MBIM 1.0 MBIM_CID_PIN; ModemManager
+// src/mm-sim-mbim.c sends the same). Errors as EnterPIN.
+func (c *Client) EnterPUK(ctx context.Context, puk, newPIN string) (PINInfo, error) {
+	return c.setPIN(ctx, PINRequest{Type: PINTypePUK1, Operation: PINEnter, PIN: puk, NewPIN: newPIN})
+}
+
+func (c *Client) setPIN(ctx context.Context, req PINRequest) (PINInfo, error) {
 	b, err := c.basic(ctx, CIDPIN, Set, req.Encode())
 	if err != nil {
 		if info, perr := ParsePINInfo(b); perr == nil {

@@ -200,6 +200,11 @@ func FuzzSignalAndRadioAndPIN(f *testing.F) {
 		roundTrip(t, data, mbim.ParseSignalState, (*mbim.SignalState).Encode)
 		roundTrip(t, data, mbim.ParseRadioState, (*mbim.RadioState).Encode)
 		roundTrip(t, data, mbim.ParsePINInfo, (*mbim.PINInfo).Encode)
+		if s, err := mbim.ParseQuectelRadioState(data); err == nil {
+			if back := mbim.EncodeQuectelRadioState(s); !bytes.Equal(back, data) {
+				t.Fatalf("Quectel RADIO_STATE %x re-encodes to %x", data, back)
+			}
+		}
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/internal/sessionloop"
+	"github.com/mhistack/mhistack/internal/simlock"
 )
 
 // SessionState is a step of data-session bring-up (docs/FRAMING.md
@@ -61,6 +62,13 @@ type SessionConfig struct {
 	// Session: a rejected PIN is never retried, so as not to burn the
 	// SIM's attempts.
 	PIN string
+	// PUK, if set, is entered (once) when the SIM asks for PUK1, with
+	// PIN as the new PIN. Without it a SIM that needs its PUK fails the
+	// session; a PUK is never sent unless given.
+	PUK string
+	// Refused, if set, is shared by the sessions of one modem (package
+	// stack does): a code one session saw refused, no other sends.
+	Refused *simlock.Refused
 
 	// Step limits: how long to wait for the SIM (default 30 s), the
 	// radio (10 s), registration (60 s), attach (60 s) and an address
@@ -123,10 +131,10 @@ type Session struct {
 
 	unsub, unreset func()
 
-	mu       sync.Mutex
-	ip       IPConfig
-	newIP    *IPConfig // set by an IP_CONFIGURATION indication
-	pinTried bool
+	mu      sync.Mutex
+	ip      IPConfig
+	newIP   *IPConfig        // set by an IP_CONFIGURATION indication
+	refused *simlock.Refused // SessionConfig.Refused or the session's own
 }
 
 // NewSession starts bringing a data session up on c.
@@ -134,7 +142,10 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 	cfg.setDefaults()
 	loop := sessionloop.NewLoop()
 	s := &Session{c: c, cfg: cfg, log: cfg.Logger, loop: loop, ctx: loop.Context(),
-		steps: sessionloop.NewSteps(StateIdle)}
+		steps: sessionloop.NewSteps(StateIdle), refused: cfg.Refused}
+	if s.refused == nil {
+		s.refused = &simlock.Refused{}
+	}
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() { s.setLost(ErrModemReset) })
 	loop.Go(s.run)
@@ -382,8 +393,10 @@ func (s *Session) waitSIM(ctx context.Context) error {
 	})
 }
 
-// unlock enters the configured PIN once; the SIM's ready state changes
-// after it (the caller queries again).
+// unlock enters the configured PIN, or PUK and new PIN, once each: a
+// code the SIM refused is not sent again by this session. The SIM's
+// ready state changes after it (the caller queries again). A SIM that
+// stays locked fails with a *simlock.Error.
 func (s *Session) unlock(ctx context.Context) error {
 	info, err := s.c.PIN(ctx)
 	if err != nil {
@@ -392,25 +405,56 @@ func (s *Session) unlock(ctx context.Context) error {
 	if !info.Locked {
 		return nil // the ready state will follow
 	}
-	if info.Type != PINTypePIN1 {
-		return fmt.Errorf("mbim: SIM locked, %v required (%d attempts left): %w", info.Type, info.RemainingAttempts, ErrPINRequired)
-	}
-	s.mu.Lock()
-	tried := s.pinTried
-	s.pinTried = true
-	s.mu.Unlock()
-	if s.cfg.PIN == "" || tried {
-		why := "no PIN configured"
-		if tried {
-			why = "the configured PIN was rejected"
+	locked := func(need simlock.Code, info PINInfo, rejected bool, reason string, cause error) error {
+		left := simlock.Unknown
+		if info.RemainingAttempts != 0xFFFFFFFF && info.RemainingAttempts <= 255 {
+			left = int(info.RemainingAttempts)
 		}
-		return fmt.Errorf("mbim: SIM locked, %s (%d attempts left): %w", why, info.RemainingAttempts, ErrPINRequired)
+		if cause == nil {
+			cause = ErrPINRequired
+		} else {
+			cause = fmt.Errorf("%w: %w", ErrPINRequired, cause)
+		}
+		return &simlock.Error{Protocol: "mbim", Need: need, Remaining: left, Rejected: rejected, Reason: reason, Err: cause}
 	}
-	info, err = s.c.EnterPIN(ctx, PINTypePIN1, s.cfg.PIN)
-	if err != nil {
-		return fmt.Errorf("mbim: PIN rejected (%d attempts left): %w: %w", info.RemainingAttempts, ErrPINRequired, err)
+	var need simlock.Code
+	switch info.Type {
+	case PINTypePIN1:
+		need = simlock.PIN1
+	case PINTypePUK1:
+		need = simlock.PUK1
+	default:
+		return locked(simlock.Code(info.Type.String()), info, false, "this session only enters PIN1 and PUK1", nil)
 	}
-	return nil
+	code := s.cfg.PIN
+	if need == simlock.PUK1 {
+		code = s.cfg.PUK
+	}
+	switch {
+	case code != "" && s.refused.Has(need, code):
+		return locked(need, info, true, "", nil)
+	case need == simlock.PIN1 && s.cfg.PIN == "", need == simlock.PUK1 && s.cfg.PUK == "":
+		return locked(need, info, false, "", nil)
+	case need == simlock.PUK1 && s.cfg.PIN == "":
+		return locked(need, info, false, "a PUK needs the new PIN to set", nil)
+	}
+	if need == simlock.PIN1 {
+		info, err = s.c.EnterPIN(ctx, PINTypePIN1, s.cfg.PIN)
+	} else {
+		info, err = s.c.EnterPUK(ctx, s.cfg.PUK, s.cfg.PIN)
+	}
+	if err == nil {
+		return nil
+	}
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		return err // not an answer: nothing was refused
+	}
+	s.refused.Add(need, code)
+	if need == simlock.PIN1 && info.Locked && info.Type == PINTypePUK1 {
+		return locked(simlock.PUK1, info, true, "the PIN given was rejected, the last try: the SIM now needs its PUK", err)
+	}
+	return locked(need, info, true, "", err)
 }
 
 func (s *Session) radioOn(ctx context.Context) error {

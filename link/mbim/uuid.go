@@ -22,6 +22,9 @@ var (
 	ServiceMSBasicConnectExtensions = MustParseUUID("3d01dcc5-fef5-4d05-0d3a-bef7058e9aaf")
 	// ServiceQMI is the Qualcomm QMI-over-MBIM ("QMUX") service.
 	ServiceQMI = MustParseUUID("d1a30bc2-f97a-6e43-bf65-c7e24fb0f0d3")
+	// ServiceQuectel is Quectel's vendor service (libmbim mbim-uuid.c
+	// uuid_quectel), whose RADIO_STATE lifts the FCC lock.
+	ServiceQuectel = MustParseUUID("11223344-5566-7788-99aa-bbccddeeff11")
 	// ContextTypeInternet is the Internet context type of CONNECT.
 	ContextTypeInternet = MustParseUUID("7e5e2a7e-4e6f-7272-736b-656e7e5e2a7e")
 )
@@ -59,6 +62,8 @@ func (u UUID) String() string {
 		return "ms-basic-connect-extensions"
 	case ServiceQMI:
 		return "qmi"
+	case ServiceQuectel:
+		return "quectel"
 	case ContextTypeInternet:
 		return "internet"
 	}

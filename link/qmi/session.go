@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/internal/sessionloop"
+	"github.com/mhistack/mhistack/internal/simlock"
 )
 
 // Session errors; failures wrap them (and the QMI code when there is one).
@@ -77,8 +78,17 @@ type SessionConfig struct {
 	// IPv4 then IPv6, as ModemManager does for ipv4v6). The session is
 	// up when at least one succeeds.
 	Families []IPFamily
-	// PIN is entered once if the USIM asks for PIN1.
+	// PIN is entered once if the USIM asks for PIN1 (UIM Verify PIN): a
+	// rejected PIN is never sent again by this session, so as not to
+	// burn the SIM's tries.
 	PIN string
+	// PUK, if set, is entered once when the USIM asks for PUK1 (UIM
+	// Unblock PIN), with PIN as the new PIN. A PUK is never sent unless
+	// given.
+	PUK string
+	// Refused, if set, is shared by the sessions of one modem (package
+	// stack does): a code one session saw refused, no other sends.
+	Refused *simlock.Refused
 
 	// Aggregation is the QMAP version to ask WDA for (default
 	// AggregationQMAPv5; the modem may answer QMAP, which the session
@@ -167,12 +177,12 @@ type Session struct {
 
 	unsub, unreset func()
 
-	mu       sync.Mutex
-	ip       IPConfig
-	format   DataFormat
-	calls    []*call // the running calls (session goroutine only, read under mu)
-	pinTried bool
-	cids     []ClientID // allocated by this session
+	mu      sync.Mutex
+	ip      IPConfig
+	format  DataFormat
+	calls   []*call          // the running calls (session goroutine only, read under mu)
+	refused *simlock.Refused // SessionConfig.Refused or the session's own
+	cids    []ClientID       // allocated by this session
 }
 
 // call is one started WDS call.
@@ -187,7 +197,10 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 	cfg.setDefaults()
 	loop := sessionloop.NewLoop()
 	s := &Session{c: c, cfg: cfg, log: cfg.Logger, loop: loop, ctx: loop.Context(),
-		steps: sessionloop.NewSteps(StateIdle)}
+		steps: sessionloop.NewSteps(StateIdle), refused: cfg.Refused}
+	if s.refused == nil {
+		s.refused = &simlock.Refused{}
+	}
 	s.unsub = c.Subscribe(s.indication)
 	s.unreset = c.OnReset(func() {
 		s.mu.Lock()
@@ -448,9 +461,13 @@ func (s *Session) waitSIM() error {
 		case AppReady:
 			return true, nil
 		case AppPINRequired:
-			return false, s.enterPIN(uim, app)
+			return false, s.unlock(uim, simlock.PIN1, int(app.PIN1Retries))
 		case AppPUKRequired, AppPIN1Blocked:
-			return false, fmt.Errorf("qmi: SIM blocked, PUK required (%d attempts left): %w", app.PUK1Retries, ErrSIM)
+			if app.PIN1State == PINPermanentlyBlocked {
+				return false, &simlock.Error{Protocol: "qmi", Need: simlock.PUK1, Remaining: 0,
+					Reason: "the SIM is blocked for good", Err: ErrSIM}
+			}
+			return false, s.unlock(uim, simlock.PUK1, int(app.PUK1Retries))
 		}
 		return false, nil
 	}, func() error {
@@ -484,30 +501,64 @@ func primaryApp(cs *CardStatus) (*Card, *App, bool) {
 	return nil, nil, false
 }
 
-func (s *Session) enterPIN(uim *ServiceClient, app *App) error {
-	s.mu.Lock()
-	tried := s.pinTried
-	s.pinTried = true
-	s.mu.Unlock()
-	if s.cfg.PIN == "" || tried {
-		why := "no PIN configured"
-		if tried {
-			why = "the configured PIN was rejected"
+// unlock enters the configured PIN (UIM Verify PIN) or PUK and new PIN
+// (UIM Unblock PIN) once: a code the SIM refused is not sent again. A
+// SIM that stays locked fails with a *simlock.Error.
+func (s *Session) unlock(uim *ServiceClient, need simlock.Code, left int) error {
+	locked := func(need simlock.Code, left int, rejected bool, reason string, cause error) error {
+		err := error(ErrSIM)
+		if cause != nil {
+			err = fmt.Errorf("%w: %w", ErrSIM, cause)
 		}
-		return fmt.Errorf("qmi: SIM locked, %s (%d attempts left): %w", why, app.PIN1Retries, ErrSIM)
+		return &simlock.Error{Protocol: "qmi", Need: need, Remaining: left, Rejected: rejected, Reason: reason, Err: err}
 	}
-	v := VerifyPIN{SessionType: SessionPrimaryGW, ID: PIN1, PIN: s.cfg.PIN}
-	r, err := uim.Do(s.ctx, v.Request())
-	if err != nil {
-		left := "?"
-		if r != nil {
-			if rt, ok, _ := ParseRetries(r); ok {
-				left = fmt.Sprint(rt.Verify)
-			}
+	code := s.cfg.PIN
+	if need == simlock.PUK1 {
+		code = s.cfg.PUK
+	}
+	switch {
+	case code != "" && s.refused.Has(need, code):
+		return locked(need, left, true, "", nil)
+	case need == simlock.PIN1 && s.cfg.PIN == "", need == simlock.PUK1 && s.cfg.PUK == "":
+		return locked(need, left, false, "", nil)
+	case need == simlock.PUK1 && s.cfg.PIN == "":
+		return locked(need, left, false, "a PUK needs the new PIN to set", nil)
+	}
+	var req *Message
+	if need == simlock.PIN1 {
+		req = (&VerifyPIN{SessionType: SessionCardSlot1, ID: PIN1, PIN: s.cfg.PIN}).Request()
+	} else {
+		req = (&UnblockPIN{SessionType: SessionCardSlot1, ID: PIN1, PUK: s.cfg.PUK, NewPIN: s.cfg.PIN}).Request()
+	}
+	r, err := uim.Do(s.ctx, req)
+	if err == nil {
+		return nil
+	}
+	var qe *Error
+	if !errors.As(err, &qe) {
+		return err // not an answer: nothing was refused
+	}
+	s.refused.Add(need, code)
+	left = simlock.Unknown
+	var rt Retries
+	ok := false
+	if r != nil {
+		rt, ok, _ = ParseRetries(r)
+	}
+	if ok {
+		left = int(rt.Verify)
+		if need == simlock.PUK1 {
+			left = int(rt.Unblock)
 		}
-		return fmt.Errorf("qmi: PIN rejected (%s attempts left): %w: %w", left, ErrSIM, err)
 	}
-	return nil
+	if need == simlock.PIN1 && (qe.Code == ErrPINBlocked || (ok && rt.Verify == 0)) {
+		left = simlock.Unknown
+		if ok {
+			left = int(rt.Unblock)
+		}
+		return locked(simlock.PUK1, left, true, "the PIN given was rejected, the last try: the SIM now needs its PUK", err)
+	}
+	return locked(need, left, true, "", err)
 }
 
 func (s *Session) register() error {

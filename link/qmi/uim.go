@@ -6,10 +6,11 @@ package qmi
 // UIM message IDs (libqmi data/qmi-service-uim.json).
 const (
 	UIMVerifyPIN     uint16 = 0x0026
+	UIMUnblockPIN    uint16 = 0x0027
 	UIMGetCardStatus uint16 = 0x002F
 )
 
-var uimMessages = map[uint16]string{UIMVerifyPIN: "Verify PIN", UIMGetCardStatus: "Get Card Status"}
+var uimMessages = map[uint16]string{UIMVerifyPIN: "Verify PIN", UIMUnblockPIN: "Unblock PIN", UIMGetCardStatus: "Get Card Status"}
 
 // CardState is a UIM card's state.
 type CardState uint8
@@ -188,7 +189,48 @@ func ParseVerifyPIN(m *Message) (VerifyPIN, error) {
 	return v, r.done(true)
 }
 
-// Retries is Verify PIN's response TLV 0x10 (present also on failure).
+// UnblockPIN is UIM Unblock PIN's request: the session (TLV 0x01, as
+// Verify PIN) and TLV 0x02 {u8 PIN ID, u8-prefixed PUK, u8-prefixed new
+// PIN} (libqmi data/qmi-service-uim.json "Unblock PIN").
+type UnblockPIN struct {
+	SessionType uint8
+	AID         []byte
+	ID          PINID
+	PUK, NewPIN string
+}
+
+// Request encodes the request.
+func (u *UnblockPIN) Request() *Message {
+	s := append([]byte{u.SessionType, byte(len(u.AID))}, u.AID...)
+	p := append([]byte{byte(u.ID), byte(len(u.PUK))}, u.PUK...)
+	p = append(append(p, byte(len(u.NewPIN))), u.NewPIN...)
+	return NewRequest(ServiceUIM, UIMUnblockPIN).Add(0x01, s).Add(0x02, p)
+}
+
+// ParseUnblockPIN decodes an Unblock PIN request.
+func ParseUnblockPIN(m *Message) (UnblockPIN, error) {
+	var u UnblockPIN
+	r, ok := tlvReader(m, 0x01)
+	if !ok {
+		return u, missing(m, 0x01, "session")
+	}
+	u.SessionType = r.u8("session type")
+	u.AID = append([]byte(nil), r.bytes8("AID")...)
+	if err := r.done(true); err != nil {
+		return u, err
+	}
+	r, ok = tlvReader(m, 0x02)
+	if !ok {
+		return u, missing(m, 0x02, "PIN info")
+	}
+	u.ID = PINID(r.u8("PIN ID"))
+	u.PUK = r.str8("PUK value")
+	u.NewPIN = r.str8("new PIN value")
+	return u, r.done(true)
+}
+
+// Retries is Verify PIN's and Unblock PIN's response TLV 0x10 (present
+// also on failure).
 type Retries struct {
 	Verify, Unblock uint8
 }

@@ -21,6 +21,14 @@ func TestUIMCodec(t *testing.T) {
 	if got, err := qmi.ParseVerifyPIN((&qmi.VerifyPIN{SessionType: 1, AID: []byte{1, 2}, ID: qmi.PIN1, PIN: "0000"}).Request()); err != nil || got.PIN != "0000" || got.SessionType != 1 || !bytes.Equal(got.AID, []byte{1, 2}) {
 		t.Errorf("verify PIN %+v, %v", got, err)
 	}
+	// Unblock PIN: TLV 0x02 = {1, 8, "12345678", 4, "4321"}.
+	ub := (&qmi.UnblockPIN{ID: qmi.PIN1, PUK: "12345678", NewPIN: "4321"}).Request()
+	if v, _ := ub.Get(0x02); string(v) != "\x01\x0812345678\x044321" || ub.ID != 0x0027 {
+		t.Errorf("unblock PIN TLV 0x02 %q", v)
+	}
+	if got, err := qmi.ParseUnblockPIN(ub); err != nil || got.PUK != "12345678" || got.NewPIN != "4321" || got.ID != qmi.PIN1 {
+		t.Errorf("unblock PIN %+v, %v", got, err)
+	}
 	_, err := qmi.ParseCardStatus(withTLVs(qmi.ServiceUIM, qmi.UIMGetCardStatus, qmi.TLV{Type: 0x10, Value: []byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 9}}))
 	wantMalformed(t, "card status app count beyond TLV", err, "needs 1")
 }
@@ -29,7 +37,8 @@ func TestUIMCodec(t *testing.T) {
 // retries.
 func FuzzUIM(f *testing.F) {
 	cs := qmi.CardStatus{Cards: []qmi.Card{{State: qmi.CardPresent, Apps: []qmi.App{{Type: 2, AID: []byte{1, 2}}}}}}
-	seedTLVs(f, reply(qmi.ServiceUIM, qmi.UIMGetCardStatus, cs.TLVs()), (&qmi.VerifyPIN{ID: qmi.PIN1, PIN: "1234"}).Request())
+	seedTLVs(f, reply(qmi.ServiceUIM, qmi.UIMGetCardStatus, cs.TLVs()), (&qmi.VerifyPIN{ID: qmi.PIN1, PIN: "1234"}).Request(),
+		(&qmi.UnblockPIN{ID: qmi.PIN1, PUK: "12345678", NewPIN: "4321"}).Request())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := tlvArea(qmi.ServiceUIM, qmi.UIMGetCardStatus, data)
 		if c, err := qmi.ParseCardStatus(m); err == nil {
@@ -42,6 +51,12 @@ func FuzzUIM(f *testing.F) {
 			back, err := qmi.ParseVerifyPIN(v.Request())
 			if err != nil || back.PIN != v.PIN || back.ID != v.ID || !bytes.Equal(back.AID, v.AID) {
 				t.Fatalf("verify PIN %+v re-decodes to %+v, %v", v, back, err)
+			}
+		}
+		if u, err := qmi.ParseUnblockPIN(m); err == nil {
+			back, err := qmi.ParseUnblockPIN(u.Request())
+			if err != nil || back.PUK != u.PUK || back.NewPIN != u.NewPIN || back.ID != u.ID || !bytes.Equal(back.AID, u.AID) {
+				t.Fatalf("unblock PIN %+v re-decodes to %+v, %v", u, back, err)
 			}
 		}
 		_, _, _ = qmi.ParseRetries(m)

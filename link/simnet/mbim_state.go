@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
 )
 
 // mbimState is what the MBIM function itself knows (the network's state
@@ -15,6 +16,8 @@ type mbimState struct {
 	maxXfer  int
 	contexts map[uint32]*simContext
 	subs     []mbim.EventSubscription // nil: every indication
+	// tunnelCID is the last DMS client ID the QMI tunnel gave out.
+	tunnelCID uint8
 }
 
 // reset is the state of a function that just started.
@@ -194,7 +197,13 @@ func (f *MBIMFunction) handleLocked(m *mbim.Message) {
 // commandLocked runs one COMMAND and returns the status and information
 // buffer of the answer.
 func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
-	if m.Service != mbim.ServiceBasicConnect {
+	switch m.Service {
+	case mbim.ServiceBasicConnect:
+	case mbim.ServiceQMI:
+		return f.qmiTunnelLocked(m)
+	case mbim.ServiceQuectel:
+		return f.quectelLocked(m)
+	default:
 		return mbim.StatusNoDeviceSupport, nil
 	}
 	s, n, cfg := &f.st, f.net, &f.net.cfg
@@ -218,6 +227,12 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		}
 		ds := mbim.DeviceServices{Services: []mbim.DeviceService{{ID: mbim.ServiceBasicConnect,
 			CIDs: []uint32{1, 2, 3, 4, 9, 10, 11, 12, 15, 16, 19}}}}
+		switch cfg.FCCLock {
+		case mhi.FCCUnlockFoxconn:
+			ds.Services = append(ds.Services, mbim.DeviceService{ID: mbim.ServiceQMI, CIDs: []uint32{mbim.CIDQMIMsg}})
+		case mhi.FCCUnlockQuectel:
+			ds.Services = append(ds.Services, mbim.DeviceService{ID: mbim.ServiceQuectel, CIDs: []uint32{mbim.CIDQuectelRadioState}})
+		}
 		return mbim.StatusNone, ds.Encode()
 	case mbim.CIDSubscriberReadyStatus:
 		if set {
@@ -231,6 +246,12 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 			on, err := mbim.ParseRadioStateSet(m.Buffer)
 			if err != nil {
 				return mbim.StatusInvalidParameters, nil
+			}
+			if on && n.st.fccLocked {
+				// What an FCC-locked SDX55 answers; ModemManager
+				// takes any failure of this set as its cue to
+				// run the fcc-unlock.d script.
+				return mbim.StatusOperationNotAllowed, nil
 			}
 			if n.st.swOn != on {
 				n.st.swOn = on
@@ -310,6 +331,9 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 		if s.pinLocked {
 			pi.Type, pi.Locked = s.pinType, true
 		}
+		if s.pinLocked && s.pinType == mbim.PINTypePUK1 {
+			pi.RemainingAttempts = uint32(s.pukLeft)
+		}
 		return pi.Encode()
 	}
 	if m.CommandType != mbim.Set {
@@ -324,6 +348,12 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 	}
 	if !s.pinLocked || req.Type != s.pinType {
 		return mbim.StatusFailure, info()
+	}
+	if req.Type == mbim.PINTypePUK1 {
+		if !f.net.enterPUKLocked(req.PIN, req.NewPIN) {
+			return mbim.StatusFailure, info()
+		}
+		return mbim.StatusNone, info()
 	}
 	if !f.net.enterPINLocked(req.PIN) {
 		return mbim.StatusFailure, info()

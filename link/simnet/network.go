@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/mhi"
 )
 
 // Network is the emulated modem's cellular network as its control
@@ -67,11 +68,23 @@ type NetworkConfig struct {
 	// the SIM stays locked.
 	PIN         string
 	PINAttempts int
+	// PUK unblocks a SIM whose PIN tries are used up (default
+	// "12345678"), setting a new PIN; PUKAttempts is the number of
+	// tries (default 10), after which the SIM is blocked for good.
+	PUK         string
+	PUKAttempts int
 	// RadioOff starts the software radio switch off (the host must turn
 	// it on: MBIM RADIO_STATE, QMI DMS Set Operating Mode);
 	// HardwareRadioOff is the hardware switch (airplane mode): the radio
 	// never comes on.
 	RadioOff, HardwareRadioOff bool
+	// FCCLock starts the modem FCC-locked, as the laptop SKUs of
+	// ModemManager's fcc-unlock.d list ship (mhi.Profile.FCCLock): the
+	// radio stays off — MBIM RADIO_STATE set on answers
+	// OPERATION_NOT_ALLOWED, QMI DMS Set Operating Mode online answers
+	// Internal — until the host runs this procedure (fcc.go); every
+	// modem restart locks it again.
+	FCCLock mhi.FCCUnlock
 	// NotRegistered keeps the network searching for ever; RegisterDenied
 	// has it refuse registration with cause RegisterNwError (default 11,
 	// PLMN not allowed).
@@ -125,6 +138,12 @@ func (c *NetworkConfig) setDefaults() {
 	if c.PINAttempts <= 0 {
 		c.PINAttempts = 3
 	}
+	if c.PUK == "" {
+		c.PUK = "12345678"
+	}
+	if c.PUKAttempts <= 0 {
+		c.PUKAttempts = 10
+	}
 	if c.RegisterNwError == 0 {
 		c.RegisterNwError = 11
 	}
@@ -152,7 +171,10 @@ type networkState struct {
 	pinLocked  bool
 	pinType    mbim.PINType
 	attempts   int
+	pukLeft    int  // PUK1 tries; 0: blocked for good
+	simSeen    bool // powered on before: the SIM's tries are kept
 	hwOn, swOn bool
+	fccLocked  bool
 	reg        mbim.RegisterStateValue
 	regNw      mbim.NwError
 	ps         mbim.PacketServiceState
@@ -226,8 +248,11 @@ func (n *Network) powerOnLocked() {
 	n.st.powerOn(&n.cfg)
 }
 
-// powerOn resets the state to what cfg describes.
+// powerOn resets the state to what cfg describes. The SIM's tries are
+// the card's, not the modem's: they survive a restart, and a SIM that
+// needs its PUK still does.
 func (s *networkState) powerOn(cfg *NetworkConfig) {
+	sim := *s
 	*s = networkState{}
 	switch {
 	case cfg.SIMAbsent:
@@ -237,8 +262,18 @@ func (s *networkState) powerOn(cfg *NetworkConfig) {
 	default:
 		s.ready = mbim.ReadyInitialized
 	}
-	s.attempts = cfg.PINAttempts
+	s.attempts, s.pukLeft = cfg.PINAttempts, cfg.PUKAttempts
+	if sim.simSeen && !cfg.SIMAbsent {
+		s.attempts, s.pukLeft = sim.attempts, sim.pukLeft
+		if sim.pinLocked && sim.pinType == mbim.PINTypePUK1 {
+			s.ready, s.pinLocked, s.pinType = mbim.ReadyDeviceLocked, true, mbim.PINTypePUK1
+		}
+	}
+	s.simSeen = true
 	s.hwOn, s.swOn = !cfg.HardwareRadioOff, !cfg.RadioOff
+	if cfg.FCCLock != mhi.FCCUnlockNone {
+		s.fccLocked, s.swOn = true, false
+	}
 	s.reg, s.ps = mbim.RegisterDeregistered, mbim.PacketServiceDetached
 	s.signal = mbim.SignalState{RSSI: 99, ErrorRate: 99}
 }
@@ -342,6 +377,39 @@ func (n *Network) enterPINLocked(pin string) bool {
 	n.eventLocked(evSIMReady, 0)
 	n.radioChangedLocked()
 	return true
+}
+
+// enterPUKLocked tries PUK1 on a SIM that needs it (MBIM PIN set PUK1,
+// QMI UIM Unblock PIN): the right PUK sets newPIN as the SIM's PIN and
+// unlocks it; a wrong one costs a PUK try, and the last one blocks the
+// SIM for good.
+func (n *Network) enterPUKLocked(puk, newPIN string) bool {
+	s, cfg := &n.st, &n.cfg
+	if !s.pinLocked || s.pinType != mbim.PINTypePUK1 || s.pukLeft == 0 {
+		return false
+	}
+	if puk != cfg.PUK || newPIN == "" {
+		s.pukLeft--
+		return false
+	}
+	cfg.PIN = newPIN
+	s.pinLocked, s.pinType, s.attempts, s.pukLeft = false, mbim.PINTypeNone, cfg.PINAttempts, cfg.PUKAttempts
+	s.ready = mbim.ReadyInitialized
+	n.eventLocked(evSIMReady, 0)
+	n.radioChangedLocked()
+	return true
+}
+
+// PINState reports whether the SIM is locked, which code it asks for
+// and the tries left of it (for tests).
+func (n *Network) PINState() (locked bool, need mbim.PINType, left int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := &n.st
+	if s.pinLocked && s.pinType == mbim.PINTypePUK1 {
+		return true, s.pinType, s.pukLeft
+	}
+	return s.pinLocked, s.pinType, s.attempts
 }
 
 // admitCallLocked is the network's decision on a data call (an MBIM

@@ -487,6 +487,10 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 		return 0, []qmi.TLV{{Type: 0x01, Value: []byte(f.padded(cfg.HardwareInfo))}}, nil
 	case qmi.DMSGetOperatingMode:
 		return 0, []qmi.TLV{{Type: 0x01, Value: []byte{byte(f.modeLocked())}}}, nil
+	case qmi.DMSFoxconnGetFirmwareVersion, qmi.DMSFoxconnSetFCCAuth:
+		if code, tlvs, ok, err := n.foxconnDMSLocked(m); ok {
+			return code, tlvs, err
+		}
 	case qmi.DMSSetOperatingMode:
 		mode, err := qmi.ParseOperatingMode(m)
 		if err != nil {
@@ -496,6 +500,12 @@ func (f *QMIFunction) dmsLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 		case qmi.ModeOnline:
 			if !n.st.hwOn {
 				return qmi.ErrHardwareRestricted, nil, nil
+			}
+			if n.st.fccLocked {
+				// One of the two errors ModemManager takes as
+				// "FCC-locked, run the unlock" (Internal,
+				// InvalidTransition).
+				return qmi.ErrInternal, nil, nil
 			}
 			n.st.swOn = true
 		case qmi.ModeLowPower, qmi.ModePersistentLowPower, qmi.ModeOnlyLowPower, qmi.ModeOffline:
@@ -603,8 +613,10 @@ func (f *QMIFunction) cardStatusLocked() qmi.CardStatus {
 		app.PIN1State = qmi.PINEnabledVerified
 	}
 	switch {
+	case st.pinLocked && st.pinType == mbim.PINTypePUK1 && st.pukLeft == 0:
+		app.State, app.PIN1State, app.PIN1Retries, app.PUK1Retries = uint8(qmi.AppPUKRequired), qmi.PINPermanentlyBlocked, 0, 0
 	case st.pinLocked && st.pinType == mbim.PINTypePUK1:
-		app.State, app.PIN1State, app.PIN1Retries = uint8(qmi.AppPUKRequired), qmi.PINBlocked, 0
+		app.State, app.PIN1State, app.PIN1Retries, app.PUK1Retries = uint8(qmi.AppPUKRequired), qmi.PINBlocked, 0, uint8(st.pukLeft)
 	case st.pinLocked:
 		app.State, app.PIN1State, app.PIN1Retries = uint8(qmi.AppPINRequired), qmi.PINEnabledNotVerified, uint8(st.attempts)
 	}
@@ -624,7 +636,7 @@ func (f *QMIFunction) uimLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 			return 0, nil, parseErr(err)
 		}
 		retries := func() []qmi.TLV {
-			r := qmi.Retries{Verify: uint8(n.st.attempts), Unblock: 10}
+			r := qmi.Retries{Verify: uint8(n.st.attempts), Unblock: uint8(n.st.pukLeft)}
 			if n.st.pinLocked && n.st.pinType == mbim.PINTypePUK1 {
 				r.Verify = 0
 			}
@@ -647,6 +659,31 @@ func (f *QMIFunction) uimLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 			return qmi.ErrIncorrectPIN, retries(), nil
 		}
 		return 0, retries(), nil
+	case qmi.UIMUnblockPIN:
+		u, err := qmi.ParseUnblockPIN(m)
+		if err != nil {
+			return 0, nil, parseErr(err)
+		}
+		tlv := func() []qmi.TLV {
+			return []qmi.TLV{qmi.Retries{Verify: uint8(n.st.attempts), Unblock: uint8(n.st.pukLeft)}.TLV()}
+		}
+		switch {
+		case n.st.ready == mbim.ReadySIMNotInserted:
+			return qmi.ErrUIMUninitialized, nil, nil
+		case u.ID != qmi.PIN1:
+			return qmi.ErrInvalidPINID, tlv(), nil
+		case !n.st.pinLocked || n.st.pinType != mbim.PINTypePUK1:
+			return qmi.ErrNoEffect, tlv(), nil
+		case n.st.pukLeft == 0:
+			return qmi.ErrPINAlwaysBlocked, tlv(), nil
+		}
+		if !n.enterPUKLocked(u.PUK, u.NewPIN) {
+			if n.st.pukLeft == 0 {
+				return qmi.ErrPINAlwaysBlocked, tlv(), nil
+			}
+			return qmi.ErrIncorrectPIN, tlv(), nil
+		}
+		return 0, tlv(), nil
 	}
 	return qmi.ErrInvalidQMICommand, nil, nil
 }
