@@ -72,8 +72,8 @@ type FlashOptions struct {
 	// Verify reads every programmed range back and compares it with
 	// its image.
 	Verify bool
-	// OnProgress is told of each step's progress: its label, bytes
-	// done and its total.
+	// OnProgress is told of each program's progress: its label, bytes
+	// done (0 when it starts) and its total.
 	OnProgress func(label string, done, total int64)
 }
 
@@ -152,6 +152,7 @@ func programFile(ctx context.Context, c *Client, s Step, o FlashOptions) error {
 	var progress func(int64)
 	if o.OnProgress != nil {
 		progress = func(n int64) { o.OnProgress(s.Label, n, total) }
+		progress(0) // the step starts: rates count from here
 	}
 	sec := Sectors{SectorSize: s.SectorSize, LUN: s.LUN, StartSector: s.StartSector, NumSectors: s.Sectors}
 	if err := c.Program(ctx, sec, s.Label, r, progress); err != nil {
