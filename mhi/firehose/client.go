@@ -133,9 +133,12 @@ func (c *Client) nextDoc(ctx context.Context, d time.Duration) ([]byte, error) {
 }
 
 // await reads documents until one holds a <response>, passing logs on.
-// Logs after the response in the same document are passed on too.
+// Logs after the response in the same document are passed on too. d
+// bounds the whole wait, so a target that logs forever cannot hold it.
 func (c *Client) await(ctx context.Context, cmd string, d time.Duration) (reply, error) {
 	var r reply
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	for {
 		doc, err := c.nextDoc(ctx, d)
 		if err != nil {

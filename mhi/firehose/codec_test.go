@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/mhistack/mhistack/mhi/firehose"
 )
@@ -223,4 +224,24 @@ func FuzzClientAgainstHostileTarget(f *testing.F) {
 			}
 		}
 	})
+}
+
+// chatty is a target that logs forever and never answers.
+type chatty struct{}
+
+func (chatty) Send(context.Context, []byte) error { return nil }
+func (chatty) Recv(ctx context.Context) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return firehose.AppendDocument(nil, firehose.Elem("log", "value", "INFO: still busy")), nil
+}
+
+// TestReplyWaitIsBoundedEvenWhileTheTargetLogs: logs do not extend the
+// wait for a response beyond Timeout.
+func TestReplyWaitIsBoundedEvenWhileTheTargetLogs(t *testing.T) {
+	c := firehose.NewClient(chatty{}, firehose.Options{Timeout: 100 * time.Millisecond})
+	if err := c.Nop(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Nop against an endlessly logging target = %v, want DeadlineExceeded", err)
+	}
 }

@@ -207,3 +207,31 @@ func FuzzTargetAgainstHostileHost(f *testing.F) {
 }
 
 func writeFile(name string, b []byte) error { return os.WriteFile(name, b, 0o600) }
+
+// endless is a target that repeats one valid READ_DATA forever.
+type endless struct {
+	hello, read []byte
+	n           int
+}
+
+func (e *endless) Send(context.Context, []byte) error { return nil }
+func (e *endless) Recv(context.Context) ([]byte, error) {
+	e.n++
+	if e.n == 1 {
+		return e.hello, nil
+	}
+	return e.read, nil
+}
+
+// TestSessionIsBoundedAgainstEndlessReads: a target that never ends the
+// image cannot keep the host serving forever.
+func TestSessionIsBoundedAgainstEndlessReads(t *testing.T) {
+	name, _ := writeImage(t, 4, 16)
+	e := &endless{}
+	e.hello, _ = sahara.Append(nil, sahara.Packet{Cmd: sahara.CmdHello, Version: 2})
+	e.read, _ = sahara.Append(nil, sahara.Packet{Cmd: sahara.CmdReadData, Image: 1, Length: 1})
+	_, err := (&sahara.Host{Images: map[uint32]string{1: name}}).Run(context.Background(), e)
+	if !errors.Is(err, sahara.ErrUnexpected) {
+		t.Fatalf("Run = %v, want ErrUnexpected after the command bound", err)
+	}
+}

@@ -22,6 +22,9 @@ const (
 	DefaultMaxRead   = 1 << 20 // largest READ_DATA served; qaic's devices ask ≤ 0x80000
 	DefaultReadChunk = 0xFFF0  // MEMORY_READ size, as qaic
 	DefaultMaxDump   = 1 << 30
+	// maxCommands bounds one session: 256 MiB of images in 4 KiB
+	// reads (targets read 64 KiB to 512 KiB at a time).
+	maxCommands = 1 << 16
 )
 
 // Errors of Host.Run, beside the transport's and Decode's.
@@ -76,7 +79,7 @@ type Result struct {
 // complete (DONE_RESP with status complete) or the dump is collected
 // (RESET_RESP). A protocol error is answered with RESET and returned.
 func (h *Host) Run(ctx context.Context, t Transport) (Result, error) {
-	s := &session{h: h, t: t, files: map[uint32]*os.File{}, res: Result{Served: map[uint32]uint64{}}}
+	s := &session{h: h, t: t, files: map[uint32]*os.File{}, sizes: map[uint32]int64{}, res: Result{Served: map[uint32]uint64{}}}
 	defer s.closeFiles()
 	err := s.run(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -94,6 +97,7 @@ type session struct {
 	h     *Host
 	t     Transport
 	files map[uint32]*os.File
+	sizes map[uint32]int64
 	res   Result
 }
 
@@ -177,7 +181,10 @@ func (s *session) run(ctx context.Context) error {
 // serve handles the target's commands after HELLO_RESP. It returns a
 // HELLO that restarts the session, or nil when the session is over.
 func (s *session) serve(ctx context.Context) (*Packet, error) {
-	for {
+	for n := 0; ; n++ {
+		if n == maxCommands {
+			return nil, fmt.Errorf("%w: more than %d commands in one session", ErrUnexpected, maxCommands)
+		}
 		p, err := s.recvPacket(ctx)
 		if err != nil {
 			return nil, err
@@ -221,22 +228,23 @@ func (s *session) image(id uint64) (*os.File, int64, error) {
 	if id > 0xFFFFFFFF {
 		return nil, 0, fmt.Errorf("%w: id %#x", ErrUnknownImage, id)
 	}
-	f, ok := s.files[uint32(id)]
-	if !ok {
-		name, known := s.h.Images[uint32(id)]
-		if !known {
-			return nil, 0, fmt.Errorf("%w: id %d", ErrUnknownImage, id)
-		}
-		var err error
-		if f, err = os.Open(name); err != nil {
-			return nil, 0, fmt.Errorf("sahara: image %d: %w", id, err)
-		}
-		s.files[uint32(id)] = f
+	if f, ok := s.files[uint32(id)]; ok {
+		return f, s.sizes[uint32(id)], nil
+	}
+	name, known := s.h.Images[uint32(id)]
+	if !known {
+		return nil, 0, fmt.Errorf("%w: id %d", ErrUnknownImage, id)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sahara: image %d: %w", id, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, 0, err
 	}
+	s.files[uint32(id)], s.sizes[uint32(id)] = f, st.Size()
 	return f, st.Size(), nil
 }
 
