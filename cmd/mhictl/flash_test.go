@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -102,5 +104,50 @@ func TestFlashDryRunPrintsThePlanWithoutADevice(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestFlashOverVFIOUser drives the non-emulated device path (the one a
+// modem bound to vfio-pci takes, here a vfio-user server as mhictl sim
+// serve -function FIREHOSE=firehose runs it): EDL entry, the programmer
+// given with -programmer, the set written byte-exact.
+func TestFlashOverVFIOUser(t *testing.T) {
+	p, _ := mhi.Lookup("qcom-sdx55m")
+	st, err := sim.NewStorage(sim.StorageUFS, 1024, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sim.New(p, sim.Options{Functions: map[string]sim.Function{"FIREHOSE": &sim.Firehose{Storage: st}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := vfiouser.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "modem.sock")
+	l, err := vfiouser.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	defer func() {
+		srv.Close()
+		<-served
+	}()
+	dir, img := flashSetDir(t)
+	prog := filepath.Join(dir, "prog_firehose_sdx55.mbn")
+	os.WriteFile(prog, []byte("programmer"), 0o644)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"flash", "-device", "vfio-user:" + path, "-programmer", prog, "-force", "-quiet", "-json", "-images", dir, rawprogram1}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	got := make([]byte, 6*4096)
+	if err := st.ReadSectors(1, 6, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, append(bytes.Clone(img), make([]byte, 6*4096-len(img))...)) || !strings.Contains(out.String(), `"programmed": 1`) {
+		t.Errorf("LUN 1 differs, or output %s", out.String())
 	}
 }
