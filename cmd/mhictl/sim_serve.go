@@ -19,6 +19,7 @@ import (
 	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/firehose"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -159,9 +160,9 @@ func (f functionFlag) Set(v string) error {
 		return fmt.Errorf("want NAME=KIND, got %q", v)
 	}
 	switch kind {
-	case "icmp", "loopback", "mbim", "qmi", "none", "carrier", "carrier-qmap", "carrier-qmap5":
+	case "icmp", "loopback", "mbim", "qmi", "none", "carrier", "carrier-qmap", "carrier-qmap5", "firehose":
 	default:
-		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, none)", kind)
+		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, firehose, none)", kind)
 	}
 	f[name] = kind
 	return nil
@@ -176,7 +177,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
 	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
 	functions := functionFlag{}
-	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi or none (repeatable)")
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi, firehose (the flash programmer over emulated UFS, for FIREHOSE: mhictl flash -device vfio-user:PATH) or none (repeatable)")
 	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
 	radioName := fs.String("radio", "", "carrier network: put a radio link model between the modem and the network, both ways: a preset `NAME` or a JSON FILE (rate or trace, queue, delay, loss, handover gaps, RRC promotion; docs/RADIO.md); list: print the presets and exit (default: none, packets pass at once)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
@@ -488,6 +489,13 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.Carri
 			s.all[name] = cn
 		case "loopback":
 			s.all[name] = &sim.Loopback{}
+		case "firehose":
+			st, err := simStorage(firehose.MemoryUFS)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.all[name] = &sim.Firehose{Storage: st}
 		case "qmi":
 			if s.qmi != nil {
 				s.close()

@@ -1,9 +1,6 @@
 package sim
 
 import (
-	"bytes"
-	"sync/atomic"
-
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -80,38 +77,3 @@ func (m *Modem) FailNextBHIe() {
 	m.boot.failNextBHIe = true
 	m.mu.Unlock()
 }
-
-// Firehose is a tiny stand-in for a flash programmer's FIREHOSE port: every
-// UL transfer is answered on DL with a Firehose XML response, ACK for a
-// document that looks like Firehose XML and NAK otherwise. It lets tests and
-// mhictl prove the FP channels carry traffic both ways; it programs
-// nothing.
-type Firehose struct {
-	port atomic.Pointer[Port]
-	// Requests counts the transfers received.
-	Requests atomic.Uint64
-}
-
-// Firehose responses.
-var (
-	FirehoseACK = []byte(`<?xml version="1.0" encoding="UTF-8" ?><data><response value="ACK" /></data>`)
-	FirehoseNAK = []byte(`<?xml version="1.0" encoding="UTF-8" ?><data><response value="NAK" /></data>`)
-)
-
-// Start implements Function.
-func (f *Firehose) Start(p *Port) { f.port.Store(p) }
-
-// Receive implements Function.
-func (f *Firehose) Receive(td []byte) {
-	f.Requests.Add(1)
-	resp := FirehoseNAK
-	if bytes.HasPrefix(bytes.TrimSpace(td), []byte("<?xml")) && bytes.Contains(td, []byte("<data>")) {
-		resp = FirehoseACK
-	}
-	if p := f.port.Load(); p != nil {
-		_ = p.Send(resp)
-	}
-}
-
-// Stop implements Function.
-func (f *Firehose) Stop() { f.port.Store(nil) }

@@ -2,7 +2,9 @@
 // stack's behaviour, docs/PROTOCOL.md §8, plus a boot ROM) as a PCI device
 // model for the in-process bus mhi/pci/vpci, impersonating any modem
 // profile. Channel pairs are backed by Functions (Loopback by default on
-// "LOOPBACK", Generator for DL load); strict mode turns every host protocol
+// "LOOPBACK", Generator for DL load; Sahara, the SBL's image loads and RAM
+// dumps on SAHARA; Firehose, the flash programmer over emulated Storage on
+// FIREHOSE, docs/FLASHING.md); strict mode turns every host protocol
 // violation into a test failure naming the rule.
 //
 // Function and Port are the hook the modem's network side plugs into:
