@@ -396,6 +396,10 @@ lost_in_m3() {
 	echo "mhistack: syserr-in-m3 begin" > /dev/kmsg
 	[ "$how" = syserr ] && echo "MHISTACK-REQUEST syserr"
 	sleep 1
+	# The interface may be one the kernel recreated since it was set up
+	# (with d3cold every runtime suspend loses the modem): down, no
+	# address, so a ping would never leave.
+	ip link set $dev up; ip addr add 192.0.2.1/24 dev $dev 2>/dev/null
 	ping -c 1 -W 2 192.0.2.2 >/dev/null 2>&1 # the traffic resumes the modem
 	back() { same_channels "$chans" && [ -e /sys/class/net/$dev ] && [ "$(ifindex $dev)" != "$before" ]; }
 	if ! wait_for $WAIT back; then
@@ -449,7 +453,10 @@ syserr_recovery() {
 		[ -z "$dev" ] || [ "$before" = none ] || { [ -e /sys/class/net/$dev ] && [ "$(ifindex $dev)" != "$before" ]; }
 	}
 	ts=$(up)
-	if wait_for $WAIT recovered; then
+	wait_for $WAIT recovered
+	local ok=$?
+	echo "mhistack: syserr-recovery end" > /dev/kmsg
+	if [ $ok = 0 ]; then
 		check syserr-recovery PASS "SYS_ERR handled, mission mode again by $(up)s (requested at ${ts}s; $dev ifindex $before -> $(ifindex $dev))"
 	else
 		seen=$(dmesg | tail -n +$n1 | grep -E 'SYS ERROR|Mission Mode|READY' | head -n 4 | tr '\n' ' ')

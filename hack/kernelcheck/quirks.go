@@ -47,9 +47,11 @@ type behaviour struct {
 	quirk sim.Quirk
 	// source is what Linux's source says it does with the behaviour.
 	source string
-	// finding, when set, is the documented kernel limitation a Linux
-	// failure here is (docs/QUIRKS.md): reported, not counted.
-	finding string
+	// finding, when set, recognises a documented kernel limitation
+	// (docs/QUIRKS.md) in a run where Linux failed and says what it saw
+	// of it: such a failure is reported, not counted. Any other Linux
+	// failure is counted.
+	finding func(ev *quirkEvidence) string
 	// judge reads the run: played says the modem played the behaviour
 	// and the run exercised it (false: our emulator or harness is
 	// broken), linuxOK that Linux handled it, did what both did.
@@ -75,7 +77,7 @@ var quirkRuns = []quirkRun{
 		steps:  []string{"runtime_pm", "syserr_recovery", "ping_check ping-after-syserr", "module_unload"},
 		checks: []string{"runtime-pm", "syserr-recovery", "channels-after-syserr", "ping-after-syserr", "module-unload"},
 		behaviours: []behaviour{
-			{quirk: sim.QuirkSlowReady, judge: judgeSlowReady,
+			{quirk: sim.QuirkSlowReady, judge: judgeSlowReady, finding: suspendDuringMissionMode,
 				source: "pm.c mhi_ready_state_transition polls MHISTATUS.READY every 25 ms for ready_timeout_ms, else timeout_ms (pci_generic.c quectel-em1xx: timeout_ms 20000), after a SYS_ERR as at power-up; mhi_pm_disable_transition waits READY timeout_ms after its reset"},
 			{quirk: sim.QuirkNoInbandWake, judge: judgeNoInbandWake,
 				source: "pci_generic.c: sideband_wake models get no-op wake_get/wake_put/wake_toggle, so mhi_assert_dev_wake never writes the wake doorbell (channel 127)"},
@@ -196,9 +198,9 @@ func (g *guestRun) judgeQuirks(out guestOutput, mlog string) {
 			r.add(name, false, "not played: "+did+" [guest: "+guest+"]")
 		case ok:
 			r.add(name, true, "Linux: "+did+"; its source: "+b.source)
-		case b.finding != "":
+		case b.finding != nil && b.finding(ev) != "":
 			r.add(name, false, "Linux: "+did+"; its source: "+b.source+" [guest: "+guest+"]")
-			r.finding(name, b.finding)
+			r.finding(name, b.finding(ev))
 		default:
 			r.add(name, false, "Linux: "+did+", which its source does not explain: "+b.source+" [guest: "+guest+"]")
 		}
@@ -224,7 +226,7 @@ func guestSummary(r *result, names []string) string {
 }
 
 var (
-	servingQuirksRE = regexp.MustCompile(`msg="serving the emulated modem" .*quirks="\[([^\]]*)\]"`)
+	servingQuirksRE = regexp.MustCompile(`msg="serving the emulated modem" .*quirks="?\[([^\]]*)\]`)
 	modemStateRE    = regexp.MustCompile(`(?m)^time=(\S+) .*msg="modem state" state=(\S+) ee=(\S+)`)
 )
 
@@ -395,25 +397,73 @@ func judgeSysErrAtPowerUp(ev *quirkEvidence) (bool, bool, string) {
 	return true, ok, did
 }
 
-// judgeD3Cold: the modem lost its state as it entered M3 (power gone);
+// judgeD3Cold: the modem lost its state as it entered M3 (power gone:
+// power_losses in its summary, a state too short for its log to show);
 // Linux found it not in M3 at resume and recovered it.
 func judgeD3Cold(ev *quirkEvidence) (bool, bool, string) {
-	s := stateChanges(ev.mlog)
-	lost := false
-	for i, c := range s {
-		if c.state == "M3" && i+1 < len(s) && (s[i+1].state == "RESET" || s[i+1].state == "READY") {
-			lost = true
-		}
+	lost := 0
+	if m := powerLossesRE.FindStringSubmatch(ev.mlog); m != nil {
+		fmt.Sscan(m[1], &lost)
 	}
-	if !lost {
-		return false, false, fmt.Sprintf("the modem never lost power in M3 (states %s; d3cold-resume: %s)", qh.StateTrail(ev.mlog, 10), ev.checks["d3cold-resume"].detail)
+	if lost == 0 {
+		return false, false, fmt.Sprintf("the modem never lost power in M3 (states %s; d3cold-resume: %s)", qh.StateTrail(ev.mlog, 10), status(ev, "d3cold-resume"))
 	}
 	nonM3 := dmesgHas(ev.dmesg, "Resuming from non M3 state")
 	n, _ := ev.violations()
 	ok := ev.passed("d3cold-resume") && n == 0
-	did := fmt.Sprintf("runtime-suspended, the modem lost power in M3; at resume %q: %v; %s; %d violations",
-		"Resuming from non M3 state", nonM3, ev.checks["d3cold-resume"].detail, n)
+	did := fmt.Sprintf("runtime-suspended %d times, each time the modem lost power in M3; %q at resume: %v; d3cold-resume %s; %d violations",
+		lost, "Resuming from non M3 state", nonM3, status(ev, "d3cold-resume"), n)
 	return true, ok, did
+}
+
+// powerLossesRE: the modem's count of power losses it played.
+var powerLossesRE = regexp.MustCompile(`msg=summary .*\bpower_losses=(\d+)`)
+
+// suspendDuringMissionMode recognises the Linux race of docs/QUIRKS.md
+// ("Against Linux"): after a SYS_ERR recovery that took longer than
+// mhi_pci_generic's 2 s autosuspend delay, pm_runtime_allow in its
+// mission-mode callback runtime-suspends the modem (M3) while the
+// mission-mode transition waits in __mhi_device_get_sync for M0; with
+// sideband wake the wake vote is a no-op, so nothing stops the suspend
+// and nothing resumes the modem: the channel devices never come back.
+// Its signature, between the recovery's start and its verdict: "Allowing
+// M3 transition" after the last "Processing Mission Mode transition",
+// and no resume ("Entered with PM state") after it.
+func suspendDuringMissionMode(ev *quirkEvidence) string {
+	if ev.passed("syserr-recovery") {
+		return ""
+	}
+	log := between(ev.dmesg, "SYS ERROR Detect", "mhistack: syserr-recovery end")
+	i := -1
+	for k, l := range log {
+		if strings.Contains(l, "Processing Mission Mode transition") {
+			i = k
+		}
+	}
+	if i < 0 {
+		return ""
+	}
+	rest := log[i:]
+	j := slices.IndexFunc(rest, func(l string) bool { return strings.Contains(l, "Allowing M3 transition") })
+	if j < 0 || dmesgHas(rest[j:], "Entered with PM state") {
+		return ""
+	}
+	return "Linux runtime-suspended the modem during its mission-mode transition and never resumed it (" +
+		strings.TrimSpace(rest[0]) + " / " + strings.TrimSpace(rest[j]) + "): the race of docs/QUIRKS.md, \"Against Linux\""
+}
+
+// between returns the lines of log from the first containing from to the
+// first after it containing to (the end when none does).
+func between(log []string, from, to string) []string {
+	i := slices.IndexFunc(log, func(l string) bool { return strings.Contains(l, from) })
+	if i < 0 {
+		return nil
+	}
+	j := slices.IndexFunc(log[i:], func(l string) bool { return strings.Contains(l, to) })
+	if j < 0 {
+		return log[i:]
+	}
+	return log[i : i+j]
 }
 
 func status(ev *quirkEvidence, name string) string {
