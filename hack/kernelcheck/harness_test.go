@@ -777,13 +777,21 @@ func TestQuirkVerdictsTellTheEmulatorFromLinux(t *testing.T) {
 	q := quirkRuns[0]
 	states := []string{"READY/AMSS", "M0/AMSS", "M3/AMSS", "M0/AMSS", "SYS_ERR/AMSS", "RESET/AMSS", "READY/AMSS", "M0/AMSS", "RESET/AMSS", "READY/AMSS"}
 	dmesg := []string{"[ 1.0] mhi mhi0: Device in READY State"}
+	stalled := false // the guest was stopped: dmesg is its stall watcher's tail
 	judge := func(q quirkRun, mlog string, failed ...string) *result {
 		t.Helper()
 		g := &guestRun{quirk: &q, r: &result{kernel: "6.12", profile: q.profile}, dir: t.TempDir()}
 		for _, c := range q.guestChecks() {
-			g.r.add(c, !slices.Contains(failed, c), c+" detail")
+			if !stalled || !slices.Contains(failed, c) {
+				g.r.add(c, !slices.Contains(failed, c), c+" detail")
+			}
 		}
-		g.judgeQuirks(guestOutput{dmesg: dmesg}, mlog)
+		out := guestOutput{dmesg: dmesg}
+		if stalled {
+			g.r.add("guest-finished", false, "stopped: no verdict")
+			out = guestOutput{stallDmesg: dmesg}
+		}
+		g.judgeQuirks(out, mlog)
 		return g.r
 	}
 	verdict := func(r *result, q sim.Quirk) check {
@@ -847,6 +855,14 @@ func TestQuirkVerdictsTellTheEmulatorFromLinux(t *testing.T) {
 	if rows[0].Status != qh.Fail || !strings.Contains(rows[0].Detail, "finding, not counted") {
 		t.Errorf("a finding's row: %+v", rows[0])
 	}
+	// A guest stopped in the recovery: the stall watcher's tail, which
+	// may start after the SYS_ERR, shows the race.
+	dmesg, stalled = race[1:4], true
+	r = judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...), "syserr-recovery", "channels-after-syserr", "ping-after-syserr", "module-unload")
+	if c := verdict(r, sim.QuirkSlowReady); c.pass || c.finding == "" || r.failed() != 0 || !strings.Contains(c.detail, "guest-finished FAIL") {
+		t.Errorf("stopped guest, the race: %+v (%d failed)", c, r.failed())
+	}
+	stalled = false
 	// Resumed before the verdict: not the race, counted.
 	dmesg = append(slices.Clone(race[:4]), race[5], race[4])
 	r = judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...), "syserr-recovery")

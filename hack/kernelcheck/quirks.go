@@ -175,6 +175,11 @@ func (q *quirkRun) guestChecks() []string {
 func (g *guestRun) judgeQuirks(out guestOutput, mlog string) {
 	r := g.r
 	ev := &quirkEvidence{checks: r.checks, dmesg: out.dmesg, mlog: mlog}
+	if len(ev.dmesg) == 0 {
+		// A guest stopped by -check-timeout dumped no kernel log; its
+		// stall watcher's tail is what there is.
+		ev.dmesg = out.stallDmesg
+	}
 	names := g.quirk.guestChecks()
 	for _, n := range r.order {
 		if !slices.Contains(names, n) {
@@ -320,9 +325,8 @@ func judgeSlowReady(ev *quirkEvidence) (bool, bool, string) {
 	}
 	failedReady := dmesgHas(ev.dmesg, "failed to enter MHI Ready") || dmesgHas(ev.dmesg, "failed to enter READY state")
 	ok := ev.passed("syserr-recovery", "module-unload") && !failedReady
-	did := fmt.Sprintf("modem READY %s after its resets; Linux %s from the SYS_ERR (%s) and %s at power-down",
-		roundAll(delays), map[bool]string{true: "recovered", false: "did not recover"}[ev.passed("syserr-recovery")],
-		ev.checks["syserr-recovery"].detail, map[bool]string{true: "waited for READY", false: "failed"}[ev.passed("module-unload")])
+	did := fmt.Sprintf("modem READY %s after its resets; Linux's SYS_ERR recovery: %s; power-down, which waits for READY: %s",
+		roundAll(delays), status(ev, "syserr-recovery"), status(ev, "module-unload"))
 	if failedReady {
 		did += "; dmesg: READY timed out"
 	}
@@ -452,13 +456,11 @@ func suspendDuringMissionMode(ev *quirkEvidence) string {
 		strings.TrimSpace(rest[0]) + " / " + strings.TrimSpace(rest[j]) + "): the race of docs/QUIRKS.md, \"Against Linux\""
 }
 
-// between returns the lines of log from the first containing from to the
+// between returns the lines of log from the first containing from (the
+// start when none does: a stall watcher's tail may begin after it) to the
 // first after it containing to (the end when none does).
 func between(log []string, from, to string) []string {
-	i := slices.IndexFunc(log, func(l string) bool { return strings.Contains(l, from) })
-	if i < 0 {
-		return nil
-	}
+	i := max(slices.IndexFunc(log, func(l string) bool { return strings.Contains(l, from) }), 0)
 	j := slices.IndexFunc(log[i:], func(l string) bool { return strings.Contains(l, to) })
 	if j < 0 {
 		return log[i:]

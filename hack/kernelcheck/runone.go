@@ -39,6 +39,9 @@ type guestOutput struct {
 	dmesg        []string // the kernel log the guest dumped at the end
 	kernelConfig string   // mhi_pci_generic's configuration name
 	crashes      int      // SYS_ERRs the guest asked for
+	// stallDmesg is the kernel log tail the guest's stall watcher
+	// printed (stall.go), all there is of a guest stopped before its end.
+	stallDmesg []string
 }
 
 // runOne boots one kernel against one emulated profile; with pbl the
@@ -258,6 +261,7 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 		return out, qerr
 	}
 	stall.stop()
+	out.stallDmesg = stallDmesg
 	if len(stallDmesg) > 0 {
 		os.WriteFile(filepath.Join(g.dir, "stall-dmesg.log"), []byte(strings.Join(stallDmesg, "\n")+"\n"), 0o644)
 	}
