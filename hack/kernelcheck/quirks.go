@@ -78,7 +78,7 @@ var quirkRuns = []quirkRun{
 		checks: []string{"runtime-pm", "syserr-recovery", "channels-after-syserr", "ping-after-syserr", "module-unload"},
 		behaviours: []behaviour{
 			{quirk: sim.QuirkSlowReady, judge: judgeSlowReady, finding: suspendDuringMissionMode,
-				source: "pm.c mhi_ready_state_transition polls MHISTATUS.READY every 25 ms for ready_timeout_ms, else timeout_ms (pci_generic.c quectel-em1xx: timeout_ms 20000), after a SYS_ERR as at power-up; mhi_pm_disable_transition waits READY timeout_ms after its reset"},
+				source: "pm.c mhi_ready_state_transition polls MHISTATUS.READY every 25 ms for ready_timeout_ms, else timeout_ms (pci_generic.c quectel-em1xx: timeout_ms 20000; later kernels add ready_timeout_ms 50000), after a SYS_ERR as at power-up; mhi_pm_disable_transition waits READY timeout_ms after its reset"},
 			{quirk: sim.QuirkNoInbandWake, judge: judgeNoInbandWake,
 				source: "pci_generic.c: sideband_wake models get no-op wake_get/wake_put/wake_toggle, so mhi_assert_dev_wake never writes the wake doorbell (channel 127)"},
 		},
