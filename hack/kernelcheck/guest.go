@@ -408,6 +408,19 @@ lost_in_m3() {
 		return
 	fi
 	echo "mhistack: syserr-in-m3 end" > /dev/kmsg
+	if [ "$how" = power ]; then
+		# Every runtime suspend loses the modem again (d3cold), and a
+		# loaded guest can be idle 2 s before its pings: forbid runtime
+		# PM while the data path is checked. mhi_pci_generic allows it
+		# again at each mission mode, so a recovery already under way
+		# is waited for and the forbid repeated.
+		settled() {
+			echo on > $d/power/control
+			grep -q '^on' $d/power/control && grep -q active $d/power/runtime_status &&
+				same_channels "$chans" && [ -e /sys/class/net/$dev ]
+		}
+		wait_for 30 settled
+	fi
 	ip link set $dev up; ip addr add 192.0.2.1/24 dev $dev 2>/dev/null
 	local rx=$(pings 3)
 	if [ "$rx" = 3 ]; then
