@@ -415,7 +415,7 @@ func judgeD3Cold(ev *quirkEvidence) (bool, bool, string) {
 	nonM3 := dmesgHas(ev.dmesg, "Resuming from non M3 state")
 	n, _ := ev.violations()
 	ok := ev.passed("d3cold-resume") && n == 0
-	did := fmt.Sprintf("runtime-suspended %d times, each time the modem lost power in M3; %q at resume: %v; d3cold-resume %s; %d violations",
+	did := fmt.Sprintf("runtime-suspended, the modem lost power in M3 (%d times); %q at resume: %v; d3cold-resume %s; %d violations",
 		lost, "Resuming from non M3 state", nonM3, status(ev, "d3cold-resume"), n)
 	return true, ok, did
 }
