@@ -6,8 +6,11 @@
 # mission mode, channels, ports, pings and a 4 MiB TCP transfer each way
 # through the data path (the modem's carrier network forwards 198.18.0.1 to
 # a server the harness runs on this host's 127.0.0.1), SYS_ERR recovery and
-# module unload. The recipe and the QEMU quirks are in
-# docs/KERNEL-CROSSCHECK.md; the guest checks are in hack/kernelcheck.
+# module unload. Then the quirk runs: one kernel per real-modem behaviour
+# of docs/QUIRKS.md (slow READY, sideband wake, one MSI, SYS_ERR at
+# power-up, D3cold), one PASS/FAIL line each (-quirks; a documented kernel
+# limitation is reported, not counted). The recipe and the QEMU quirks are
+# in docs/KERNEL-CROSSCHECK.md; the guest checks are in hack/kernelcheck.
 #
 # QEMU needs the vfio-user client (10.1 or later). Debian bookworm has none,
 # so the script builds qemu-system-x86_64 from Debian's qemu source package
@@ -21,8 +24,9 @@
 #   hack/kernel-crosscheck.sh [harness flags]        # obtain QEMU + kernels, run every check
 #   hack/kernel-crosscheck.sh --qemu-only            # just obtain QEMU, print its path
 #   hack/kernel-crosscheck.sh --kernel-only SUITE    # just fetch SUITE's kernel, print LABEL=DIR
-# Harness flags (hack/kernelcheck -help): -profiles, -pbl, -keep, -timeout,
-# -check-timeout (a guest with no verdict for that long is stopped) …
+# Harness flags (hack/kernelcheck -help): -profiles, -pbl, -quirks, -keep,
+# -timeout, -check-timeout (a guest with no verdict for that long is
+# stopped) …
 # Environment: QEMU=/path/to/qemu-system-x86_64 skips the build;
 # MHISTACK_CACHE moves the cache; KERNEL_SUITES="bookworm" runs the 6.1
 # kernel only (default "bookworm bookworm-backports": 6.1 and 6.12).

@@ -98,6 +98,8 @@ func TestD3ColdResumeRecoversTheDevice(t *testing.T) {
 			l.exchange(t, rng, 5, 4096)
 			if st := r.m.Stats(); st.Violations != 0 {
 				t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+			} else if st.PowerLosses != 1 {
+				t.Errorf("Stats.PowerLosses %d, want 1", st.PowerLosses)
 			}
 		})
 	}

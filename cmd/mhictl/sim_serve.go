@@ -594,7 +594,7 @@ func summarize(log *slog.Logger, srv *vfiouser.Server, m *sim.Modem, responders 
 		"dma_maps", ss.DMAMaps, "dma_read", ss.DMABytesRead, "dma_written", ss.DMABytesWritten,
 		"msi_raised", ss.MSIRaised, "msi_delivered", ss.MSIDelivered, "msi_dropped", ss.MSIDropped,
 		"resets", ss.DeviceResets, "commands", ms.Commands, "events", ms.Events, "event_drops", ms.EventDrops,
-		"tds_ul", ms.TDsUL, "packets_dl", ms.PacketsDL, "db_modes", ms.DBModes, "wp_without_doorbell", ms.WPWithoutDoorbell, "ul_drops", ms.ULDrops, "dl_drops", ms.DLDrops)
+		"tds_ul", ms.TDsUL, "packets_dl", ms.PacketsDL, "db_modes", ms.DBModes, "wp_without_doorbell", ms.WPWithoutDoorbell, "power_losses", ms.PowerLosses, "ul_drops", ms.ULDrops, "dl_drops", ms.DLDrops)
 	for name, r := range responders {
 		log.Info("icmp responder", "channel", name, "replies", r.Replies.Load(), "ignored", r.Ignored.Load(),
 			"malformed", r.Malformed.Load(), "dropped", r.Dropped.Load())

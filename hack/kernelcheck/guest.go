@@ -362,7 +362,6 @@ runtime_pm() {
 # recovers by powering the modem down and up. The kmsg markers bound the
 # resume failure the kernel logs for it (main.go tolerates it there).
 syserr_in_m3() {
-	local d=$(ls -d /sys/bus/pci/drivers/mhi-pci-generic/0000:* 2>/dev/null | head -n 1) dev=$PINGDEV
 	if [ "$LOSEFW" = 1 ]; then
 		# The modem comes back in PBL after this crash, and Linux's
 		# power-up reads the EE before it resets the modem out of
@@ -370,54 +369,145 @@ syserr_in_m3() {
 		check syserr-in-m3 SKIP "not with a modem that loses its firmware on SYS_ERR (docs/KERNEL-CROSSCHECK.md §4)"
 		return
 	fi
+	lost_in_m3 syserr-in-m3 syserr
+}
+
+# lost_in_m3 NAME HOW: the runtime-suspended modem is lost, HOW "syserr"
+# (the harness crashes it) or "power" (the d3cold quirk: the modem went
+# back to its power-on state as it entered M3, docs/QUIRKS.md). Traffic
+# resumes it; the kernel finds it not in M3 and must bring it back to
+# mission mode: the same channels, the interface recreated (new ifindex),
+# data moving.
+lost_in_m3() {
+	local name=$1 how=$2 what="crashed while suspended"
+	local d=$(ls -d /sys/bus/pci/drivers/mhi-pci-generic/0000:* 2>/dev/null | head -n 1) dev=$PINGDEV
+	[ "$how" = power ] && what="lost power in M3"
 	if [ "$NOM3" = 1 ]; then
-		check syserr-in-m3 SKIP "the model has no M3 (no-m3; docs/QUIRKS.md)"
+		check $name SKIP "the model has no M3 (no-m3; docs/QUIRKS.md)"
 		return
 	fi
-	[ -n "$d" ] && [ -n "$dev" ] || { check syserr-in-m3 FAIL "no device or no data interface"; return; }
+	[ -n "$d" ] && [ -n "$dev" ] || { check $name FAIL "no device or no data interface"; return; }
+	echo auto > $d/power/control
 	if ! wait_for 15 grep -q suspended $d/power/runtime_status; then
-		check syserr-in-m3 FAIL "not suspended after 15 s idle: runtime_status $(cat $d/power/runtime_status)"
+		check $name FAIL "not suspended after 15 s idle: runtime_status $(cat $d/power/runtime_status)"
 		return
 	fi
 	local before=$(ifindex "$dev") chans=$(present)
 	echo "mhistack: syserr-in-m3 begin" > /dev/kmsg
-	echo "MHISTACK-REQUEST syserr"
+	[ "$how" = syserr ] && echo "MHISTACK-REQUEST syserr"
 	sleep 1
+	# The interface may be one the kernel recreated since it was set up
+	# (with d3cold every runtime suspend loses the modem): down, no
+	# address, so a ping would never leave.
+	ip link set $dev up; ip addr add 192.0.2.1/24 dev $dev 2>/dev/null
 	ping -c 1 -W 2 192.0.2.2 >/dev/null 2>&1 # the traffic resumes the modem
 	back() { same_channels "$chans" && [ -e /sys/class/net/$dev ] && [ "$(ifindex $dev)" != "$before" ]; }
 	if ! wait_for $WAIT back; then
 		echo "mhistack: syserr-in-m3 end" > /dev/kmsg
-		check syserr-in-m3 FAIL "not recovered within ${WAIT}s: channels $(present); $dev ifindex $before -> $(ifindex $dev)"
+		check $name FAIL "$what, not recovered within ${WAIT}s: channels $(present); $dev ifindex $before -> $(ifindex $dev)"
 		return
 	fi
 	echo "mhistack: syserr-in-m3 end" > /dev/kmsg
+	if [ "$how" = power ]; then
+		# Every runtime suspend loses the modem again (d3cold), and a
+		# loaded guest can be idle 2 s before its pings: forbid runtime
+		# PM while the data path is checked. mhi_pci_generic allows it
+		# again at each mission mode, so a recovery already under way
+		# is waited for and the forbid repeated.
+		settled() {
+			echo on > $d/power/control
+			grep -q '^on' $d/power/control && grep -q active $d/power/runtime_status &&
+				same_channels "$chans" && [ -e /sys/class/net/$dev ]
+		}
+		wait_for 30 settled
+	fi
 	ip link set $dev up; ip addr add 192.0.2.1/24 dev $dev 2>/dev/null
 	local rx=$(pings 3)
 	if [ "$rx" = 3 ]; then
-		check syserr-in-m3 PASS "crashed while suspended, found at resume, recovered ($dev ifindex $before -> $(ifindex $dev)), 3/3 replies"
+		check $name PASS "$what, found at resume, recovered ($dev ifindex $before -> $(ifindex $dev)), 3/3 replies"
 	else
-		check syserr-in-m3 FAIL "recovered, but ping: $rx/3 replies"
+		check $name FAIL "$what, recovered, but ping: $rx/3 replies"
 	fi
 }
 
-n0=1
-fail=$(load_modules)
-t0=$(up)
-if [ -z "$fail" ]; then check modules-load PASS "@MODNAMES@"; else check modules-load FAIL "insmod failed:$fail"; fi
-echo "MHISTACK-INFO kernel-config $(dmesg | sed -n 's/.*MHI PCI device found: //p' | head -n 1)"
-
-# mhi_pci_generic's probe waits for mission mode (mhi_sync_power_up);
-# channel devices exist only in mission mode.
-if wait_for $WAIT any_channel; then
-	errs=$(errors_since $n0)
-	if [ -z "$errs" ]; then
-		check mission-mode PASS "channel devices after $(up)s uptime (modules loaded at ${t0}s)"
+# bring_up: load the modules; mhi_pci_generic's probe waits for mission
+# mode (mhi_sync_power_up), and channel devices exist only in mission mode.
+bring_up() {
+	local fail t0 errs
+	fail=$(load_modules)
+	t0=$(up)
+	if [ -z "$fail" ]; then check modules-load PASS "@MODNAMES@"; else check modules-load FAIL "insmod failed:$fail"; fi
+	echo "MHISTACK-INFO kernel-config $(dmesg | sed -n 's/.*MHI PCI device found: //p' | head -n 1)"
+	if wait_for $WAIT any_channel; then
+		errs=$(errors_since 1)
+		if [ -z "$errs" ]; then
+			check mission-mode PASS "channel devices after $(up)s uptime (modules loaded at ${t0}s)"
+		else
+			check mission-mode FAIL "reached, but dmesg: $(echo $errs | head -c 300)"
+		fi
 	else
-		check mission-mode FAIL "reached, but dmesg: $(echo $errs | head -c 300)"
+		check mission-mode FAIL "no channel device after ${WAIT}s; dmesg: $(errors_since 1 | tr '\n' ' ' | head -c 300)"
 	fi
-else
-	check mission-mode FAIL "no channel device after ${WAIT}s; dmesg: $(errors_since $n0 | tr '\n' ' ' | head -c 300)"
-fi
+}
+
+# syserr_recovery: the harness makes the modem crash; the kernel must
+# reset it, bring it back to mission mode and recreate the channel devices
+# (so the interface comes back with a new ifindex).
+syserr_recovery() {
+	local dev=${PINGDEV:-} before chans n1 ts seen
+	before=$(ifindex "$dev")
+	chans=$(present)
+	n1=$(( $(dmesg | wc -l) + 1 ))
+	echo "MHISTACK-REQUEST syserr"
+	recovered() {
+		dmesg | tail -n +$n1 | grep -q 'SYS ERROR' || return 1
+		dmesg | tail -n +$n1 | grep -q 'Processing Mission Mode transition' || return 1
+		same_channels "$chans" || return 1
+		[ -z "$dev" ] || [ "$before" = none ] || { [ -e /sys/class/net/$dev ] && [ "$(ifindex $dev)" != "$before" ]; }
+	}
+	ts=$(up)
+	wait_for $WAIT recovered
+	local ok=$?
+	echo "mhistack: syserr-recovery end" > /dev/kmsg
+	if [ $ok = 0 ]; then
+		check syserr-recovery PASS "SYS_ERR handled, mission mode again by $(up)s (requested at ${ts}s; $dev ifindex $before -> $(ifindex $dev))"
+	else
+		seen=$(dmesg | tail -n +$n1 | grep -E 'SYS ERROR|Mission Mode|READY' | head -n 4 | tr '\n' ' ')
+		check syserr-recovery FAIL "not recovered within ${WAIT}s: dmesg since the request: ${seen:-nothing about it}"
+	fi
+	if same_channels "$chans"; then check channels-after-syserr PASS "$chans"; else check channels-after-syserr FAIL "before: $chans; now: $(present)"; fi
+}
+
+# module_unload: power-down, by unloading the clients and the controller
+# driver (mhi_power_down).
+module_unload() {
+	local n2 fail="" ts te errs
+	n2=$(( $(dmesg | wc -l) + 1 ))
+	ts=$(up)
+	for m in mhi_net mhi_wwan_mbim mhi_wwan_ctrl mhi_pci_generic; do
+		timeout 60 rmmod $m || fail="$fail $m"
+	done
+	te=$(up)
+	errs=$(errors_since $n2)
+	if [ -z "$fail" ] && [ -z "$errs" ] && ! any_channel; then
+		check module-unload PASS "power-down from ${ts}s to ${te}s"
+	else
+		check module-unload FAIL "rmmod failed:${fail:- none}; channels left: $(ls /sys/bus/mhi/devices 2>/dev/null | tr '\n' ' '); dmesg: $(echo $errs | head -c 300)"
+	fi
+}
+
+# finish: the kernel log between the MHISTACK-DMESG markers, the end
+# marker, power off.
+finish() {
+	echo "MHISTACK-DMESG-BEGIN"
+	dmesg
+	echo "MHISTACK-DMESG-END"
+	echo "MHISTACK-DONE uptime=$(up)"
+	poweroff -f
+}
+# (end of the functions)
+
+bring_up
 
 if wait_for 10 all_channels; then check channels PASS "$CHANNELS"; else check channels FAIL "missing: $(missing_channels)"; fi
 
@@ -444,43 +534,13 @@ ping_burst
 # SYS_ERR: the harness makes the modem crash; the kernel must reset it,
 # bring it back to mission mode and recreate the channel devices (so the
 # interface comes back with a new ifindex).
-dev=${PINGDEV:-}
-before=$(ifindex "$dev")
-chans=$(present)
-n1=$(( $(dmesg | wc -l) + 1 ))
-echo "MHISTACK-REQUEST syserr"
-recovered() {
-	dmesg | tail -n +$n1 | grep -q 'SYS ERROR' || return 1
-	dmesg | tail -n +$n1 | grep -q 'Processing Mission Mode transition' || return 1
-	same_channels "$chans" || return 1
-	[ -z "$dev" ] || [ "$before" = none ] || { [ -e /sys/class/net/$dev ] && [ "$(ifindex $dev)" != "$before" ]; }
-}
-ts=$(up)
-if wait_for $WAIT recovered; then
-	check syserr-recovery PASS "SYS_ERR handled, mission mode again by $(up)s (requested at ${ts}s; $dev ifindex $before -> $(ifindex $dev))"
-else
-	seen=$(dmesg | tail -n +$n1 | grep -E 'SYS ERROR|Mission Mode|READY' | head -n 4 | tr '\n' ' ')
-	check syserr-recovery FAIL "not recovered within ${WAIT}s: dmesg since the request: ${seen:-nothing about it}"
-fi
-if same_channels "$chans"; then check channels-after-syserr PASS "$chans"; else check channels-after-syserr FAIL "before: $chans; now: $(present)"; fi
+syserr_recovery
 ping_check ping-after-syserr
 
 
 # Power-down: unload the clients and the controller driver (mhi_power_down).
-n2=$(( $(dmesg | wc -l) + 1 ))
 chans=$(present)
-fail=""
-ts=$(up)
-for m in mhi_net mhi_wwan_mbim mhi_wwan_ctrl mhi_pci_generic; do
-	timeout 60 rmmod $m || fail="$fail $m"
-done
-te=$(up)
-errs=$(errors_since $n2)
-if [ -z "$fail" ] && [ -z "$errs" ] && ! any_channel; then
-	check module-unload PASS "power-down from ${ts}s to ${te}s"
-else
-	check module-unload FAIL "rmmod failed:${fail:- none}; channels left: $(ls /sys/bus/mhi/devices 2>/dev/null | tr '\n' ' '); dmesg: $(echo $errs | head -c 300)"
-fi
+module_unload
 
 # Power-up again from the state power-down left the modem in.
 n3=$(( $(dmesg | wc -l) + 1 ))
@@ -494,11 +554,7 @@ else
 	check module-reload FAIL "insmod failed:${fail:- none}; channels before: $chans; now: $(present); dmesg: $(errors_since $n3 | tr '\n' ' ' | head -c 300)"
 fi
 
-echo "MHISTACK-DMESG-BEGIN"
-dmesg
-echo "MHISTACK-DMESG-END"
-echo "MHISTACK-DONE uptime=$(up)"
-poweroff -f
+finish
 `
 
 // script fills in the init script for a profile.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
 	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/sim"
 )
 
 // fakeKO is the part of a mhi_pci_generic.ko the harness reads: the
@@ -676,5 +678,195 @@ func TestPingRunsOnTheDataPathsPair(t *testing.T) {
 		if got := expectFor(profile(t, tc.profile), tc.ko).pingDev; got != tc.want {
 			t.Errorf("%s: ping on %q, want %q", tc.profile, got, tc.want)
 		}
+	}
+}
+
+func TestQuirkScriptRunsTheStepsAfterTheInitScriptsFunctions(t *testing.T) {
+	e := expectFor(profile(t, "qcom-sdx55m"), fakeKO(nil, "DIAG", "IP_HW0"))
+	for _, q := range quirkRuns {
+		s, err := quirkScript(e, 42, q.steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`@[A-Z]+@`).FindString(s); m != "" {
+			t.Errorf("%s: placeholder %s left in the script", q.name, m)
+		}
+		_, body, _ := strings.Cut(s, functionsEnd)
+		want := "\nbring_up\nping_check ping\n" + strings.Join(q.steps, "\n") + "\nfinish\n"
+		if body != want {
+			t.Errorf("%s: the script runs %q, want %q", q.name, body, want)
+		}
+		for _, step := range q.steps {
+			fn, _, _ := strings.Cut(step, " ")
+			if !strings.Contains(s, "\n"+fn+"() {\n") {
+				t.Errorf("%s: step %s has no function in the script", q.name, fn)
+			}
+		}
+		for _, c := range q.guestChecks() {
+			if !strings.Contains(s, "check "+c+" ") && !strings.Contains(s, "ping_check "+c) && !strings.Contains(s, "lost_in_m3 "+c+" ") {
+				t.Errorf("%s: the script never reports %s", q.name, c)
+			}
+		}
+	}
+}
+
+func TestQuirkRunsAreOneKernelEachAndFallBackToTheLastKernel(t *testing.T) {
+	c := config{kernels: kernelFlag{{"6.1", "/k61"}, {"6.12", "/k612"}}, quirks: []string{"all"}}
+	jobs, err := planJobs(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != len(quirkRuns) {
+		t.Fatalf("%d jobs, want the %d quirk runs", len(jobs), len(quirkRuns))
+	}
+	for i, j := range jobs {
+		if j.quirk == nil || j.k.label != quirkRuns[i].kernel {
+			t.Errorf("job %d: %+v, want quirk run %s on %s", i, j, quirkRuns[i].name, quirkRuns[i].kernel)
+		}
+	}
+	c.kernels = kernelFlag{{"6.1", "/k61"}}
+	c.quirks = []string{string(sim.QuirkSlowReady)}
+	if jobs, err = planJobs(c); err != nil || len(jobs) != 1 || jobs[0].k.label != "6.1" || jobs[0].p != "quectel-em1xx" {
+		t.Errorf("slow-ready with 6.1 only: %+v, %v", jobs, err)
+	}
+	c.quirks = []string{"no-such-quirk"}
+	if _, err := planJobs(c); !qh.IsPrereq(err) {
+		t.Errorf("an unknown quirk: %v, want a prerequisite error", err)
+	}
+	c.quirks = nil
+	if jobs, _ := planJobs(c); len(jobs) != 0 {
+		t.Errorf("-quirks '': %d jobs", len(jobs))
+	}
+}
+
+// quirkModemLog is a modem log of a quirk run: the serving line with
+// quirks, the given states one second apart (READY delay seconds after
+// a RESET) and a summary with violations.
+func quirkModemLog(quirks string, readyDelay time.Duration, violations int, states ...string) string {
+	t := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	q := "[" + quirks + "]"
+	if strings.Contains(quirks, " ") {
+		q = `"` + q + `"` // as slog quotes a value with spaces
+	}
+	fmt.Fprintf(&b, "time=%s level=INFO msg=\"serving the emulated modem\" profile=x quirks=%s\n", t.Format(time.RFC3339Nano), q)
+	prev := ""
+	for _, s := range states {
+		st, ee, _ := strings.Cut(s, "/")
+		if prev == "RESET" && st == "READY" {
+			t = t.Add(readyDelay)
+		} else {
+			t = t.Add(time.Second)
+		}
+		fmt.Fprintf(&b, "time=%s level=INFO msg=\"modem state\" state=%s ee=%s\n", t.Format(time.RFC3339Nano), st, ee)
+		prev = st
+	}
+	if violations > 0 {
+		fmt.Fprintf(&b, "time=%s level=WARN msg=violation rule=x detail=\"channel doorbell 127 written (0x1) on firmware without an in-band wake doorbell\"\n", t.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(&b, "time=%s level=INFO msg=summary violations=%d dma_faults=0\n", t.Format(time.RFC3339Nano), violations)
+	return b.String()
+}
+
+// TestQuirkVerdictsTellTheEmulatorFromLinux judges the profile-quirks run
+// (slow-ready, no-inband-wake) from made-up logs: a modem that did not
+// play a behaviour fails it as not played, a Linux that failed fails it
+// (counted) unless the behaviour names a documented finding, which is
+// reported and not counted.
+func TestQuirkVerdictsTellTheEmulatorFromLinux(t *testing.T) {
+	q := quirkRuns[0]
+	states := []string{"READY/AMSS", "M0/AMSS", "M3/AMSS", "M0/AMSS", "SYS_ERR/AMSS", "RESET/AMSS", "READY/AMSS", "M0/AMSS", "RESET/AMSS", "READY/AMSS"}
+	dmesg := []string{"[ 1.0] mhi mhi0: Device in READY State"}
+	stalled := false // the guest was stopped: dmesg is its stall watcher's tail
+	judge := func(q quirkRun, mlog string, failed ...string) *result {
+		t.Helper()
+		g := &guestRun{quirk: &q, r: &result{kernel: "6.12", profile: q.profile}, dir: t.TempDir()}
+		for _, c := range q.guestChecks() {
+			if !stalled || !slices.Contains(failed, c) {
+				g.r.add(c, !slices.Contains(failed, c), c+" detail")
+			}
+		}
+		out := guestOutput{dmesg: dmesg}
+		if stalled {
+			g.r.add("guest-finished", false, "stopped: no verdict")
+			out = guestOutput{stallDmesg: dmesg}
+		}
+		g.judgeQuirks(out, mlog)
+		return g.r
+	}
+	verdict := func(r *result, q sim.Quirk) check {
+		t.Helper()
+		c, ok := r.checks["quirk "+string(q)]
+		if !ok {
+			t.Fatalf("no verdict for %s: %v", q, r.checks)
+		}
+		return c
+	}
+	quirks := "slow-ready no-inband-wake"
+
+	r := judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...))
+	for _, b := range q.behaviours {
+		if c := verdict(r, b.quirk); !c.pass || !strings.Contains(c.detail, "its source: ") {
+			t.Errorf("everything right: %s %+v", b.quirk, c)
+		}
+	}
+	if r.failed() != 0 || len(r.checks) != len(q.behaviours) {
+		t.Errorf("everything right: %d failed, verdicts %v", r.failed(), r.checks)
+	}
+
+	// READY at once: the modem did not play slow-ready.
+	r = judge(q, quirkModemLog(quirks, 0, 0, states...))
+	if c := verdict(r, sim.QuirkSlowReady); c.pass || !strings.HasPrefix(c.detail, "not played") {
+		t.Errorf("READY at once: %+v", c)
+	}
+	// The modem not serving a quirk fails it as not played.
+	r = judge(q, quirkModemLog("slow-ready", 2*time.Second, 0, states...))
+	if c := verdict(r, sim.QuirkNoInbandWake); c.pass || !strings.Contains(c.detail, "did not serve") {
+		t.Errorf("quirk not served: %+v", c)
+	}
+	// Linux writing the wake doorbell fails no-inband-wake.
+	r = judge(q, quirkModemLog(quirks, 2*time.Second, 1, states...))
+	if c := verdict(r, sim.QuirkNoInbandWake); c.pass || !strings.Contains(c.detail, "channel doorbell 127") || r.failed() != 1 {
+		t.Errorf("wake doorbell written: %+v (%d failed)", c, r.failed())
+	}
+	// Linux not recovering from the SYS_ERR: counted, and with a finding
+	// recorded for the behaviour, reported but not counted.
+	r = judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...), "syserr-recovery")
+	if c := verdict(r, sim.QuirkSlowReady); c.pass || c.finding != "" || !strings.Contains(c.detail, "does not explain") || r.failed() != 1 {
+		t.Errorf("Linux failed: %+v (%d failed)", c, r.failed())
+	}
+	// The race of docs/QUIRKS.md: suspended during the mission-mode
+	// transition and never resumed before the verdict (the resume at
+	// rmmod comes after it).
+	race := []string{
+		"[ 11.13] mhi mhi0: Transitioning from PM state: SYS ERROR Detect to: SYS ERROR Process",
+		"[ 13.15] mhi mhi0: Processing Mission Mode transition",
+		"[ 13.16] mhi mhi0: Allowing M3 transition",
+		"[ 13.17] mhi mhi0: State change event to state: M3",
+		"[ 80.00] mhistack: syserr-recovery end",
+		"[ 81.00] mhi mhi0: Entered with PM state: M3, MHI state: M3",
+	}
+	dmesg = race
+	r = judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...), "syserr-recovery")
+	if c := verdict(r, sim.QuirkSlowReady); c.pass || !strings.Contains(c.finding, "never resumed") || r.failed() != 0 {
+		t.Errorf("Linux failed, the race: %+v (%d failed)", c, r.failed())
+	}
+	rows := r.report().Rows()
+	if rows[0].Status != qh.Fail || !strings.Contains(rows[0].Detail, "finding, not counted") {
+		t.Errorf("a finding's row: %+v", rows[0])
+	}
+	// A guest stopped in the recovery: the stall watcher's tail, which
+	// may start after the SYS_ERR, shows the race.
+	dmesg, stalled = race[1:4], true
+	r = judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...), "syserr-recovery", "channels-after-syserr", "ping-after-syserr", "module-unload")
+	if c := verdict(r, sim.QuirkSlowReady); c.pass || c.finding == "" || r.failed() != 0 || !strings.Contains(c.detail, "guest-finished FAIL") {
+		t.Errorf("stopped guest, the race: %+v (%d failed)", c, r.failed())
+	}
+	stalled = false
+	// Resumed before the verdict: not the race, counted.
+	dmesg = append(slices.Clone(race[:4]), race[5], race[4])
+	r = judge(q, quirkModemLog(quirks, 2*time.Second, 0, states...), "syserr-recovery")
+	if c := verdict(r, sim.QuirkSlowReady); c.pass || c.finding != "" || r.failed() != 1 {
+		t.Errorf("Linux failed otherwise: %+v (%d failed)", c, r.failed())
 	}
 }

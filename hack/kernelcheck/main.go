@@ -55,6 +55,7 @@ type config struct {
 	kernels               kernelFlag
 	profiles              []string
 	pbl                   []string
+	quirks                []string // behaviours the quirk runs judge (quirks.go)
 	timeout               time.Duration
 	checkTimeout          time.Duration
 	wait                  int
@@ -76,6 +77,8 @@ func main() {
 	flag.StringVar(&profiles, "profiles", "qcom-sdx55m,quectel-em1xx,foxconn-t99w175", "comma-separated modem profiles to emulate, or \"all\": every profile the kernel's mhi_pci_generic binds to")
 	var pbl string
 	flag.StringVar(&pbl, "pbl", "qcom-sdx55m", "comma-separated profiles (with a firmware image) also booted from PBL: the kernel downloads a firmware file over BHI at power-up and again after SYS_ERR")
+	var quirks string
+	flag.StringVar(&quirks, "quirks", "all", "quirk runs: Linux against the emulated modem playing real modems' behaviours (docs/QUIRKS.md), one kernel and profile each, one verdict per behaviour: \"all\", a comma-separated list of slow-ready, no-inband-wake, one-msi, syserr-at-powerup, d3cold, or \"\" for none")
 	flag.DurationVar(&c.timeout, "timeout", 6*time.Minute, "limit for one guest run")
 	flag.DurationVar(&c.checkTimeout, "check-timeout", 150*time.Second, "stop a guest when no check reported for this long (the first one counts from QEMU's start): a hung check fails the run in minutes, with the guest's kernel log tail its stall watcher printed; 0 turns it off")
 	flag.IntVar(&c.wait, "wait", 60, "seconds the guest waits for mission mode and for SYS_ERR recovery")
@@ -88,7 +91,7 @@ func main() {
 	flag.String("repo", ".", "mhistack checkout (unused; accepted for the script)")
 	flag.String("cache", "", "cache directory (unused; accepted for the script)")
 	flag.Parse()
-	c.profiles, c.pbl = qh.SplitList(profiles), qh.SplitList(pbl)
+	c.profiles, c.pbl, c.quirks = qh.SplitList(profiles), qh.SplitList(pbl), qh.SplitList(quirks)
 	if c.initFile != "" {
 		b, err := os.ReadFile(c.initFile)
 		if err != nil {

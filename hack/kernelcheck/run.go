@@ -14,9 +14,10 @@ import (
 
 // job is one guest run to do: a kernel, a profile, from PBL or not.
 type job struct {
-	k   kernelDir
-	p   string
-	pbl bool
+	k     kernelDir
+	p     string
+	pbl   bool
+	quirk *quirkRun // a quirk run (quirks.go), nil for the checks
 }
 
 // run checks the prerequisites, runs every job (c.jobs at once) and
@@ -76,11 +77,20 @@ func planJobs(c config) ([]job, error) {
 			}
 		}
 		for _, p := range profiles {
-			jobs = append(jobs, job{k, p, false})
+			jobs = append(jobs, job{k, p, false, nil})
 		}
 		for _, p := range c.pbl {
-			jobs = append(jobs, job{k, p, true})
+			jobs = append(jobs, job{k, p, true, nil})
 		}
+	}
+	// The quirk runs: one kernel each (docs/KERNEL-CROSSCHECK.md §8).
+	qs, err := quirkRunsFor(c.quirks)
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		q := &qs[i]
+		jobs = append(jobs, job{q.pickKernel(c.kernels), q.profile, q.pbl, q})
 	}
 	return jobs, nil
 }
@@ -102,7 +112,7 @@ func runJobs(ctx context.Context, c config, jobs []job) ([]*result, []error) {
 				errs[i] = ctx.Err()
 				return
 			}
-			results[i], errs[i] = runOne(ctx, c, j.k, j.p, j.pbl)
+			results[i], errs[i] = runOne(ctx, c, j)
 		}()
 	}
 	wg.Wait()
@@ -122,7 +132,7 @@ func printResults(jobs []job, results []*result, errs []error) int {
 		}
 		rep := r.report()
 		rep.Print(os.Stdout)
-		failed += rep.Failed()
+		failed += r.failed()
 		fmt.Printf("      %s  boot to /init %v, run %v\n", r.scope(), r.boot.Round(100*time.Millisecond), r.wall.Round(100*time.Millisecond))
 		if rep.Failed() > 0 {
 			printFailureLogs(r)

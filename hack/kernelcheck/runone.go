@@ -26,8 +26,9 @@ type guestRun struct {
 	dir            string // the run's logs and image
 	kernel, modDir string
 	exp            expect
-	fw             []byte   // PBL runs: the image the kernel downloads
-	modemArgs      []string // mhictl sim serve … (without -socket)
+	quirk          *quirkRun // a quirk run (quirks.go), nil for the checks
+	fw             []byte    // PBL runs: the image the kernel downloads
+	modemArgs      []string  // mhictl sim serve … (without -socket)
 	blobs          *qh.BlobServer
 	tag            string // "[KERNEL/PROFILE] ", before every progress line
 }
@@ -38,14 +39,18 @@ type guestOutput struct {
 	dmesg        []string // the kernel log the guest dumped at the end
 	kernelConfig string   // mhi_pci_generic's configuration name
 	crashes      int      // SYS_ERRs the guest asked for
+	// stallDmesg is the kernel log tail the guest's stall watcher
+	// printed (stall.go), all there is of a guest stopped before its end.
+	stallDmesg []string
 }
 
 // runOne boots one kernel against one emulated profile; with pbl the
 // modem powers up in its boot ROM and loses its firmware on SYS_ERR, so
-// the kernel downloads a firmware file over BHI twice.
-func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool) (*result, error) {
+// the kernel downloads a firmware file over BHI twice. A quirk run judges
+// its behaviours instead of the checks.
+func runOne(ctx context.Context, c config, j job) (*result, error) {
 	t0 := time.Now()
-	g, err := newGuestRun(c, k, profile, pbl)
+	g, err := newGuestRun(c, j.k, j.p, j.pbl, j.quirk)
 	if err != nil {
 		return nil, err
 	}
@@ -71,8 +76,13 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 	if err != nil {
 		return nil, err
 	}
-	g.judgeGuest(out)
 	os.WriteFile(filepath.Join(g.dir, "dmesg.log"), []byte(strings.Join(out.dmesg, "\n")+"\n"), 0o644)
+	if g.quirk != nil {
+		g.judgeQuirks(out, modem.Log())
+		g.r.wall = time.Since(t0)
+		return g.r, nil
+	}
+	g.judgeGuest(out)
 	g.judgeModem(modem.Log(), modemLogPath, out.crashes)
 	g.judgeKernel(out.dmesg)
 	g.r.wall = time.Since(t0)
@@ -81,10 +91,13 @@ func runOne(ctx context.Context, c config, k kernelDir, profile string, pbl bool
 
 // newGuestRun finds the kernel, makes the run's directory and starts the
 // blob server the TCP checks use (tcp.go); the caller closes it.
-func newGuestRun(c config, k kernelDir, profile string, pbl bool) (*guestRun, error) {
+func newGuestRun(c config, k kernelDir, profile string, pbl bool, quirk *quirkRun) (*guestRun, error) {
 	p, _ := mhi.Lookup(profile)
 	g := &guestRun{c: c, k: k, p: p, pbl: pbl, r: &result{kernel: k.label, profile: profile},
-		modemArgs: []string{"sim", "serve", "-profile", profile, "-once", "-strict", "-no-profile-quirks"}}
+		modemArgs: []string{"sim", "serve", "-profile", profile, "-once", "-strict", "-no-profile-quirks"}, quirk: quirk}
+	if quirk != nil {
+		g.modemArgs = quirk.modemArgs()
+	}
 	if pbl {
 		g.r.profile += "+pbl"
 		g.modemArgs = append(g.modemArgs, "-boot", "pbl", "-lose-firmware-on-syserr")
@@ -93,6 +106,9 @@ func newGuestRun(c config, k kernelDir, profile string, pbl bool) (*guestRun, er
 	var err error
 	if g.kernel, g.modDir, err = qh.FindKernel(k.dir); err != nil {
 		return nil, err
+	}
+	if quirk != nil {
+		g.r.profile += "+" + quirk.name
 	}
 	g.dir = filepath.Join(c.work, k.label+"-"+g.r.profile)
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
@@ -120,14 +136,23 @@ func (g *guestRun) buildImage() (string, error) {
 		extra = firmwareFiles(g.p.FirmwareImage, g.fw)
 	}
 	initrd := filepath.Join(g.dir, "initramfs.cpio.gz")
+	var scriptErr error
 	if err := buildInitramfs(initrd, g.c.busybox, g.modDir, extra, func(ko []byte) string {
 		g.exp = g.expectations(ko)
-		if g.c.initFile != "" {
+		switch {
+		case g.c.initFile != "":
 			return g.c.initScript
+		case g.quirk != nil:
+			var s string
+			s, scriptErr = quirkScript(g.exp, g.c.wait, g.quirk.steps)
+			return s
 		}
 		return script(g.exp, g.c.wait)
 	}); err != nil {
 		return "", err
+	}
+	if scriptErr != nil {
+		return "", scriptErr
 	}
 	if pair := carrierPair(g.exp); pair != "" {
 		g.modemArgs = append(g.modemArgs, "-function", pair+"=carrier")
@@ -236,6 +261,7 @@ func (g *guestRun) boot(ctx context.Context, initrd, sock string, modem *qh.Mode
 		return out, qerr
 	}
 	stall.stop()
+	out.stallDmesg = stallDmesg
 	if len(stallDmesg) > 0 {
 		os.WriteFile(filepath.Join(g.dir, "stall-dmesg.log"), []byte(strings.Join(stallDmesg, "\n")+"\n"), 0o644)
 	}

@@ -841,7 +841,7 @@ type counters struct {
 	events, eventDrops, eventRingFull         atomic.Uint64
 	msiRaised, msiModerated, dbMode, commands atomic.Uint64
 	violations, ulDrops, dlDrops              atomic.Uint64
-	wpNoDoorbell                              atomic.Uint64
+	wpNoDoorbell, powerLosses                 atomic.Uint64
 }
 
 // Stats counts what the modem did since New.
@@ -871,6 +871,10 @@ type Stats struct {
 	// period apart: a host that lost its doorbell mode (or took longer
 	// than that from its context wp write to its doorbell write).
 	WPWithoutDoorbell uint64
+	// PowerLosses counts the power losses played (Modem.LosePower and
+	// QuirkD3Cold), each a return to the power-on state the host did
+	// not ask for.
+	PowerLosses uint64
 }
 
 // Function returns the function Options.Functions attached to the channel
@@ -889,6 +893,6 @@ func (m *Modem) Stats() Stats {
 		MSIs: s.msiRaised.Load(), MSIsModerated: s.msiModerated.Load(), DBModes: s.dbMode.Load(),
 		Commands: s.commands.Load(), Violations: s.violations.Load(),
 		ULDrops: s.ulDrops.Load(), DLDrops: s.dlDrops.Load(),
-		WPWithoutDoorbell: s.wpNoDoorbell.Load(),
+		WPWithoutDoorbell: s.wpNoDoorbell.Load(), PowerLosses: s.powerLosses.Load(),
 	}
 }

@@ -40,6 +40,7 @@ func (m *Modem) refusesM3() bool {
 // The caller holds m.mu.
 func (m *Modem) afterM3() {
 	if m.quirks.has(QuirkD3Cold) {
+		m.stats.powerLosses.Add(1)
 		m.powerOn()
 	}
 }
@@ -48,7 +49,10 @@ func (m *Modem) afterM3() {
 // (D3cold): the modem returns to its power-on state as after a SoC reset,
 // without an MSI; the host finds MHISTATUS ≠ M3 at resume. PCI config
 // (MSI, bus mastering) is left alone, as the host's PCI layer restores it.
-func (m *Modem) LosePower() error { return m.call(reqReset) }
+func (m *Modem) LosePower() error {
+	m.stats.powerLosses.Add(1)
+	return m.call(reqReset)
+}
 
 // powerOnQuirks runs at the end of powerOn: with QuirkSysErrAtPowerUp the
 // device crashes before the host is there (no event, no MSI). The caller

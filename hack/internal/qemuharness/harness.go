@@ -171,7 +171,10 @@ func WriteInitramfs(path string, files map[string]initramfs.Entry) error {
 // GuestPreamble starts every guest /init (busybox sh): applets, the
 // pseudo file systems, the MHISTACK-INIT marker (BootReport reads the boot
 // time from it), and the helpers check NAME PASS|FAIL|SKIP DETAIL, up
-// (uptime in seconds) and wait_for SECONDS COMMAND... (polls every 0.2 s).
+// (uptime in seconds) and wait_for SECONDS COMMAND... (polls every 0.2 s
+// until the guest's uptime has moved on SECONDS: a deadline, not a count
+// of polls, which a loaded guest whose COMMAND takes a second would
+// stretch fivefold).
 const GuestPreamble = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -183,10 +186,10 @@ echo "MHISTACK-INIT uptime=$(cut -d' ' -f1 /proc/uptime)"
 check() { echo "MHISTACK-CHECK $1 $2 $3"; }
 up() { cut -d' ' -f1 /proc/uptime; }
 wait_for() {
-	local n=$(( $1 * 5 )); shift
-	while [ $n -gt 0 ]; do
+	local end=$(( $(cut -d. -f1 /proc/uptime) + $1 )); shift
+	while [ $(cut -d. -f1 /proc/uptime) -lt $end ]; do
 		"$@" && return 0
-		sleep 0.2; n=$((n-1))
+		sleep 0.2
 	done
 	"$@"
 }
