@@ -200,7 +200,7 @@ func dataPath(p *mhi.Profile, opts *Options) (mhi.DataPath, error) {
 func linkOptions(lo link.Options, dp mhi.DataPath) (link.Options, error) {
 	lo.Channel = dp.Channel
 	if lo.Framing == nil && dp.Framing != mhi.FramingQMAP {
-		f, err := link.FramingFor(dp.Framing)
+		f, err := link.FramingFor(dp)
 		if err != nil {
 			return lo, fmt.Errorf("stack: %w", err)
 		}
@@ -330,7 +330,7 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 			co.Framing = ul
 		default:
 			// The carrier speaks what the host's link does.
-			if co.Framing, err = link.FramingFor(dp.Framing); err != nil {
+			if co.Framing, err = link.FramingFor(dp); err != nil {
 				return nil, nil, mhi.DataPath{}, nil, err
 			}
 		}

@@ -439,7 +439,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 			s.mbim = simnet.NewMBIMFunction(simnet.MBIMConfig{Network: network, Logger: log.With("part", "mbim")})
 			s.all[name] = s.mbim
 		case "icmp":
-			f, err := ownFraming(name, kind)
+			f, err := ownFraming(p, name, kind)
 			if err != nil {
 				s.close()
 				return nil, err
@@ -451,7 +451,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 			f := map[string]framing.Framing{"carrier-qmap": qmap.Framing{Version: 1}, "carrier-qmap5": qmap.Framing{Version: 5}}[kind]
 			if f == nil {
 				var err error
-				if f, err = ownFraming(name, kind); err != nil {
+				if f, err = ownFraming(p, name, kind); err != nil {
 					s.close()
 					return nil, err
 				}
@@ -479,15 +479,15 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 	return s, nil
 }
 
-// ownFraming is the framing the data pair name carries without a QMI
-// session (mhi.ChannelFraming, link.FramingFor), for -function
+// ownFraming is the framing the data pair name of p carries without a
+// QMI session (mhi.Profile.PairPath, link.FramingFor), for -function
 // name=kind; a pair whose framing is not known is a usage error.
-func ownFraming(name, kind string) (framing.Framing, error) {
-	k, err := mhi.ChannelFraming(name)
+func ownFraming(p *mhi.Profile, name, kind string) (framing.Framing, error) {
+	dp, err := p.PairPath(name)
 	if err != nil {
 		return nil, usagef("-function %s=%s: %v (carrier-qmap and carrier-qmap5 name their framing)", name, kind, err)
 	}
-	return link.FramingFor(k)
+	return link.FramingFor(dp)
 }
 
 // watchModem logs the modem's state changes (what a kernel cross-check

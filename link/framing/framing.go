@@ -44,6 +44,15 @@ type SessionEncoder interface {
 	SetSession(id uint8)
 }
 
+// SessionLimit is a Framing that carries fewer than 256 sessions: IDs
+// from Sessions() up have no place on the wire (an MBIM NTB whose session
+// bytes are offset, mbim.NTB.SessionOffset). A packet decoded with such
+// an ID belongs to no session: the endpoint drops and counts it.
+type SessionLimit interface {
+	Framing
+	Sessions() int
+}
+
 // Controller is a Framing with in-band control frames that the host
 // answers (QMAP flow-control commands, docs/FRAMING.md §4.2).
 type Controller interface {

@@ -199,7 +199,22 @@ type NTB struct {
 	// NTB32 builds NTB32 instead of NTB16 (no MHI modem is known to
 	// want it; NCM hosts on USB can).
 	NTB32 bool
+	// SessionOffset is added to every session on the wire: MBIM session
+	// n travels in NDPs whose session byte is SessionOffset+n, and Decode
+	// reports such a datagram as session n. SDX72/SDX75-based Foxconn
+	// modems take 112 (mhi.Profile.MBIMSessionOffset: Linux
+	// drivers/net/wwan/mhi_wwan_mbim.c, "net: wwan: mhi_wwan_mbim: use
+	// correct mux_id for multiplexing"). The mapping is modulo 256, so a
+	// datagram whose session byte is below the offset decodes as a
+	// session of Sessions() or above, which no endpoint serves: it is
+	// dropped and counted as an unknown session, never given to
+	// session 0.
+	SessionOffset uint8
 }
+
+// Sessions implements framing.SessionLimit: the sessions f carries,
+// 0 to Sessions()-1 (256 - SessionOffset: a session byte is 8 bits).
+func (f NTB) Sessions() int { return 256 - int(f.SessionOffset) }
 
 // ulLayout returns f's datagram divisor and remainder and NDP alignment,
 // with the defaults and fallbacks of NTB applied.
@@ -222,9 +237,17 @@ func (f NTB) Name() string {
 	return "mbim-ntb16"
 }
 
-// Decode implements framing.Framing with DecodeNTB.
+// Decode implements framing.Framing with DecodeNTB, each datagram's
+// session less SessionOffset.
 func (f NTB) Decode(frame []byte, spans []framing.Span) ([]framing.Span, error) {
-	return DecodeNTB(frame, spans)
+	start := len(spans)
+	spans, err := DecodeNTB(frame, spans)
+	if f.SessionOffset != 0 {
+		for i := start; i < len(spans); i++ {
+			spans[i].ID -= f.SessionOffset
+		}
+	}
+	return spans, err
 }
 
 // NewEncoder implements framing.Framing: a *NTBBuilder.
@@ -326,7 +349,8 @@ type NTBBuilder struct {
 	rem   int
 	align int // NDP alignment
 	buf   []byte
-	end   int // end of the datagrams
+	end   int   // end of the datagrams
+	off   uint8 // NTB.SessionOffset
 	sess  uint8
 	seq   uint16
 	ents  []ntbEntry
@@ -341,7 +365,7 @@ type ntbEntry struct {
 
 // NewNTBBuilder returns a builder of f's layout.
 func NewNTBBuilder(f NTB) *NTBBuilder {
-	b := &NTBBuilder{l: layout16, is32: f.NTB32, max: min(max(f.MaxDatagrams, 1), maxNTBDatagrams), bytes: max(f.MaxBytes, 0)}
+	b := &NTBBuilder{l: layout16, is32: f.NTB32, max: min(max(f.MaxDatagrams, 1), maxNTBDatagrams), bytes: max(f.MaxBytes, 0), off: f.SessionOffset}
 	b.div, b.rem, b.align = f.ulLayout()
 	if f.NTB32 {
 		b.l = layout32
@@ -351,8 +375,9 @@ func NewNTBBuilder(f NTB) *NTBBuilder {
 	return b
 }
 
-// SetSession implements framing.SessionEncoder.
-func (b *NTBBuilder) SetSession(id uint8) { b.sess = id }
+// SetSession implements framing.SessionEncoder: id is the session
+// index; the NDP carries it plus NTB.SessionOffset.
+func (b *NTBBuilder) SetSession(id uint8) { b.sess = id + b.off }
 
 // SetSequence sets the wSequence of the next NTB.
 func (b *NTBBuilder) SetSequence(seq uint16) { b.seq = seq }

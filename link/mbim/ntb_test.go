@@ -438,3 +438,34 @@ func FuzzNTBRoundTrip(f *testing.F) {
 		checkRoundTrip(t, f, max(int(size), 1531+f.Overhead()), pkts)
 	})
 }
+
+// TestNTBSessionOffsetOnTheWire: with SessionOffset 112 (Foxconn
+// SDX72/SDX75), session n is NDP session 112+n on the wire and decodes
+// back to n; an NDP session below the offset decodes to a session the
+// framing cannot carry (Sessions()), never to session 0.
+func TestNTBSessionOffsetOnTheWire(t *testing.T) {
+	f := mbim.NTB{SessionOffset: 112}
+	if f.Sessions() != 144 {
+		t.Fatalf("Sessions() = %d, want 144", f.Sessions())
+	}
+	for _, session := range []uint8{0, 1, 31, 143} {
+		buf := make([]byte, 256)
+		enc := f.NewEncoder().(framing.SessionEncoder)
+		enc.Begin(buf)
+		enc.SetSession(session)
+		copy(enc.Add(20), bytes.Repeat([]byte{0x45}, 20))
+		ntb := buf[:enc.End()]
+		wire, err := mbim.DecodeNTB(ntb, nil)
+		if err != nil || len(wire) != 1 || wire[0].ID != 112+session {
+			t.Fatalf("session %d: wire %+v, %v; want NDP session %d", session, wire, err, 112+session)
+		}
+		got, err := f.Decode(ntb, nil)
+		if err != nil || len(got) != 1 || got[0].ID != session {
+			t.Fatalf("session %d: decoded %+v, %v", session, got, err)
+		}
+	}
+	got, err := f.Decode(mbim.AppendNTB(nil, 0, 0, bytes.Repeat([]byte{0x45}, 20)), nil)
+	if err != nil || len(got) != 1 || int(got[0].ID) < f.Sessions() {
+		t.Fatalf("NDP session 0 with offset 112 decoded as %+v, %v; want a session of %d or above", got, err, f.Sessions())
+	}
+}

@@ -162,6 +162,11 @@ type CarrierStats struct {
 	// BadChecksums counts UL packets dropped for a wrong IPv4 header,
 	// TCP or UDP checksum (within ULPackets).
 	BadChecksums uint64
+	// UnknownSessions counts UL packets dropped because their session
+	// has no place in the framing: an NTB whose NDP session byte is
+	// below the modem's MBIM session offset (mbim.NTB.SessionOffset), a
+	// host that does not apply the offset. Outside ULPackets.
+	UnknownSessions uint64
 	// TimeWaitReused counts the host's SYNs that took over a 4-tuple
 	// the carrier held in TIME-WAIT (see takeOverTimeWait).
 	TimeWaitReused uint64
@@ -176,7 +181,7 @@ type CarrierStats struct {
 }
 
 type carrierCounters struct {
-	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused atomic.Uint64
+	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused, unknownSession atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -330,7 +335,7 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
-		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(),
+		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
 		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
 }
 

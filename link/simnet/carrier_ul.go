@@ -2,6 +2,7 @@ package simnet
 
 import (
 	"github.com/mhistack/mhistack/internal/csum"
+	"github.com/mhistack/mhistack/link/framing"
 
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -27,8 +28,18 @@ func (cn *CarrierNetwork) Receive(td []byte) {
 	if err != nil && p != nil {
 		p.Violation(ruleULFraming, "carrier network: UL transfer of %d bytes: %v", len(td), err)
 	}
+	limit := 256
+	if l, ok := cn.opts.Framing.(framing.SessionLimit); ok {
+		limit = l.Sessions()
+	}
 	for _, sp := range spans {
-		if !sp.Ctrl {
+		switch {
+		case sp.Ctrl:
+		case int(sp.ID) >= limit:
+			// A session byte below the modem's offset: the firmware
+			// has no such session (Linux logs "bad packet session").
+			cn.stats.unknownSession.Add(1)
+		default:
 			cn.receivePacket(sp.ID, td[sp.Off:sp.Off+sp.Len])
 		}
 	}
