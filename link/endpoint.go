@@ -317,6 +317,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	}
 	e.refillBufs = make([]*pci.Buffer, dl.Elements())
 	e.rx.init(e.budget, maxPieces, nrx)
+	e.rx.seqr, _ = e.framing.(framing.Sequenced)
 	e.groSink.e = e
 	e.gro.Init(!opts.NoGRO)
 	e.gro.Dispatcher = &e.groSink

@@ -135,3 +135,92 @@ func TestMBIMSessionOffsetMismatchIsDroppedAndCounted(t *testing.T) {
 		t.Errorf("New with session 255 and offset 112: %v", err)
 	}
 }
+
+// TestNTBOdditiesAreCountedAndDeliveredOnce: DL NTBs with the oddities
+// real modems send (simnet.NTBQuirks: wSequence restarting and repeating,
+// the last NDP chaining back to the first, a non-IP datagram in the IP
+// session) deliver every IP packet exactly once; the host counts the
+// sequence glitches (without failing anything), the chains that went
+// back (RXErrors, after their datagrams) and the non-IP datagrams
+// (RXDrops.Protocol). Without the oddities nothing is counted.
+func TestNTBOdditiesAreCountedAndDeliveredOnce(t *testing.T) {
+	for _, odd := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "oddities"}[odd], func(t *testing.T) {
+			q := simnet.NTBQuirks{}
+			if odd {
+				q = simnet.NTBQuirks{SequenceGlitches: true, CyclicNDP: true, NonIP: true}
+			}
+			net := &simnet.PacketNet{Framing: mbim.NTB{}, MaxDatagrams: 8, NTBQuirks: q}
+			r := newRig(t, rigOptions{profile: "quectel-rm5xx", fn: net, link: link.Options{Channel: mhi.ChannelIPHW0MBIM, Framing: mbim.NTB{}}})
+			waitRunning(t, net)
+			// 17 NTBs of 4 packets: the 8th and 16th carry the oddities.
+			const ntbs, per = 17, 4
+			var sent [][]byte
+			for i := range ntbs {
+				var batch [][]byte
+				for j := range per {
+					batch = append(batch, udp4(t, i*per+j, 100+j))
+				}
+				if err := net.Send(0, batch...); err != nil {
+					t.Fatal(err)
+				}
+				sent = append(sent, batch...)
+			}
+			got := r.snk.waitFor(t, len(sent), 10*time.Second)
+			// Whatever a second walk of a chain would deliver has been
+			// delivered by now: the frames are all in.
+			waitUntil(t, 5*time.Second, "every NTB decoded", func() bool { return r.ep.Stats().RXFrames == ntbs })
+			got = r.snk.packets()
+			if len(got) != len(sent) {
+				t.Fatalf("%d packets delivered for %d sent", len(got), len(sent))
+			}
+			for i := range sent {
+				if !bytes.Equal(got[i], sent[i]) {
+					t.Fatalf("packet %d differs", i)
+				}
+			}
+			st := r.ep.Stats()
+			want := map[bool]struct{ errs, proto, minGlitch uint64 }{false: {0, 0, 0}, true: {2, 2, 2}}[odd]
+			if st.RXErrors != want.errs || st.RXDrops.Protocol != want.proto || st.RXSequenceGlitches < want.minGlitch || (!odd && st.RXSequenceGlitches != 0) {
+				t.Errorf("RXErrors %d, RXDrops.Protocol %d, RXSequenceGlitches %d; want %d, %d, at least %d",
+					st.RXErrors, st.RXDrops.Protocol, st.RXSequenceGlitches, want.errs, want.proto, want.minGlitch)
+			}
+		})
+	}
+}
+
+// TestNTBLargerThanTheMRUArrivesChained: with mhi_wwan_mbim's 3500-byte
+// MRU, a DL NTB holding one 9000-byte datagram, and a 32 KiB NTB of 23
+// datagrams, each arrive in OVERFLOW pieces over several buffers; the
+// endpoint reassembles them and delivers every datagram intact. With the
+// profile's MRU (32768, Linux pci_generic "bus: mhi: pci_generic:
+// configurable network interface MRU") the endpoint takes the profile's.
+func TestNTBLargerThanTheMRUArrivesChained(t *testing.T) {
+	net := &simnet.PacketNet{Framing: mbim.NTB{}}
+	r := newRig(t, rigOptions{profile: "quectel-rm5xx", fn: net, link: link.Options{Channel: mhi.ChannelIPHW0MBIM, Framing: mbim.NTB{}, MRU: 3500, MTU: 9000}})
+	waitRunning(t, net)
+	big := udp4(t, 1, 9000)
+	if err := net.Send(0, big); err != nil {
+		t.Fatal(err)
+	}
+	var agg [][]byte
+	for i := range 23 {
+		agg = append(agg, udp4(t, 2+i, 1400))
+	}
+	if err := net.Send(0, agg...); err != nil {
+		t.Fatal(err)
+	}
+	got := r.snk.waitFor(t, 24, 10*time.Second)
+	for i, want := range append([][]byte{big}, agg...) {
+		if !bytes.Equal(got[i], want) {
+			t.Fatalf("packet %d differs", i)
+		}
+	}
+	if st := r.ep.Stats(); st.RXFrames != 2 || st.RXErrors != 0 || st.RXDrops != (link.RXDrops{}) {
+		t.Errorf("%d frames, %d errors, drops %+v; want 2 frames, nothing dropped", st.RXFrames, st.RXErrors, st.RXDrops)
+	}
+	p, _ := mhi.Lookup("quectel-rm5xx")
+	if p.ChannelMRU(0) != 32768 {
+		t.Errorf("quectel-rm5xx MRU %d, want 32768", p.ChannelMRU(0))
+	}
+}

@@ -55,6 +55,13 @@ type Profile struct {
 	// mhi: Add network support for Foxconn T99W760"; Linux matches the
 	// controller's name, here the profile carries it). 0 elsewhere.
 	MBIMSessionOffset uint8
+	// NTBSequenceGlitches: the firmware's DL NTBs do not number
+	// wSequence one by one: it restarts at 0 or repeats mid-stream
+	// (the X55 of a ThinkPad X13s: Linux mhi_wwan_mbim.c, "net: wwan:
+	// mhi_wwan_mbim: Silence sequence number glitch errors"). The host
+	// counts and ignores it on every profile; the emulated carrier plays
+	// it on these (simnet.ProfileNTBQuirks).
+	NTBSequenceGlitches bool
 	// RDDMSize is how many bytes of RAM dump the host collects over BHIe
 	// when the firmware crashes into EE RDDM (Linux
 	// mhi_controller.rddm_size); 0: DefaultRDDMSize. Linux pci_generic

@@ -298,6 +298,9 @@ func openDevice(opts *Options) (pci.Device, *mhi.Profile, mhi.DataPath, []func()
 		mbc.Network = nw
 		fn := simnet.NewMBIMFunction(mbc)
 		co := opts.Sim.Carrier
+		if co.NTBQuirks == (simnet.NTBQuirks{}) && !opts.Sim.Modem.NoProfileQuirks {
+			co.NTBQuirks = simnet.ProfileNTBQuirks(p)
+		}
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
 			co.Carrier = mc.Carrier
 		}

@@ -187,7 +187,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logVFIO := fs.Bool("log-messages", false, "log every vfio-user message (at debug level; very verbose)")
 	quirks := &quirkFlag{}
 	fs.Var(quirks, "quirk", "play a documented real-modem behaviour besides the profile's own (`NAME`[,NAME...], repeatable; list: print them and exit; docs/QUIRKS.md)")
-	noProfileQuirks := fs.Bool("no-profile-quirks", false, "do not play the quirks the profile's model has")
+	noProfileQuirks := fs.Bool("no-profile-quirks", false, "do not play the quirks the profile's model has (the modem's, and the carrier's NTB sequence glitches)")
 	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -244,7 +244,13 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *strict {
 		opts.OnViolation = func(err error) { log.Error("host protocol violation", "err", err) }
 	}
-	fns, err := serveFunctions(p, functions, *flushDelay, log)
+	// The carrier plays the model's NTB quirks unless the profile's
+	// quirks are off (simnet.ProfileNTBQuirks).
+	var ntbq simnet.NTBQuirks
+	if !*noProfileQuirks {
+		ntbq = simnet.ProfileNTBQuirks(p)
+	}
+	fns, err := serveFunctions(p, functions, *flushDelay, ntbq, log)
 	if err != nil {
 		return err
 	}
@@ -401,7 +407,7 @@ func (s *servedFunctions) close() {
 // on the MBIM pair and the QMI function on the QMI pair. When both
 // control functions run they share one simnet.Network (SIM, registration,
 // addresses), as on a modem.
-func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, log *slog.Logger) (*servedFunctions, error) {
+func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Duration, ntbq simnet.NTBQuirks, log *slog.Logger) (*servedFunctions, error) {
 	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*simnet.ICMPResponder{}, carriers: map[string]*simnet.CarrierNetwork{}}
 	// The data pairs (mhi.DataChannels: the pairs Linux turns into
 	// network interfaces, mhi_net and mhi_wwan_mbim) answer pings.
@@ -456,7 +462,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, flushDelay time.Dura
 					return nil, err
 				}
 			}
-			cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: f, FlushDelay: flushDelay, Logger: log.With("part", "carrier", "channel", name)})
+			cn, err := simnet.NewCarrierNetwork(simnet.CarrierOptions{Framing: f, FlushDelay: flushDelay, NTBQuirks: ntbq, Logger: log.With("part", "carrier", "channel", name)})
 			if err != nil {
 				s.close()
 				return nil, err

@@ -24,7 +24,7 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 		if !ok {
 			t.Fatalf("no profile %s", profile)
 		}
-		fns, err := serveFunctions(p, set, 0, log)
+		fns, err := serveFunctions(p, set, 0, simnet.NTBQuirks{}, log)
 		if err != nil {
 			t.Fatalf("%s: %v", profile, err)
 		}
@@ -68,7 +68,7 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 	}
 
 	p, _ := mhi.Lookup("quectel-em1xx")
-	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, 0, log); err == nil {
+	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, 0, simnet.NTBQuirks{}, log); err == nil {
 		t.Error("-function QMI=qmi on a profile without a QMI pair: no error")
 	}
 }

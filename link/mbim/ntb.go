@@ -45,9 +45,11 @@ const (
 // Every index and length is checked against the block: wBlockLength
 // (0 means "the whole transfer", as the kernel accepts), NDP indices
 // (at or after the NTH, 4-byte aligned as NCM requires), NDP lengths, and
-// every datagram. The NDP walk is bounded: each NDP takes at least its
-// minimum length, so a chain longer than block/min NDPs loops and is an
-// error (the kernel has no such guard). An NDP's last entry is its
+// every datagram. The NDP walk only goes forward: a wNextNdpIndex at or
+// before the NDP it is in (an NDP that points at itself or back, which
+// firmware has sent) ends the walk with an error, after the datagrams
+// found so far, so no datagram is delivered twice and the walk takes at
+// most block/min steps. An NDP's last entry is its
 // terminator; datagram entries end at the first {0,0}. On damage DecodeNTB
 // returns the datagrams found before it and an error wrapping
 // framing.ErrBadFrame or framing.ErrRunt. It never allocates when spans has
@@ -106,10 +108,11 @@ func decodeNTB(b []byte, spans []framing.Span, is32 bool) ([]framing.Span, error
 	if ndp == 0 {
 		return spans, fmt.Errorf("%w: no NDP", framing.ErrBadFrame)
 	}
-	for walked := 0; ndp != 0; walked++ {
-		if walked > len(b)/l.ndpMin {
-			return spans, fmt.Errorf("%w: NDP chain loops", framing.ErrBadFrame)
+	for prev := 0; ndp != 0; {
+		if ndp <= prev {
+			return spans, fmt.Errorf("%w: NDP at %#x chains back to %#x", framing.ErrBadFrame, prev, ndp)
 		}
+		prev = ndp
 		if ndp < l.nth || ndp%4 != 0 || ndp > len(b)-l.ndpHeader {
 			return spans, fmt.Errorf("%w: NDP index %#x", framing.ErrBadFrame, ndp)
 		}
@@ -227,6 +230,18 @@ func (f NTB) ulLayout() (div, rem, align int) {
 		align = 4
 	}
 	return div, rem, align
+}
+
+// Sequence implements framing.Sequenced: the NTH's wSequence (at the same
+// place in NTH16 and NTH32), or false when frame has no NTH.
+func (f NTB) Sequence(frame []byte) (uint16, bool) {
+	if len(frame) < nth16Len {
+		return 0, false
+	}
+	if sig := le.Uint32(frame); sig != NTH16Sig && sig != NTH32Sig {
+		return 0, false
+	}
+	return le.Uint16(frame[6:]), true
 }
 
 // Name implements framing.Framing.

@@ -166,18 +166,58 @@ func TestDecodeNTBRejectsMalformedBlocks(t *testing.T) {
 	}
 }
 
-// TestDecodeNTBLoopTwoNDPs: A → B → A is an error, found in bounded time.
-func TestDecodeNTBLoopTwoNDPs(t *testing.T) {
-	b := multiNDP16()
+// TestDecodeNTBChainsOnlyForward: an NDP chain that points back (A → B
+// → A) or at the NDP itself ends the walk with ErrBadFrame after the
+// datagrams found so far, each of them once.
+func TestDecodeNTBChainsOnlyForward(t *testing.T) {
 	le := binary.LittleEndian
-	le.PutUint16(b[8:], uint16(len(b)))
-	le.PutUint16(b[0x5A:], 0x30) // last NDP points back at the first
-	spans, err := mbim.DecodeNTB(b, nil)
-	if !errors.Is(err, framing.ErrBadFrame) {
-		t.Fatalf("looping chain: %v", err)
+	back := multiNDP16()
+	le.PutUint16(back[8:], uint16(len(back)))
+	le.PutUint16(back[0x5A:], 0x30) // last NDP points back at the first
+	self := multiNDP16()
+	le.PutUint16(self[8:], uint16(len(self)))
+	le.PutUint16(self[0x36:], 0x30) // first NDP points at itself
+	for name, tc := range map[string]struct {
+		ntb  []byte
+		want []framing.Span
+	}{
+		"back": {back, []framing.Span{{Off: 12, Len: 8}, {Off: 20, Len: 8}, {Off: 32, Len: 16, ID: 5}}},
+		"self": {self, []framing.Span{{Off: 12, Len: 8}, {Off: 20, Len: 8}}},
+		"kernel-self": {func() []byte {
+			b := bytes.Clone(kernelNTB16)
+			le.PutUint16(b[18:], 0x0C)
+			return b
+		}(), []framing.Span{{Off: 0x1C, Len: 4, ID: 3}}},
+	} {
+		spans, err := mbim.DecodeNTB(tc.ntb, nil)
+		if !errors.Is(err, framing.ErrBadFrame) {
+			t.Errorf("%s: %v, want ErrBadFrame", name, err)
+		}
+		if len(spans) != len(tc.want) {
+			t.Fatalf("%s: %d spans %v, want each datagram once: %v", name, len(spans), spans, tc.want)
+		}
+		for i := range spans {
+			if spans[i] != tc.want[i] {
+				t.Errorf("%s: span %d = %v, want %v", name, i, spans[i], tc.want[i])
+			}
+		}
 	}
-	if len(spans) > len(b) {
-		t.Fatalf("looping chain produced %d spans", len(spans))
+}
+
+// TestNTBSequence: NTB.Sequence reads wSequence of NTH16 and NTH32, and
+// nothing from a frame without an NTH.
+func TestNTBSequence(t *testing.T) {
+	if seq, ok := (mbim.NTB{}).Sequence(kernelNTB16); !ok || seq != 0x1234 {
+		t.Errorf("NTH16: %#x, %v", seq, ok)
+	}
+	b32 := buildNTBs(t, mbim.NTB{NTB32: true}, 512, []ntbPacket{{0, []byte{0x45, 0, 0, 4}}})[0]
+	if _, ok := (mbim.NTB{}).Sequence(b32); !ok {
+		t.Error("NTH32: no sequence")
+	}
+	for _, b := range [][]byte{nil, kernelNTB16[:8], bytes.Repeat([]byte{0x45}, 40)} {
+		if _, ok := (mbim.NTB{}).Sequence(b); ok {
+			t.Errorf("%x: a sequence", b)
+		}
 	}
 }
 
@@ -386,6 +426,17 @@ func FuzzNTB16Parse(f *testing.F) {
 	b := multiNDP16()
 	binary.LittleEndian.PutUint16(b[8:], uint16(len(b)))
 	f.Add(b)
+	// The oddities modems send (docs/QUIRKS.md): an NDP chain that goes
+	// back, one that points at itself, a wSequence of 0 mid-stream, a
+	// non-IP datagram, and NDP session 112 (an offset session).
+	back := bytes.Clone(b)
+	binary.LittleEndian.PutUint16(back[0x5A:], 0x30)
+	f.Add(back)
+	self := bytes.Clone(kernelNTB16)
+	binary.LittleEndian.PutUint16(self[18:], 0x0C)
+	f.Add(self)
+	f.Add(mbim.AppendNTB(nil, 0, 0, []byte{0x00, 0x01, 0x08, 0x00, 6, 4, 0, 1}))
+	f.Add(mbim.AppendNTB(nil, 7, 112, []byte{0x45, 0, 0, 20}))
 	fuzzParse(f)
 }
 

@@ -89,6 +89,9 @@ type CarrierOptions struct {
 	// two round trips, as real servers do (RACK-TLP, RFC 8985 §7; see
 	// carrier_tlp.go), instead of waiting out the retransmission timeout.
 	NoTailLossProbe bool
+	// NTBQuirks are the oddities of real modems' DL NTBs the network
+	// plays on an MBIM pair (ProfileNTBQuirks gives a model's).
+	NTBQuirks NTBQuirks
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -226,8 +229,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn.gro.Init(true)
 	cn.gro.Dispatcher = &cn.groSink
 	if !isRawIP(opts.Framing) {
+		num := &dlNumbering{q: opts.NTBQuirks}
 		cn.echoFr = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
-		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
+		cn.echoFr.num = num
+		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes, num)
 	}
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
