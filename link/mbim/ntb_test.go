@@ -263,7 +263,7 @@ func buildNTBs(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) [][]byte {
 func checkRoundTrip(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) {
 	var got []ntbPacket
 	for _, ntb := range buildNTBs(t, f, size, pkts) {
-		spans, err := mbim.DecodeNTB(ntb, nil)
+		spans, err := f.Decode(ntb, nil)
 		if err != nil {
 			t.Fatalf("%+v: builder output does not parse: %v (%x)", f, err, ntb)
 		}
@@ -296,6 +296,24 @@ func checkRoundTrip(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) {
 			}
 		}
 	}
+}
+
+// FuzzNTBSessionOffsetRoundTrip: with any session offset, every session
+// the framing carries (below Sessions()) comes back as itself, aggregated
+// or not.
+func FuzzNTBSessionOffsetRoundTrip(f *testing.F) {
+	f.Add([]byte{0, 40, 1, 200, 31, 1}, uint8(112), uint8(0))
+	f.Add([]byte{0, 60, 143, 60, 9, 20}, uint8(112), uint8(16))
+	f.Add([]byte{255, 10, 0, 10}, uint8(0), uint8(4))
+	f.Fuzz(func(t *testing.T, spec []byte, offset, maxd uint8) {
+		fr := mbim.NTB{SessionOffset: offset, MaxDatagrams: int(maxd)}
+		var pkts []ntbPacket
+		for i := 0; i+1 < len(spec) && len(pkts) < 200; i += 2 {
+			s := uint8(int(spec[i]) % fr.Sessions())
+			pkts = append(pkts, ntbPacket{s, bytes.Repeat([]byte{spec[i]}, 1+int(spec[i+1])*6)})
+		}
+		checkRoundTrip(t, fr, 1531+fr.Overhead(), pkts)
+	})
 }
 
 func TestNTBRoundTripProperty(t *testing.T) {

@@ -14,8 +14,11 @@ import (
 // exercised under traffic.
 type NTBQuirks struct {
 	// SequenceGlitches: the NTB's wSequence restarts at 0, or repeats
-	// the previous NTB's, alternately; numbering goes on from there. An
-	// SDX55 does this (Profile.NTBSequenceGlitches).
+	// the previous NTB's, alternately; numbering goes on from there. The
+	// restart is what an X55 does after a low-power state (Linux
+	// mhi_wwan_mbim.c, "net: wwan: mhi_wwan_mbim: Silence sequence
+	// number glitch errors": "prev=16 curr=0"; Profile.NTBSequenceGlitches);
+	// the repeat is a glitch of the same kind the host must equally take.
 	SequenceGlitches bool
 	// CyclicNDP: the NTB's last NDP chains back (wNextNdpIndex) to its
 	// first NDP, which is itself when there is one: a walk that follows
