@@ -54,11 +54,11 @@ func TestNTBQuirksOnEveryEighthNTB(t *testing.T) {
 	}
 }
 
-// TestProfileNTBQuirks: the SDX55 profiles play sequence glitches by
-// default; others none.
+// TestProfileNTBQuirks: the Foxconn SDX55 on Qualcomm's ID (the X13s's
+// MBIM modem) plays sequence glitches by default; others none.
 func TestProfileNTBQuirks(t *testing.T) {
 	for name, want := range map[string]NTBQuirks{
-		"qcom-sdx55m":     {SequenceGlitches: true},
+		"qcom-sdx55m":     {}, // raw IP on IP_HW0: no NTBs
 		"foxconn-sdx55":   {SequenceGlitches: true},
 		"quectel-rm5xx":   {},
 		"foxconn-t99w640": {},
