@@ -133,6 +133,7 @@ type CarrierNetwork struct {
 	dnsConns []*gonet.UDPConn
 	echo     []byte         // echo reply being built; only Receive (the device goroutine) uses it
 	spans    []framing.Span // UL packets of the transfer; only Receive uses it
+	sessions int            // sessions the framing carries (framing.SessionLimit; 256 without a limit)
 	echoFr   *Framer        // frames echo replies on a framed pair; only Receive uses it
 	session  atomic.Uint32  // session of the host's last UL packet: DL to an unknown address goes to it
 	// routes maps the host's source addresses to the session (MBIM
@@ -221,6 +222,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		mtu = max(mtu, a.Carrier.MTU)
 	}
 	cn.ep = &carrierLink{cn: cn, mtu: mtu}
+	cn.sessions = 256
+	if l, ok := opts.Framing.(framing.SessionLimit); ok {
+		cn.sessions = l.Sessions()
+	}
 	if !opts.NoTailLossProbe {
 		cn.tlp = new(tailProber)
 		cn.tlp.init(cn)

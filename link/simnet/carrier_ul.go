@@ -2,7 +2,6 @@ package simnet
 
 import (
 	"github.com/mhistack/mhistack/internal/csum"
-	"github.com/mhistack/mhistack/link/framing"
 
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -28,14 +27,10 @@ func (cn *CarrierNetwork) Receive(td []byte) {
 	if err != nil && p != nil {
 		p.Violation(ruleULFraming, "carrier network: UL transfer of %d bytes: %v", len(td), err)
 	}
-	limit := 256
-	if l, ok := cn.opts.Framing.(framing.SessionLimit); ok {
-		limit = l.Sessions()
-	}
 	for _, sp := range spans {
 		switch {
 		case sp.Ctrl:
-		case int(sp.ID) >= limit:
+		case int(sp.ID) >= cn.sessions:
 			// A session byte below the modem's offset: the firmware
 			// has no such session (Linux logs "bad packet session").
 			cn.stats.unknownSession.Add(1)
