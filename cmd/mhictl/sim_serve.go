@@ -188,6 +188,9 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quirks := &quirkFlag{}
 	fs.Var(quirks, "quirk", "play a documented real-modem behaviour besides the profile's own (`NAME`[,NAME...], repeatable; list: print them and exit; docs/QUIRKS.md)")
 	noProfileQuirks := fs.Bool("no-profile-quirks", false, "do not play the quirks the profile's model has (the modem's, and the carrier's NTB sequence glitches)")
+	ntbQuirks := fs.String("ntb-quirk", "", "carrier functions on an MBIM pair: play these DL NTB oddities besides the profile's (`NAME`[,NAME...]: "+
+		simnet.NTBQuirkSequence+" (wSequence restarts and repeats), "+simnet.NTBQuirkCyclic+" (last NDP chains back to the first), "+
+		simnet.NTBQuirkNonIP+" (an ARP request in the IP session); every 8th NTB; docs/QUIRKS.md)")
 	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -250,6 +253,12 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*noProfileQuirks {
 		ntbq = simnet.ProfileNTBQuirks(p)
 	}
+	if *ntbQuirks != "" {
+		var err error
+		if ntbq, err = simnet.ParseNTBQuirks(ntbq, *ntbQuirks); err != nil {
+			return usagef("-ntb-quirk: %v", err)
+		}
+	}
 	fns, err := serveFunctions(p, functions, *flushDelay, ntbq, log)
 	if err != nil {
 		return err
@@ -301,7 +310,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer signal.Stop(usr2)
 	id := srv.Identity()
 	log.Info("serving the emulated modem", "profile", p.Name, "pci", fmt.Sprintf("%04x:%04x", id.Vendor, id.Device),
-		"socket", *socket, "boot", *boot, "functions", functions.String(), "quirks", fmt.Sprint(modem.Quirks()))
+		"socket", *socket, "boot", *boot, "functions", functions.String(), "quirks", fmt.Sprint(modem.Quirks()), "ntb_quirks", ntbq.String())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

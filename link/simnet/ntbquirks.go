@@ -2,6 +2,8 @@ package simnet
 
 import (
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/mhistack/mhistack/link/mbim"
@@ -35,6 +37,46 @@ type NTBQuirks struct {
 // cyclic NDP chains and non-IP datagrams; they are on only when asked for.
 func ProfileNTBQuirks(p *mhi.Profile) NTBQuirks {
 	return NTBQuirks{SequenceGlitches: p.NTBSequenceGlitches}
+}
+
+// Names of the NTB quirks (ParseNTBQuirks, `mhictl sim serve -ntb-quirk`).
+const (
+	NTBQuirkSequence = "ntb-sequence" // NTBQuirks.SequenceGlitches
+	NTBQuirkCyclic   = "ntb-cyclic"   // NTBQuirks.CyclicNDP
+	NTBQuirkNonIP    = "ntb-non-ip"   // NTBQuirks.NonIP
+)
+
+// ParseNTBQuirks adds to q the quirks named in the comma-separated list
+// (NTBQuirkSequence, NTBQuirkCyclic, NTBQuirkNonIP); an unknown name is
+// an error that lists the known ones.
+func ParseNTBQuirks(q NTBQuirks, list string) (NTBQuirks, error) {
+	for _, name := range strings.Split(list, ",") {
+		switch strings.TrimSpace(name) {
+		case NTBQuirkSequence:
+			q.SequenceGlitches = true
+		case NTBQuirkCyclic:
+			q.CyclicNDP = true
+		case NTBQuirkNonIP:
+			q.NonIP = true
+		default:
+			return q, fmt.Errorf("simnet: unknown NTB quirk %q (want %s, %s or %s)", name, NTBQuirkSequence, NTBQuirkCyclic, NTBQuirkNonIP)
+		}
+	}
+	return q, nil
+}
+
+// String lists the quirks on, by name ("" for none).
+func (q NTBQuirks) String() string {
+	var on []string
+	for _, n := range []struct {
+		on   bool
+		name string
+	}{{q.SequenceGlitches, NTBQuirkSequence}, {q.CyclicNDP, NTBQuirkCyclic}, {q.NonIP, NTBQuirkNonIP}} {
+		if n.on {
+			on = append(on, n.name)
+		}
+	}
+	return strings.Join(on, ",")
 }
 
 // ntbQuirkEvery: one NTB in this many carries the NTBQuirks.

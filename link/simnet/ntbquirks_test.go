@@ -2,6 +2,7 @@ package simnet
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/mhistack/mhistack/link/framing"
@@ -70,5 +71,20 @@ func TestProfileNTBQuirks(t *testing.T) {
 		if got := ProfileNTBQuirks(p); got != want {
 			t.Errorf("%s: %+v, want %+v", name, got, want)
 		}
+	}
+}
+
+// TestParseNTBQuirks: names turn quirks on, String gives them back, an
+// unknown name is an error naming the known ones.
+func TestParseNTBQuirks(t *testing.T) {
+	q, err := ParseNTBQuirks(NTBQuirks{SequenceGlitches: true}, "ntb-cyclic, ntb-non-ip")
+	if err != nil || q != (NTBQuirks{SequenceGlitches: true, CyclicNDP: true, NonIP: true}) {
+		t.Fatalf("ParseNTBQuirks = %+v, %v", q, err)
+	}
+	if got := q.String(); got != "ntb-sequence,ntb-cyclic,ntb-non-ip" {
+		t.Errorf("String() = %q", got)
+	}
+	if _, err := ParseNTBQuirks(NTBQuirks{}, "ntb-loop"); err == nil || !strings.Contains(err.Error(), NTBQuirkCyclic) {
+		t.Errorf("unknown name: %v", err)
 	}
 }
