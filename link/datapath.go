@@ -9,23 +9,23 @@ import (
 	"github.com/mhistack/mhistack/mhi"
 )
 
-// FramingFor returns the framing that encodes what a data pair carries
-// (mhi.Profile.DataPath decides the kind; docs/LINK.md, "Framings"):
-// framing.RawIP{} for raw IP, mbim.NTB{} (one datagram per NTB16, as
-// Linux's mhi_wwan_mbim) for MBIM NTBs, and qmap.Framing{Version: 5} for
-// QMAP, the version a QMI session asks WDA for (the session's answer, its
-// version and UL limits, takes its place). Any other kind is an error
-// wrapping mhi.ErrNoDataPath.
-func FramingFor(k mhi.FramingKind) (framing.Framing, error) {
-	switch k {
+// FramingFor returns the framing that encodes what a data path carries
+// (mhi.Profile.DataPath decides it; docs/LINK.md, "Framings"):
+// framing.RawIP{} for raw IP, mbim.NTB (one datagram per NTB16, as
+// Linux's mhi_wwan_mbim, with the path's MBIM session offset) for MBIM
+// NTBs, and qmap.Framing{Version: 5} for QMAP, the version a QMI session
+// asks WDA for (the session's answer, its version and UL limits, takes
+// its place). Any other kind is an error wrapping mhi.ErrNoDataPath.
+func FramingFor(dp mhi.DataPath) (framing.Framing, error) {
+	switch dp.Framing {
 	case mhi.FramingRawIP:
 		return framing.RawIP{}, nil
 	case mhi.FramingNTB:
-		return mbim.NTB{}, nil
+		return mbim.NTB{SessionOffset: dp.MBIMSessionOffset}, nil
 	case mhi.FramingQMAP:
 		return qmap.Framing{Version: 5}, nil
 	}
-	return nil, fmt.Errorf("link: %w: no framing for %v", mhi.ErrNoDataPath, k)
+	return nil, fmt.Errorf("link: %w: no framing for %v", mhi.ErrNoDataPath, dp.Framing)
 }
 
 // checkFraming refuses a framing f (nil: raw IP) on the data pair named

@@ -22,14 +22,18 @@ func TestFramingForEveryKind(t *testing.T) {
 		mhi.FramingNTB:   mbim.NTB{},
 		mhi.FramingQMAP:  qmap.Framing{Version: 5},
 	} {
-		if f, err := link.FramingFor(k); err != nil || f != want {
+		if f, err := link.FramingFor(mhi.DataPath{Framing: k}); err != nil || f != want {
 			t.Errorf("FramingFor(%v) = %#v, %v; want %#v", k, f, err, want)
 		}
 	}
 	for _, k := range []mhi.FramingKind{mhi.FramingUnknown, mhi.FramingQMAP + 1} {
-		if f, err := link.FramingFor(k); !errors.Is(err, mhi.ErrNoDataPath) || f != nil {
+		if f, err := link.FramingFor(mhi.DataPath{Framing: k}); !errors.Is(err, mhi.ErrNoDataPath) || f != nil {
 			t.Errorf("FramingFor(%v) = %#v, %v; want an ErrNoDataPath", k, f, err)
 		}
+	}
+	// The MBIM session offset of a data path reaches the framing.
+	if f, err := link.FramingFor(mhi.DataPath{Framing: mhi.FramingNTB, MBIMSessionOffset: 112}); err != nil || f != (mbim.NTB{SessionOffset: 112}) {
+		t.Errorf("FramingFor(NTB, offset 112) = %#v, %v", f, err)
 	}
 	// Every profile's data path has a framing.
 	for _, p := range mhi.Profiles() {
@@ -37,7 +41,7 @@ func TestFramingForEveryKind(t *testing.T) {
 		if err != nil {
 			continue // no data pair (mhi's tests check which)
 		}
-		if _, err := link.FramingFor(dp.Framing); err != nil {
+		if _, err := link.FramingFor(dp); err != nil {
 			t.Errorf("%s: %+v: %v", p.Name, dp, err)
 		}
 	}

@@ -53,6 +53,8 @@ type Options struct {
 	// Session is the endpoint's own MBIM session ID or QMAP mux ID
 	// (default 0; ModemManager's first QMAP mux ID is 1). Other
 	// sessions on the same pair get endpoints from NewSessionEndpoint.
+	// It is the MBIM session index, as in MBIM_CID_CONNECT: the framing
+	// adds a modem's session offset on the wire (mbim.NTB.SessionOffset).
 	Session uint8
 	// MTU of the link (default 1500).
 	MTU uint32
@@ -233,6 +235,9 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	if e.framing == nil {
 		e.framing = framing.RawIP{}
 	}
+	if err := checkSession(e.framing, opts.Session); err != nil {
+		return nil, err
+	}
 	e.session = opts.Session
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -312,6 +317,7 @@ func New(ctx context.Context, c *mhi.Controller, opts Options) (*Endpoint, error
 	}
 	e.refillBufs = make([]*pci.Buffer, dl.Elements())
 	e.rx.init(e.budget, maxPieces, nrx)
+	e.rx.seqr, _ = e.framing.(framing.Sequenced)
 	e.groSink.e = e
 	e.gro.Init(!opts.NoGRO)
 	e.gro.Dispatcher = &e.groSink

@@ -45,6 +45,12 @@ type rxState struct {
 	cursor  int
 	reasm   []byte // contiguous copy of a chained head frame
 
+	// seqr is the framing when it numbers frames (set by New); seq is
+	// the number of the last frame, valid once seqSeen.
+	seqr    framing.Sequenced
+	seq     uint16
+	seqSeen bool
+
 	// freed collects buffers for the pool; returned once per pass.
 	freed []*pci.Buffer
 }
@@ -197,6 +203,14 @@ func (r *rxState) decode(e *Endpoint, f *frame) {
 			off += copy(r.reasm[off:], p.buf.Mem[:p.n])
 		}
 		r.data = r.reasm[:off]
+	}
+	if r.seqr != nil {
+		if seq, ok := r.seqr.Sequence(r.data); ok {
+			if r.seqSeen && seq != r.seq+1 {
+				e.pass.rxSeqGlitches++
+			}
+			r.seq, r.seqSeen = seq, true
+		}
 	}
 	spans, err := e.framing.Decode(r.data, r.spans[:0])
 	if err != nil {

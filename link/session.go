@@ -53,12 +53,25 @@ func (e *Endpoint) NewSessionEndpoint(id uint8) (*SessionEndpoint, error) {
 	if _, ok := e.tx.enc.(framing.SessionEncoder); !ok {
 		return nil, fmt.Errorf("link: framing %s has no sessions", e.framing.Name())
 	}
+	if err := checkSession(e.framing, id); err != nil {
+		return nil, err
+	}
 	s := &SessionEndpoint{e: e, id: id}
 	s.mtu.Store(e.MTU())
 	if !e.sessions[id].CompareAndSwap(nil, s) {
 		return nil, fmt.Errorf("link: session %d already has an endpoint", id)
 	}
 	return s, nil
+}
+
+// checkSession refuses a session f cannot carry (framing.SessionLimit):
+// its packets could never arrive, and those that decode to its ID are
+// another session's sent with the wrong offset.
+func checkSession(f framing.Framing, id uint8) error {
+	if l, ok := f.(framing.SessionLimit); ok && int(id) >= l.Sessions() {
+		return fmt.Errorf("link: framing %s carries sessions 0 to %d, not %d", f.Name(), l.Sessions()-1, id)
+	}
+	return nil
 }
 
 // deliverSession hands a packet of another session to its endpoint (on

@@ -9,6 +9,11 @@ type Stats struct {
 	RXFrames           uint64 // frames completed by the device (after OVERFLOW reassembly)
 	// RXErrors counts malformed frames (Framing.Decode errors).
 	RXErrors uint64
+	// RXSequenceGlitches counts frames whose sequence number
+	// (framing.Sequenced: MBIM's wSequence) is not the previous frame's
+	// plus one. They are delivered like any other: modems skip and
+	// restart the number (docs/QUIRKS.md).
+	RXSequenceGlitches uint64
 	// RXChecksumDevice counts packets whose TCP/UDP checksum the modem
 	// validated (QMAPv5 csum_valid, Span.CsumValid), so the endpoint did
 	// not (rmnet's csum_ok).
@@ -116,6 +121,7 @@ type counters struct {
 	interrupts, polls, exhausted, rearms, rearmRaces       atomic.Uint64
 	maxPass, pollNanos, refills, refillBuffers, groMerges  atomic.Uint64
 	missedIRQ, deferredPolls, rxCsumDevice, inlineHandoffs atomic.Uint64
+	rxSeqGlitches                                          atomic.Uint64
 }
 
 // passCounts is what one poll pass counted.
@@ -123,7 +129,7 @@ type passCounts struct {
 	rxPackets, rxBytes, rxFrames, rxErrors                      uint64
 	dropOversize, dropTruncated, dropProto, dropCsum, dropNoAtt uint64
 	dropBacklog, groIn, groOut, dropSession, control            uint64
-	rxCsumDevice                                                uint64
+	rxCsumDevice, rxSeqGlitches                                 uint64
 }
 
 func (c *counters) publish(p *passCounts) {
@@ -145,6 +151,7 @@ func (c *counters) publish(p *passCounts) {
 	add(&c.dropSession, p.dropSession)
 	add(&c.control, p.control)
 	add(&c.rxCsumDevice, p.rxCsumDevice)
+	add(&c.rxSeqGlitches, p.rxSeqGlitches)
 	if p.groIn > p.groOut {
 		// Packets GRO holds at the end of a pass are flushed in it, so
 		// in − out is what it merged.
@@ -158,7 +165,7 @@ func (e *Endpoint) Stats() Stats {
 	c := &e.stats
 	return Stats{
 		RXPackets: c.rxPackets.Load(), RXBytes: c.rxBytes.Load(), RXFrames: c.rxFrames.Load(),
-		RXErrors: c.rxErrors.Load(), RXAllocFail: c.rxAllocFail.Load(), RXChecksumDevice: c.rxCsumDevice.Load(),
+		RXErrors: c.rxErrors.Load(), RXSequenceGlitches: c.rxSeqGlitches.Load(), RXAllocFail: c.rxAllocFail.Load(), RXChecksumDevice: c.rxCsumDevice.Load(),
 		RXDrops: RXDrops{
 			Oversize: c.dropOversize.Load(), Truncated: c.dropTruncated.Load(),
 			Protocol: c.dropProto.Load(), Checksum: c.dropCsum.Load(),

@@ -46,7 +46,7 @@ var dataChannels = [...]string{ChannelIPHW0, ChannelIPHW0MBIM, ChannelIPSW0}
 func DataChannels() []string { return dataChannels[:] }
 
 // FramingKind is what a data pair carries. The mhi layer names it; link
-// (link.FramingFor) maps it to the framing that encodes it.
+// (link.FramingFor) maps a DataPath to the framing that encodes it.
 type FramingKind uint8
 
 const (
@@ -107,6 +107,9 @@ type DataPath struct {
 	Channel string
 	// Framing is what Channel carries under Control.
 	Framing FramingKind
+	// MBIMSessionOffset is the profile's (Profile.MBIMSessionOffset)
+	// when Framing is FramingNTB, else 0.
+	MBIMSessionOffset uint8
 }
 
 // DataPath decides the data path of a session on p, given a forced data
@@ -156,14 +159,31 @@ func (p *Profile) DataPath(channel, control string) (DataPath, error) {
 	} else if !p.hasPair(channel) {
 		return DataPath{}, fmt.Errorf("%w: profile %s has no channel pair %q", ErrNoDataPath, p.Name, channel)
 	}
+	pp, err := p.PairPath(channel)
+	if err != nil {
+		return DataPath{}, err
+	}
+	pp.Control = dp.Control
+	if pp.Framing == FramingRawIP && dp.Control == ControlQMI {
+		pp.Framing = FramingQMAP
+	}
+	return pp, nil
+}
+
+// PairPath is the data path of the pair named channel on its own, with
+// no control protocol (Control ""): what the pair carries when nothing
+// negotiates another framing (ChannelFraming), with p's
+// MBIMSessionOffset on an NTB pair. The pair need not be in p. An
+// unknown pair is an error wrapping ErrNoDataPath.
+func (p *Profile) PairPath(channel string) (DataPath, error) {
 	k, err := ChannelFraming(channel)
 	if err != nil {
 		return DataPath{}, fmt.Errorf("%w (profile %s)", err, p.Name)
 	}
-	if k == FramingRawIP && dp.Control == ControlQMI {
-		k = FramingQMAP
+	dp := DataPath{Channel: channel, Framing: k}
+	if k == FramingNTB {
+		dp.MBIMSessionOffset = p.MBIMSessionOffset
 	}
-	dp.Channel, dp.Framing = channel, k
 	return dp, nil
 }
 

@@ -12,7 +12,8 @@ import (
 // the one under a forced QMI control, follow the rules: IP_HW0 carries
 // raw IP, or QMAP under QMI; a profile with only IP_HW0_MBIM carries NTBs
 // (under either control); one with only IP_SW0 carries raw IP; the
-// control is MBIM when the profile has that pair, else QMI, else none.
+// control is MBIM when the profile has that pair, else QMI, else none;
+// an NTB path carries the profile's MBIM session offset.
 func TestDataPathOfEveryProfile(t *testing.T) {
 	has := func(p *mhi.Profile, name string) bool { _, _, ok := p.ChannelPair(name); return ok }
 	seen := map[mhi.FramingKind]bool{}
@@ -41,6 +42,9 @@ func TestDataPathOfEveryProfile(t *testing.T) {
 					want.Channel, want.Framing = r.pair, r.raw
 					if qmi {
 						want.Framing = r.framed
+					}
+					if want.Framing == mhi.FramingNTB {
+						want.MBIMSessionOffset = p.MBIMSessionOffset
 					}
 					break
 				}

@@ -45,6 +45,23 @@ type Profile struct {
 	// NoM3: the device does not support M3 (Linux pci_generic leaves
 	// runtime PM off for it); Suspend refuses without writing MHICTRL.
 	NoM3 bool
+	// MBIMSessionOffset is added to the MBIM session ID in the NDPs of
+	// the IP_HW0_MBIM pair: MBIM session n (MBIM_CID_CONNECT's
+	// SessionId) travels with NDP session n+offset. SDX72/SDX75-based
+	// Foxconn modems map MBIM sessions to mux IDs 112 and up (0x70-0x8F)
+	// and take 112 (Linux drivers/net/wwan/mhi_wwan_mbim.c: "net: wwan:
+	// mhi: make default data link id configurable", "net: wwan:
+	// mhi_wwan_mbim: use correct mux_id for multiplexing", "net: wwan:
+	// mhi: Add network support for Foxconn T99W760"; Linux matches the
+	// controller's name, here the profile carries it). 0 elsewhere.
+	MBIMSessionOffset uint8
+	// NTBSequenceGlitches: the firmware's DL NTBs do not number
+	// wSequence one by one: it restarts at 0 or repeats mid-stream
+	// (the X55 of a ThinkPad X13s: Linux mhi_wwan_mbim.c, "net: wwan:
+	// mhi_wwan_mbim: Silence sequence number glitch errors"). The host
+	// counts and ignores it on every profile; the emulated carrier plays
+	// it on these (simnet.ProfileNTBQuirks).
+	NTBSequenceGlitches bool
 	// RDDMSize is how many bytes of RAM dump the host collects over BHIe
 	// when the firmware crashes into EE RDDM (Linux
 	// mhi_controller.rddm_size); 0: DefaultRDDMSize. Linux pci_generic

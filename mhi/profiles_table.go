@@ -99,6 +99,12 @@ const (
 	quectelReadyTimeout = 50000 * time.Millisecond
 )
 
+// foxconnMBIMSessionOffset is the MBIM session offset of Foxconn's
+// SDX72/SDX75 modems and the SDX35-based T99W760: MBIM session n travels
+// as NDP session 112+n (Linux mhi_wwan_mbim.c WDS_BIND_MUX_DATA_PORT_MUX_ID;
+// Profile.MBIMSessionOffset).
+const foxconnMBIMSessionOffset = 112
+
 // foxconnSDX55Channels is mhi_foxconn_sdx55_channels (§6.2), recent
 // version with FIREHOSE 34/35. Also used by the Foxconn SDX72 config.
 var foxconnSDX55Channels = channels(
@@ -269,15 +275,16 @@ var profiles = []*Profile{
 	// Foxconn SDX55 with Qualcomm's own subsystem ID (mhi_foxconn_sdx55_info,
 	// §6.3, recent: no fw, Foxconn firehose, edl_trigger).
 	{
-		Name:        "foxconn-sdx55",
-		Description: "Foxconn SDX55 module (17cb:0306, subsystem 17cb:010c)",
-		IDs:         []PCIID{pciDevSub(pciVendorQcom, 0x0306, pciVendorQcom, 0x010c)},
-		Channels:    foxconnSDX55Channels,
-		EventRings:  foxconnEventRings,
-		MRU:         32768,
-		Timeout:     foxconnTimeout,
-		EDLImage:    "qcom/sdx55m/foxconn/prog_firehose_sdx55.mbn",
-		EDLTrigger:  true,
+		Name:                "foxconn-sdx55",
+		Description:         "Foxconn SDX55 module (17cb:0306, subsystem 17cb:010c)",
+		IDs:                 []PCIID{pciDevSub(pciVendorQcom, 0x0306, pciVendorQcom, 0x010c)},
+		Channels:            foxconnSDX55Channels,
+		EventRings:          foxconnEventRings,
+		MRU:                 32768,
+		Timeout:             foxconnTimeout,
+		EDLImage:            "qcom/sdx55m/foxconn/prog_firehose_sdx55.mbn",
+		EDLTrigger:          true,
+		NTBSequenceGlitches: true,
 	},
 	// Sierra EM919x/EM929x (mhi_sierra_em919x_info, §6.3; MRU from the
 	// recent kernel).
@@ -578,40 +585,43 @@ var profiles = []*Profile{
 	},
 	// Foxconn SDX72 config: the SDX55 tables + ready_timeout_ms 50000.
 	{
-		Name:         "foxconn-t99w640",
-		Description:  "Foxconn T99W640",
-		IDs:          []PCIID{pciDev(pciVendorFoxconn, 0xe118)},
-		Channels:     foxconnSDX55Channels,
-		EventRings:   foxconnEventRings,
-		MRU:          32768,
-		Timeout:      foxconnTimeout,
-		ReadyTimeout: foxconnSDX72ReadyTimeout,
-		EDLImage:     "qcom/sdx72m/foxconn/edl.mbn",
-		EDLTrigger:   true,
+		Name:              "foxconn-t99w640",
+		Description:       "Foxconn T99W640",
+		IDs:               []PCIID{pciDev(pciVendorFoxconn, 0xe118)},
+		Channels:          foxconnSDX55Channels,
+		EventRings:        foxconnEventRings,
+		MRU:               32768,
+		Timeout:           foxconnTimeout,
+		ReadyTimeout:      foxconnSDX72ReadyTimeout,
+		EDLImage:          "qcom/sdx72m/foxconn/edl.mbn",
+		EDLTrigger:        true,
+		MBIMSessionOffset: foxconnMBIMSessionOffset,
 	},
 	{
-		Name:         "foxconn-dw5934e",
-		Description:  "Dell DW5934e (Foxconn)",
-		IDs:          []PCIID{pciDev(pciVendorFoxconn, 0xe11d), pciDev(pciVendorFoxconn, 0xe11e)},
-		Channels:     foxconnSDX55Channels,
-		EventRings:   foxconnEventRings,
-		MRU:          32768,
-		Timeout:      foxconnTimeout,
-		ReadyTimeout: foxconnSDX72ReadyTimeout,
-		EDLImage:     "qcom/sdx72m/foxconn/edl.mbn",
-		EDLTrigger:   true,
+		Name:              "foxconn-dw5934e",
+		Description:       "Dell DW5934e (Foxconn)",
+		IDs:               []PCIID{pciDev(pciVendorFoxconn, 0xe11d), pciDev(pciVendorFoxconn, 0xe11e)},
+		Channels:          foxconnSDX55Channels,
+		EventRings:        foxconnEventRings,
+		MRU:               32768,
+		Timeout:           foxconnTimeout,
+		ReadyTimeout:      foxconnSDX72ReadyTimeout,
+		EDLImage:          "qcom/sdx72m/foxconn/edl.mbn",
+		EDLTrigger:        true,
+		MBIMSessionOffset: foxconnMBIMSessionOffset,
 	},
 	// Foxconn SDX61 config.
 	{
-		Name:        "foxconn-t99w760",
-		Description: "Foxconn T99W760",
-		IDs:         []PCIID{pciDev(pciVendorFoxconn, 0xe123)},
-		Channels:    foxconnSDX61Channels,
-		EventRings:  foxconnEventRings,
-		MRU:         32768,
-		Timeout:     foxconnTimeout,
-		EDLImage:    "qcom/sdx35/foxconn/xbl_s_devprg_ns.melf",
-		EDLTrigger:  true,
+		Name:              "foxconn-t99w760",
+		Description:       "Foxconn T99W760",
+		IDs:               []PCIID{pciDev(pciVendorFoxconn, 0xe123)},
+		Channels:          foxconnSDX61Channels,
+		EventRings:        foxconnEventRings,
+		MRU:               32768,
+		Timeout:           foxconnTimeout,
+		EDLImage:          "qcom/sdx35/foxconn/xbl_s_devprg_ns.melf",
+		EDLTrigger:        true,
+		MBIMSessionOffset: foxconnMBIMSessionOffset,
 	},
 
 	// ---- Thales/Cinterion (MV3x config, mhi_mv31_info / mhi_mv32_info,

@@ -215,7 +215,7 @@ func dataPath(p *mhi.Profile, opts *Options) (mhi.DataPath, error) {
 func linkOptions(lo link.Options, dp mhi.DataPath) (link.Options, error) {
 	lo.Channel = dp.Channel
 	if lo.Framing == nil && dp.Framing != mhi.FramingQMAP {
-		f, err := link.FramingFor(dp.Framing)
+		f, err := link.FramingFor(dp)
 		if err != nil {
 			return lo, fmt.Errorf("stack: %w", err)
 		}
@@ -319,6 +319,9 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 		mbc.Network = nw
 		fn := simnet.NewMBIMFunction(mbc)
 		co := opts.Sim.Carrier
+		if co.NTBQuirks == (simnet.NTBQuirks{}) && !opts.Sim.Modem.NoProfileQuirks {
+			co.NTBQuirks = simnet.ProfileNTBQuirks(p)
+		}
 		if mc.Carrier.IPv4.IsValid() || mc.Carrier.IPv6.IsValid() {
 			co.Carrier = mc.Carrier
 		}
@@ -351,7 +354,7 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 			co.Framing = ul
 		default:
 			// The carrier speaks what the host's link does.
-			if co.Framing, err = link.FramingFor(dp.Framing); err != nil {
+			if co.Framing, err = link.FramingFor(dp); err != nil {
 				return nil, nil, mhi.DataPath{}, "", nil, err
 			}
 		}

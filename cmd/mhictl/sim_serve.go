@@ -196,7 +196,10 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logVFIO := fs.Bool("log-messages", false, "log every vfio-user message (at debug level; very verbose)")
 	quirks := &quirkFlag{}
 	fs.Var(quirks, "quirk", "play a documented real-modem behaviour besides the profile's own (`NAME`[,NAME...], repeatable; list: print them and exit; docs/QUIRKS.md)")
-	noProfileQuirks := fs.Bool("no-profile-quirks", false, "do not play the quirks the profile's model has")
+	noProfileQuirks := fs.Bool("no-profile-quirks", false, "do not play the quirks the profile's model has (the modem's, and the carrier's NTB sequence glitches)")
+	ntbQuirks := fs.String("ntb-quirk", "", "carrier functions on an MBIM pair: play these DL NTB oddities besides the profile's (`NAME`[,NAME...]: "+
+		simnet.NTBQuirkSequence+" (wSequence restarts and repeats), "+simnet.NTBQuirkCyclic+" (last NDP chains back to the first), "+
+		simnet.NTBQuirkNonIP+" (an ARP request in the IP session); every 8th NTB; docs/QUIRKS.md)")
 	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -265,6 +268,19 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *strict {
 		opts.OnViolation = func(err error) { log.Error("host protocol violation", "err", err) }
 	}
+	// The carrier plays the model's NTB quirks unless the profile's
+	// quirks are off (simnet.ProfileNTBQuirks).
+	var ntbq simnet.NTBQuirks
+	if !*noProfileQuirks {
+		ntbq = simnet.ProfileNTBQuirks(p)
+	}
+	if *ntbQuirks != "" {
+		var err error
+		if ntbq, err = simnet.ParseNTBQuirks(ntbq, *ntbQuirks); err != nil {
+			return usagef("-ntb-quirk: %v", err)
+		}
+	}
+	carrier.NTBQuirks = ntbq
 	fns, err := serveFunctions(p, functions, carrier, log)
 	if err != nil {
 		return err
@@ -316,7 +332,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer signal.Stop(usr2)
 	id := srv.Identity()
 	log.Info("serving the emulated modem", "profile", p.Name, "pci", fmt.Sprintf("%04x:%04x", id.Vendor, id.Device),
-		"socket", *socket, "boot", *boot, "functions", functions.String(), "quirks", fmt.Sprint(modem.Quirks()))
+		"socket", *socket, "boot", *boot, "functions", functions.String(), "quirks", fmt.Sprint(modem.Quirks()), "ntb_quirks", ntbq.String())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -461,7 +477,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.Carri
 			s.mbim = simnet.NewMBIMFunction(simnet.MBIMConfig{Network: network, Logger: log.With("part", "mbim")})
 			s.all[name] = s.mbim
 		case "icmp":
-			f, err := ownFraming(name, kind)
+			f, err := ownFraming(p, name, kind)
 			if err != nil {
 				s.close()
 				return nil, err
@@ -473,7 +489,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.Carri
 			f := map[string]framing.Framing{"carrier-qmap": qmap.Framing{Version: 1}, "carrier-qmap5": qmap.Framing{Version: 5}}[kind]
 			if f == nil {
 				var err error
-				if f, err = ownFraming(name, kind); err != nil {
+				if f, err = ownFraming(p, name, kind); err != nil {
 					s.close()
 					return nil, err
 				}
@@ -510,15 +526,15 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.Carri
 	return s, nil
 }
 
-// ownFraming is the framing the data pair name carries without a QMI
-// session (mhi.ChannelFraming, link.FramingFor), for -function
+// ownFraming is the framing the data pair name of p carries without a
+// QMI session (mhi.Profile.PairPath, link.FramingFor), for -function
 // name=kind; a pair whose framing is not known is a usage error.
-func ownFraming(name, kind string) (framing.Framing, error) {
-	k, err := mhi.ChannelFraming(name)
+func ownFraming(p *mhi.Profile, name, kind string) (framing.Framing, error) {
+	dp, err := p.PairPath(name)
 	if err != nil {
 		return nil, usagef("-function %s=%s: %v (carrier-qmap and carrier-qmap5 name their framing)", name, kind, err)
 	}
-	return link.FramingFor(k)
+	return link.FramingFor(dp)
 }
 
 // watchModem logs the modem's state changes (what a kernel cross-check

@@ -92,8 +92,8 @@ func Render(profiles []*mhi.Profile) string {
 	b.WriteString(Begin + "\n\n")
 	fmt.Fprintf(&b, "%d modems, %d PCI ID entries, %d channel layouts. Rows are in matching order: the first\n", len(profiles), ids, len(all))
 	b.WriteString("profile with an ID that matches a function is its profile.\n\n")
-	b.WriteString("| Name | Description | PCI ID [subsystem] | Layout | MRU | Timeout | ReadyTimeout | fw | edl | sideband wake | EDL trigger | FCC lock |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| Name | Description | PCI ID [subsystem] | Layout | MRU | Timeout | ReadyTimeout | fw | edl | sideband wake | EDL trigger | FCC lock | MBIM session offset |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range profiles {
 		idList := make([]string, len(p.IDs))
 		for i, id := range p.IDs {
@@ -107,10 +107,14 @@ func Render(profiles []*mhi.Profile) string {
 			}
 			fcc = fmt.Sprintf("%s: %s", l.Unlock, strings.Join(locked, ", "))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n",
+		offset := "—"
+		if p.MBIMSessionOffset != 0 {
+			offset = fmt.Sprint(p.MBIMSessionOffset)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			p.Name, p.Description, strings.Join(idList, ", "), of[p].name, p.MRU,
 			seconds(p.Timeout), seconds(p.ReadyTimeout), orDash(p.FirmwareImage), orDash(p.EDLImage),
-			yesNo(p.SidebandWake), yesNo(p.EDLTrigger), fcc)
+			yesNo(p.SidebandWake), yesNo(p.EDLTrigger), fcc, offset)
 	}
 	b.WriteString("\nThe layouts, in the notation of §6.2 (`UL/DL NAME (elements, event ring)`; EE AMSS unless\n")
 	b.WriteString("marked):\n\n")

@@ -44,6 +44,29 @@ type SessionEncoder interface {
 	SetSession(id uint8)
 }
 
+// SessionLimit is a Framing that carries fewer than 256 sessions: IDs
+// from Sessions() up have no place on the wire (an MBIM NTB whose session
+// bytes are offset, mbim.NTB.SessionOffset). A packet decoded with such
+// an ID belongs to no session: the endpoint drops and counts it.
+type SessionLimit interface {
+	Framing
+	Sessions() int
+}
+
+// Sequenced is a Framing whose frames carry a 16-bit sequence number
+// the device increments per frame (MBIM's NTH wSequence). Modems skip and
+// repeat it (an SDX55 restarts it at 0 mid-stream: Linux
+// drivers/net/wwan/mhi_wwan_mbim.c, "net: wwan: mhi_wwan_mbim: Silence
+// sequence number glitch errors"), so it means nothing for delivery: the
+// endpoint delivers every frame and counts those whose number is not the
+// previous one's plus one (link.Stats.RXSequenceGlitches), without
+// logging them.
+type Sequenced interface {
+	Framing
+	// Sequence returns frame's sequence number, false if it has none.
+	Sequence(frame []byte) (uint16, bool)
+}
+
 // Controller is a Framing with in-band control frames that the host
 // answers (QMAP flow-control commands, docs/FRAMING.md §4.2).
 type Controller interface {

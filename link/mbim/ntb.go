@@ -45,9 +45,11 @@ const (
 // Every index and length is checked against the block: wBlockLength
 // (0 means "the whole transfer", as the kernel accepts), NDP indices
 // (at or after the NTH, 4-byte aligned as NCM requires), NDP lengths, and
-// every datagram. The NDP walk is bounded: each NDP takes at least its
-// minimum length, so a chain longer than block/min NDPs loops and is an
-// error (the kernel has no such guard). An NDP's last entry is its
+// every datagram. The NDP walk only goes forward: a wNextNdpIndex at or
+// before the NDP it is in (an NDP that points at itself or back, which
+// firmware has sent) ends the walk with an error, after the datagrams
+// found so far, so no datagram is delivered twice and the walk takes at
+// most block/min steps. An NDP's last entry is its
 // terminator; datagram entries end at the first {0,0}. On damage DecodeNTB
 // returns the datagrams found before it and an error wrapping
 // framing.ErrBadFrame or framing.ErrRunt. It never allocates when spans has
@@ -106,10 +108,11 @@ func decodeNTB(b []byte, spans []framing.Span, is32 bool) ([]framing.Span, error
 	if ndp == 0 {
 		return spans, fmt.Errorf("%w: no NDP", framing.ErrBadFrame)
 	}
-	for walked := 0; ndp != 0; walked++ {
-		if walked > len(b)/l.ndpMin {
-			return spans, fmt.Errorf("%w: NDP chain loops", framing.ErrBadFrame)
+	for prev := 0; ndp != 0; {
+		if ndp <= prev {
+			return spans, fmt.Errorf("%w: NDP at %#x chains back to %#x", framing.ErrBadFrame, prev, ndp)
 		}
+		prev = ndp
 		if ndp < l.nth || ndp%4 != 0 || ndp > len(b)-l.ndpHeader {
 			return spans, fmt.Errorf("%w: NDP index %#x", framing.ErrBadFrame, ndp)
 		}
@@ -199,7 +202,22 @@ type NTB struct {
 	// NTB32 builds NTB32 instead of NTB16 (no MHI modem is known to
 	// want it; NCM hosts on USB can).
 	NTB32 bool
+	// SessionOffset is added to every session on the wire: MBIM session
+	// n travels in NDPs whose session byte is SessionOffset+n, and Decode
+	// reports such a datagram as session n. SDX72/SDX75-based Foxconn
+	// modems take 112 (mhi.Profile.MBIMSessionOffset: Linux
+	// drivers/net/wwan/mhi_wwan_mbim.c, "net: wwan: mhi_wwan_mbim: use
+	// correct mux_id for multiplexing"). The mapping is modulo 256, so a
+	// datagram whose session byte is below the offset decodes as a
+	// session of Sessions() or above, which no endpoint serves: it is
+	// dropped and counted as an unknown session, never given to
+	// session 0.
+	SessionOffset uint8
 }
+
+// Sessions implements framing.SessionLimit: the sessions f carries,
+// 0 to Sessions()-1 (256 - SessionOffset: a session byte is 8 bits).
+func (f NTB) Sessions() int { return 256 - int(f.SessionOffset) }
 
 // ulLayout returns f's datagram divisor and remainder and NDP alignment,
 // with the defaults and fallbacks of NTB applied.
@@ -214,6 +232,18 @@ func (f NTB) ulLayout() (div, rem, align int) {
 	return div, rem, align
 }
 
+// Sequence implements framing.Sequenced: the NTH's wSequence (at the same
+// place in NTH16 and NTH32), or false when frame has no NTH.
+func (f NTB) Sequence(frame []byte) (uint16, bool) {
+	if len(frame) < nth16Len {
+		return 0, false
+	}
+	if sig := le.Uint32(frame); sig != NTH16Sig && sig != NTH32Sig {
+		return 0, false
+	}
+	return le.Uint16(frame[6:]), true
+}
+
 // Name implements framing.Framing.
 func (f NTB) Name() string {
 	if f.NTB32 {
@@ -222,9 +252,17 @@ func (f NTB) Name() string {
 	return "mbim-ntb16"
 }
 
-// Decode implements framing.Framing with DecodeNTB.
+// Decode implements framing.Framing with DecodeNTB, each datagram's
+// session less SessionOffset.
 func (f NTB) Decode(frame []byte, spans []framing.Span) ([]framing.Span, error) {
-	return DecodeNTB(frame, spans)
+	start := len(spans)
+	spans, err := DecodeNTB(frame, spans)
+	if f.SessionOffset != 0 {
+		for i := start; i < len(spans); i++ {
+			spans[i].ID -= f.SessionOffset
+		}
+	}
+	return spans, err
 }
 
 // NewEncoder implements framing.Framing: a *NTBBuilder.
@@ -326,7 +364,8 @@ type NTBBuilder struct {
 	rem   int
 	align int // NDP alignment
 	buf   []byte
-	end   int // end of the datagrams
+	end   int   // end of the datagrams
+	off   uint8 // NTB.SessionOffset
 	sess  uint8
 	seq   uint16
 	ents  []ntbEntry
@@ -341,7 +380,7 @@ type ntbEntry struct {
 
 // NewNTBBuilder returns a builder of f's layout.
 func NewNTBBuilder(f NTB) *NTBBuilder {
-	b := &NTBBuilder{l: layout16, is32: f.NTB32, max: min(max(f.MaxDatagrams, 1), maxNTBDatagrams), bytes: max(f.MaxBytes, 0)}
+	b := &NTBBuilder{l: layout16, is32: f.NTB32, max: min(max(f.MaxDatagrams, 1), maxNTBDatagrams), bytes: max(f.MaxBytes, 0), off: f.SessionOffset}
 	b.div, b.rem, b.align = f.ulLayout()
 	if f.NTB32 {
 		b.l = layout32
@@ -351,8 +390,9 @@ func NewNTBBuilder(f NTB) *NTBBuilder {
 	return b
 }
 
-// SetSession implements framing.SessionEncoder.
-func (b *NTBBuilder) SetSession(id uint8) { b.sess = id }
+// SetSession implements framing.SessionEncoder: id is the session
+// index; the NDP carries it plus NTB.SessionOffset.
+func (b *NTBBuilder) SetSession(id uint8) { b.sess = id + b.off }
 
 // SetSequence sets the wSequence of the next NTB.
 func (b *NTBBuilder) SetSequence(seq uint16) { b.seq = seq }

@@ -166,18 +166,58 @@ func TestDecodeNTBRejectsMalformedBlocks(t *testing.T) {
 	}
 }
 
-// TestDecodeNTBLoopTwoNDPs: A → B → A is an error, found in bounded time.
-func TestDecodeNTBLoopTwoNDPs(t *testing.T) {
-	b := multiNDP16()
+// TestDecodeNTBChainsOnlyForward: an NDP chain that points back (A → B
+// → A) or at the NDP itself ends the walk with ErrBadFrame after the
+// datagrams found so far, each of them once.
+func TestDecodeNTBChainsOnlyForward(t *testing.T) {
 	le := binary.LittleEndian
-	le.PutUint16(b[8:], uint16(len(b)))
-	le.PutUint16(b[0x5A:], 0x30) // last NDP points back at the first
-	spans, err := mbim.DecodeNTB(b, nil)
-	if !errors.Is(err, framing.ErrBadFrame) {
-		t.Fatalf("looping chain: %v", err)
+	back := multiNDP16()
+	le.PutUint16(back[8:], uint16(len(back)))
+	le.PutUint16(back[0x5A:], 0x30) // last NDP points back at the first
+	self := multiNDP16()
+	le.PutUint16(self[8:], uint16(len(self)))
+	le.PutUint16(self[0x36:], 0x30) // first NDP points at itself
+	for name, tc := range map[string]struct {
+		ntb  []byte
+		want []framing.Span
+	}{
+		"back": {back, []framing.Span{{Off: 12, Len: 8}, {Off: 20, Len: 8}, {Off: 32, Len: 16, ID: 5}}},
+		"self": {self, []framing.Span{{Off: 12, Len: 8}, {Off: 20, Len: 8}}},
+		"kernel-self": {func() []byte {
+			b := bytes.Clone(kernelNTB16)
+			le.PutUint16(b[18:], 0x0C)
+			return b
+		}(), []framing.Span{{Off: 0x1C, Len: 4, ID: 3}}},
+	} {
+		spans, err := mbim.DecodeNTB(tc.ntb, nil)
+		if !errors.Is(err, framing.ErrBadFrame) {
+			t.Errorf("%s: %v, want ErrBadFrame", name, err)
+		}
+		if len(spans) != len(tc.want) {
+			t.Fatalf("%s: %d spans %v, want each datagram once: %v", name, len(spans), spans, tc.want)
+		}
+		for i := range spans {
+			if spans[i] != tc.want[i] {
+				t.Errorf("%s: span %d = %v, want %v", name, i, spans[i], tc.want[i])
+			}
+		}
 	}
-	if len(spans) > len(b) {
-		t.Fatalf("looping chain produced %d spans", len(spans))
+}
+
+// TestNTBSequence: NTB.Sequence reads wSequence of NTH16 and NTH32, and
+// nothing from a frame without an NTH.
+func TestNTBSequence(t *testing.T) {
+	if seq, ok := (mbim.NTB{}).Sequence(kernelNTB16); !ok || seq != 0x1234 {
+		t.Errorf("NTH16: %#x, %v", seq, ok)
+	}
+	b32 := buildNTBs(t, mbim.NTB{NTB32: true}, 512, []ntbPacket{{0, []byte{0x45, 0, 0, 4}}})[0]
+	if _, ok := (mbim.NTB{}).Sequence(b32); !ok {
+		t.Error("NTH32: no sequence")
+	}
+	for _, b := range [][]byte{nil, kernelNTB16[:8], bytes.Repeat([]byte{0x45}, 40)} {
+		if _, ok := (mbim.NTB{}).Sequence(b); ok {
+			t.Errorf("%x: a sequence", b)
+		}
 	}
 }
 
@@ -223,7 +263,7 @@ func buildNTBs(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) [][]byte {
 func checkRoundTrip(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) {
 	var got []ntbPacket
 	for _, ntb := range buildNTBs(t, f, size, pkts) {
-		spans, err := mbim.DecodeNTB(ntb, nil)
+		spans, err := f.Decode(ntb, nil)
 		if err != nil {
 			t.Fatalf("%+v: builder output does not parse: %v (%x)", f, err, ntb)
 		}
@@ -256,6 +296,24 @@ func checkRoundTrip(t testing.TB, f mbim.NTB, size int, pkts []ntbPacket) {
 			}
 		}
 	}
+}
+
+// FuzzNTBSessionOffsetRoundTrip: with any session offset, every session
+// the framing carries (below Sessions()) comes back as itself, aggregated
+// or not.
+func FuzzNTBSessionOffsetRoundTrip(f *testing.F) {
+	f.Add([]byte{0, 40, 1, 200, 31, 1}, uint8(112), uint8(0))
+	f.Add([]byte{0, 60, 143, 60, 9, 20}, uint8(112), uint8(16))
+	f.Add([]byte{255, 10, 0, 10}, uint8(0), uint8(4))
+	f.Fuzz(func(t *testing.T, spec []byte, offset, maxd uint8) {
+		fr := mbim.NTB{SessionOffset: offset, MaxDatagrams: int(maxd)}
+		var pkts []ntbPacket
+		for i := 0; i+1 < len(spec) && len(pkts) < 200; i += 2 {
+			s := uint8(int(spec[i]) % fr.Sessions())
+			pkts = append(pkts, ntbPacket{s, bytes.Repeat([]byte{spec[i]}, 1+int(spec[i+1])*6)})
+		}
+		checkRoundTrip(t, fr, 1531+fr.Overhead(), pkts)
+	})
 }
 
 func TestNTBRoundTripProperty(t *testing.T) {
@@ -386,6 +444,17 @@ func FuzzNTB16Parse(f *testing.F) {
 	b := multiNDP16()
 	binary.LittleEndian.PutUint16(b[8:], uint16(len(b)))
 	f.Add(b)
+	// The oddities modems send (docs/QUIRKS.md): an NDP chain that goes
+	// back, one that points at itself, a wSequence of 0 mid-stream, a
+	// non-IP datagram, and NDP session 112 (an offset session).
+	back := bytes.Clone(b)
+	binary.LittleEndian.PutUint16(back[0x5A:], 0x30)
+	f.Add(back)
+	self := bytes.Clone(kernelNTB16)
+	binary.LittleEndian.PutUint16(self[18:], 0x0C)
+	f.Add(self)
+	f.Add(mbim.AppendNTB(nil, 0, 0, []byte{0x00, 0x01, 0x08, 0x00, 6, 4, 0, 1}))
+	f.Add(mbim.AppendNTB(nil, 7, 112, []byte{0x45, 0, 0, 20}))
 	fuzzParse(f)
 }
 
@@ -437,4 +506,35 @@ func FuzzNTBRoundTrip(f *testing.F) {
 			Divisor: int(div), Remainder: int(rem), NDPAlign: int(align)}
 		checkRoundTrip(t, f, max(int(size), 1531+f.Overhead()), pkts)
 	})
+}
+
+// TestNTBSessionOffsetOnTheWire: with SessionOffset 112 (Foxconn
+// SDX72/SDX75), session n is NDP session 112+n on the wire and decodes
+// back to n; an NDP session below the offset decodes to a session the
+// framing cannot carry (Sessions()), never to session 0.
+func TestNTBSessionOffsetOnTheWire(t *testing.T) {
+	f := mbim.NTB{SessionOffset: 112}
+	if f.Sessions() != 144 {
+		t.Fatalf("Sessions() = %d, want 144", f.Sessions())
+	}
+	for _, session := range []uint8{0, 1, 31, 143} {
+		buf := make([]byte, 256)
+		enc := f.NewEncoder().(framing.SessionEncoder)
+		enc.Begin(buf)
+		enc.SetSession(session)
+		copy(enc.Add(20), bytes.Repeat([]byte{0x45}, 20))
+		ntb := buf[:enc.End()]
+		wire, err := mbim.DecodeNTB(ntb, nil)
+		if err != nil || len(wire) != 1 || wire[0].ID != 112+session {
+			t.Fatalf("session %d: wire %+v, %v; want NDP session %d", session, wire, err, 112+session)
+		}
+		got, err := f.Decode(ntb, nil)
+		if err != nil || len(got) != 1 || got[0].ID != session {
+			t.Fatalf("session %d: decoded %+v, %v", session, got, err)
+		}
+	}
+	got, err := f.Decode(mbim.AppendNTB(nil, 0, 0, bytes.Repeat([]byte{0x45}, 20)), nil)
+	if err != nil || len(got) != 1 || int(got[0].ID) < f.Sessions() {
+		t.Fatalf("NDP session 0 with offset 112 decoded as %+v, %v; want a session of %d or above", got, err, f.Sessions())
+	}
 }

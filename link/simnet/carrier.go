@@ -96,6 +96,9 @@ type CarrierOptions struct {
 	// queue, delay, loss, handover gaps and RRC promotion. Nil: packets
 	// pass at once, as a network without a radio.
 	Radio *radio.Config
+	// NTBQuirks are the oddities of real modems' DL NTBs the network
+	// plays on an MBIM pair (ProfileNTBQuirks gives a model's).
+	NTBQuirks NTBQuirks
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -137,6 +140,7 @@ type CarrierNetwork struct {
 	dnsConns []*gonet.UDPConn
 	echo     []byte         // echo reply being built; only Receive (the device goroutine) uses it
 	spans    []framing.Span // UL packets of the transfer; only Receive uses it
+	sessions int            // sessions the framing carries (framing.SessionLimit; 256 without a limit)
 	echoFr   *Framer        // frames echo replies on a framed pair; only Receive uses it
 	session  atomic.Uint32  // session of the host's last UL packet: DL to an unknown address goes to it
 	// routes maps the host's source addresses to the session (MBIM
@@ -170,6 +174,11 @@ type CarrierStats struct {
 	// BadChecksums counts UL packets dropped for a wrong IPv4 header,
 	// TCP or UDP checksum (within ULPackets).
 	BadChecksums uint64
+	// UnknownSessions counts UL packets dropped because their session
+	// has no place in the framing: an NTB whose NDP session byte is
+	// below the modem's MBIM session offset (mbim.NTB.SessionOffset), a
+	// host that does not apply the offset. Outside ULPackets.
+	UnknownSessions uint64
 	// TimeWaitReused counts the host's SYNs that took over a 4-tuple
 	// the carrier held in TIME-WAIT (see takeOverTimeWait).
 	TimeWaitReused uint64
@@ -189,7 +198,7 @@ type CarrierStats struct {
 }
 
 type carrierCounters struct {
-	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused atomic.Uint64
+	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused, unknownSession atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -226,6 +235,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		mtu = max(mtu, a.Carrier.MTU)
 	}
 	cn.ep = &carrierLink{cn: cn, mtu: mtu}
+	cn.sessions = 256
+	if l, ok := opts.Framing.(framing.SessionLimit); ok {
+		cn.sessions = l.Sessions()
+	}
 	if !opts.NoTailLossProbe {
 		cn.tlp = new(tailProber)
 		cn.tlp.init(cn)
@@ -234,8 +247,10 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	cn.gro.Init(true)
 	cn.gro.Dispatcher = &cn.groSink
 	if !isRawIP(opts.Framing) {
+		num := &dlNumbering{q: opts.NTBQuirks}
 		cn.echoFr = NewFramer(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
-		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes)
+		cn.echoFr.num = num
+		cn.ep.agg.init(opts.Framing, opts.MaxDatagrams, opts.MaxBytes, num)
 	}
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
@@ -349,7 +364,7 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	st := CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
-		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(),
+		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
 		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
 	if cn.radio != nil {
 		st.RadioDown, st.RadioUp = cn.radio.Stats(radio.Down), cn.radio.Stats(radio.Up)

@@ -47,11 +47,12 @@ type dlAgg struct {
 	framing framing.Framing
 	maxD    int
 	maxB    int
+	num     *dlNumbering // the network's, shared by every frame
 }
 
-func (a *dlAgg) init(f framing.Framing, maxDatagrams, maxBytes int) {
+func (a *dlAgg) init(f framing.Framing, maxDatagrams, maxBytes int, num *dlNumbering) {
 	a.cond.L = &a.mu
-	a.framing, a.maxD, a.maxB = f, maxDatagrams, maxBytes
+	a.framing, a.maxD, a.maxB, a.num = f, maxDatagrams, maxBytes, num
 	if a.maxD <= 0 {
 		a.maxD = DefaultAggDatagrams
 	}
@@ -67,7 +68,9 @@ func (a *dlAgg) newFrame() *Framer {
 		a.free = a.free[:n-1]
 		return fr
 	}
-	return NewFramer(a.framing, a.maxD, a.maxB)
+	fr := NewFramer(a.framing, a.maxD, a.maxB)
+	fr.num = a.num
+	return fr
 }
 
 func (a *dlAgg) wake() {
@@ -182,6 +185,7 @@ func (l *carrierLink) addFramed(seg dlPiece, session uint8) {
 			// as a modem whose MTU exceeds its aggregation size sends
 			// it.
 			big := NewFramer(a.framing, 1, size+64)
+			big.num = a.num
 			big.oneOff = true
 			big.enc.Begin(big.buf)
 			big.open = true
@@ -259,7 +263,7 @@ func (l *carrierLink) runSender() {
 // sendFrame ends fr and sends it to the host.
 func (l *carrierLink) sendFrame(fr *Framer) {
 	k := fr.n
-	n := fr.enc.End()
+	n := fr.end(fr.buf)
 	fr.open, fr.n = false, 0
 	p := l.port.Load()
 	var err error = sim.ErrStopped

@@ -28,7 +28,13 @@ func (cn *CarrierNetwork) Receive(td []byte) {
 		p.Violation(ruleULFraming, "carrier network: UL transfer of %d bytes: %v", len(td), err)
 	}
 	for _, sp := range spans {
-		if !sp.Ctrl {
+		switch {
+		case sp.Ctrl:
+		case int(sp.ID) >= cn.sessions:
+			// A session byte below the modem's offset: the firmware
+			// has no such session (Linux logs "bad packet session").
+			cn.stats.unknownSession.Add(1)
+		default:
 			cn.receivePacket(sp.ID, td[sp.Off:sp.Off+sp.Len])
 		}
 	}

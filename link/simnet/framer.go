@@ -39,6 +39,9 @@ type Framer struct {
 	open   bool
 	n      int
 	oneOff bool // a frame for one packet larger than the limits
+	// num numbers the NTBs of a network's framers as one modem does and
+	// plays its NTBQuirks (nil: the builder numbers its own, no quirks).
+	num *dlNumbering
 	// gen counts the times the DL aggregation handed the frame to its
 	// sender (dlAgg.push): a writer that waited in push tells its frame
 	// from the same Framer recycled meanwhile.
@@ -114,7 +117,7 @@ func (f *Framer) sendAlone(p *sim.Port, session uint8, pkt []byte) error {
 		return errTooBig
 	}
 	copy(dst, pkt)
-	n := f.enc.End()
+	n := f.end(buf)
 	f.open = false
 	return p.Send(buf[:n])
 }
@@ -124,12 +127,21 @@ func (f *Framer) Flush(p *sim.Port) error {
 	if !f.open {
 		return nil
 	}
-	n := f.enc.End()
+	n := f.end(f.buf)
 	f.open, f.n = false, 0
 	if n == 0 {
 		return nil
 	}
 	return p.Send(f.buf[:n])
+}
+
+// end ends the frame being built in buf (the buffer given to Begin) and
+// returns its length: numbered by f.num on an NTB pair.
+func (f *Framer) end(buf []byte) int {
+	if b, ok := f.enc.(*mbim.NTBBuilder); ok && f.num != nil {
+		return f.num.end(b, buf)
+	}
+	return f.enc.End()
 }
 
 // knownFraming reports whether the network functions frame DL in f: raw

@@ -24,6 +24,8 @@ type PacketNet struct {
 	// frame beyond them is malformed (see parseUL).
 	Framing                framing.Framing
 	MaxDatagrams, MaxBytes int
+	// NTBQuirks are played on DL NTBs (CarrierOptions.NTBQuirks).
+	NTBQuirks NTBQuirks
 	// Echo sends every UL packet back on DL, on its session, aggregated
 	// per UL transfer.
 	Echo bool
@@ -45,6 +47,7 @@ type PacketNet struct {
 func (n *PacketNet) framer() *Framer {
 	if n.fr == nil {
 		n.fr = NewFramer(n.Framing, n.MaxDatagrams, n.MaxBytes)
+		n.fr.num = &dlNumbering{q: n.NTBQuirks}
 	}
 	return n.fr
 }
