@@ -375,14 +375,56 @@ func (c *Controller) onStateChange(s State) (reRing bool) {
 // power-up or recovery does the transition work.
 func (c *Controller) onEE(e EE) {
 	c.mu.Lock()
+	c.eeChangeLocked(e)
+	c.broadcast()
+	c.mu.Unlock()
+}
+
+func (c *Controller) eeChangeLocked(e EE) {
 	switch e {
 	case EESBL, EEAMSS, EEWFW, EEFP, EERDDM:
 		c.ee = e
 	default:
 		c.log.Warn("ignoring EE event", "dev", c.name, "ee", e)
 	}
+}
+
+// eeChanges are the EE_EVENTs of one pass over the control ring that came
+// one after another (Linux pm.c, "bus: mhi: host: Process execution
+// environment changes serially"; docs/QUIRKS.md, "Back-to-back EE
+// changes"). They are applied in order under one hold of the controller's
+// lock, before the next event of another type: an SBL that announces
+// itself and mission mode back to back is never seen in the SBL by a
+// client, which would otherwise start the SBL's channels (SAHARA) in an
+// environment the device has already left.
+type eeChanges struct {
+	ees [4]EE
+	n   int
+}
+
+func (q *eeChanges) add(e EE) {
+	if q.n == len(q.ees) {
+		// Only the order matters: the oldest of a longer run is
+		// superseded by the ones after it.
+		copy(q.ees[:], q.ees[1:])
+		q.n--
+	}
+	q.ees[q.n] = e
+	q.n++
+}
+
+// apply records the changes in order and wakes the waiters once.
+func (q *eeChanges) apply(c *Controller) {
+	if q.n == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, e := range q.ees[:q.n] {
+		c.eeChangeLocked(e)
+	}
 	c.broadcast()
 	c.mu.Unlock()
+	q.n = 0
 }
 
 // reRingAll runs after an M0 transition (Linux mhi_pm_m0_transition):

@@ -255,15 +255,18 @@ type Modem struct {
 	lastActive time.Time // a polling channel last found something new
 	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
-	crashAt    time.Time // when Options.CrashLoop crashes the firmware (faults.go)
-	readyAt    time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
-	quirks     quirkSet  // the quirks played (quirks.go)
-	hung       bool      // Hang: MHICTRL ignored until an FLR or SoC reset
-	bootSysErr bool      // QuirkSysErrAtPowerUp's SYS_ERR, until the reset
-	actions    []action
-	boot       bootState
-	evBuf      [mhi.ElementSize]byte
-	waitTimer  *time.Timer
+	// batchEvents holds back rp stores and MSIs of posted events until
+	// postBatch publishes them together.
+	batchEvents bool
+	crashAt     time.Time // when Options.CrashLoop crashes the firmware (faults.go)
+	readyAt     time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
+	quirks      quirkSet  // the quirks played (quirks.go)
+	hung        bool      // Hang: MHICTRL ignored until an FLR or SoC reset
+	bootSysErr  bool      // QuirkSysErrAtPowerUp's SYS_ERR, until the reset
+	actions     []action
+	boot        bootState
+	evBuf       [mhi.ElementSize]byte
+	waitTimer   *time.Timer
 
 	irq    moderator
 	stats  counters

@@ -128,6 +128,13 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Fix check for syserr at power_up", "bus: mhi: host: Address conflict between power_up and syserr"`,
 		ModelsText:  "none by model (Cloud AI 100 firmware; not a modem profile here)",
 	},
+	// Boot (quirks_boot.go).
+	{
+		Name:        QuirkEEBackToBack,
+		Description: "at M0 in the SBL, EE_EVENT(SBL) and EE_EVENT(AMSS) are posted back to back under one MSI; the SBL's channels end at once",
+		Source:      `drivers/bus/mhi/host/pm.c, main.c: "bus: mhi: host: Process execution environment changes serially"`,
+		ModelsText:  "none by model (any SBL that finds its image at once)",
+	},
 }
 
 // Registry returns the registered quirks, in a stable order.

@@ -92,6 +92,10 @@ func (m *Modem) toM0() {
 	m.setState(mhi.StateM0)
 	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
 	if prev == mhi.StateReady {
+		if m.ee == mhi.EESBL && m.eeBackToBack() { // quirks_boot.go
+			m.resume()
+			return
+		}
 		m.post(0, mhi.EEEvent(m.ee), false)
 		m.eeChangeQuirks() // quirks_memory.go
 		if m.ee == mhi.EESBL {
