@@ -377,7 +377,11 @@ func (c *Controller) onEE(e EE) {
 	c.mu.Lock()
 	c.eeChangeLocked(e)
 	c.broadcast()
+	hook := c.eeHook
 	c.mu.Unlock()
+	if hook != nil {
+		hook(e)
+	}
 }
 
 func (c *Controller) eeChangeLocked(e EE) {
@@ -423,8 +427,12 @@ func (q *eeChanges) apply(c *Controller) {
 		c.eeChangeLocked(e)
 	}
 	c.broadcast()
+	ee, hook := c.ee, c.eeHook
 	c.mu.Unlock()
 	q.n = 0
+	if hook != nil {
+		hook(ee)
+	}
 }
 
 // reRingAll runs after an M0 transition (Linux mhi_pm_m0_transition):

@@ -18,70 +18,86 @@ import (
 
 // TestEEBackToBackEndsInMissionModeWithTheRightChannels: an SBL that
 // announces itself and mission mode back to back (ee-back-to-back; Linux
-// pm.c "Process execution environment changes serially"), while a client
-// sets up the SBL's SAHARA channels the moment it sees the SBL, as Linux
-// creates the SBL's channel devices at the SBL transition. The host takes
-// the EE changes in order: power-up ends in mission mode (EE AMSS, read
-// from BHI_EXECENV), SAHARA is down (its Start failed with ErrState, or it
-// was taken down host-side at the mission-mode transition), LOOPBACK
-// moves data, and the strict modem saw no violation.
+// pm.c "Process execution environment changes serially"), with a client
+// that sets up the SBL's SAHARA channel the moment the host shows it the
+// SBL, as Linux creates the SBL's channel devices at the SBL transition
+// (the hook holds the control ring until the client's START_CHAN is on
+// the command ring). The host must take the two EE changes in order as
+// one step: the SBL, already left when the host read it, is never shown,
+// so no START_CHAN(SAHARA) reaches a device in AMSS (the strict modem's
+// violation); power-up ends in mission mode, SAHARA is refused with
+// ErrState, LOOPBACK moves data. Before, the host published the SBL
+// alone and the client's START reached the modem in AMSS.
 func TestEEBackToBackEndsInMissionModeWithTheRightChannels(t *testing.T) {
-	for i := range 5 {
-		p := *profile(t, "qcom-qdu100")
-		r := newRigProfile(t, &p, sim.Options{
-			Boot:      sim.BootPBL,
-			Quirks:    []sim.Quirk{sim.QuirkEEBackToBack},
-			Functions: map[string]sim.Function{"SAHARA": &sim.Loopback{}},
-		}, mhi.Options{Firmware: func(string) ([]byte, error) { return []byte("sbl image"), nil }})
-		if !slices.Contains(r.m.Quirks(), sim.QuirkEEBackToBack) {
-			t.Fatalf("modem quirks %v lack ee-back-to-back", r.m.Quirks())
+	p := *profile(t, "qcom-qdu100")
+	r := newRigProfile(t, &p, sim.Options{
+		Boot:      sim.BootPBL,
+		Quirks:    []sim.Quirk{sim.QuirkEEBackToBack},
+		Functions: map[string]sim.Function{"SAHARA": &sim.Loopback{}},
+	}, mhi.Options{Firmware: func(string) ([]byte, error) { return []byte("sbl image"), nil }})
+	if !slices.Contains(r.m.Quirks(), sim.QuirkEEBackToBack) {
+		t.Fatalf("modem quirks %v lack ee-back-to-back", r.m.Quirks())
+	}
+	ul, dl, err := r.c.ChannelPair("SAHARA", mhi.ChannelOptions{}, mhi.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		published []mhi.EE
+		startErr  = errors.New("SAHARA never started")
+	)
+	mhi.SetEEHookForTest(r.c, func(ee mhi.EE) {
+		mu.Lock()
+		published = append(published, ee)
+		mu.Unlock()
+		if ee != mhi.EESBL {
+			return
 		}
-		ul, dl, err := r.c.ChannelPair("SAHARA", mhi.ChannelOptions{}, mhi.ChannelOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		// The SBL client: start SAHARA as soon as the host is in the
-		// SBL; stop trying once it is in mission mode.
-		var wg sync.WaitGroup
-		var sawSBL bool
-		var startErr error
+		cmds := r.c.Stats().Commands
+		done := make(chan struct{})
 		wg.Go(func() {
-			for ctx.Err() == nil {
-				_, ee, mission := r.c.State()
-				if mission {
-					return
-				}
-				if ee != mhi.EESBL {
-					time.Sleep(50 * time.Microsecond)
-					continue
-				}
-				sawSBL = true
-				if startErr = ul.Start(ctx); startErr == nil {
-					startErr = dl.Start(ctx)
-				}
-				return
+			defer close(done)
+			err := ul.Start(ctx)
+			if err == nil {
+				err = dl.Start(ctx)
 			}
+			mu.Lock()
+			startErr = err
+			mu.Unlock()
 		})
-		if err := r.c.PowerUp(ctx); err != nil {
-			t.Fatalf("run %d: PowerUp: %v", i, err)
+		// Hold the control ring until the START is sent (or Start
+		// refused without sending one).
+		for r.c.Stats().Commands == cmds {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
 		}
-		wg.Wait()
-		if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || !mission {
-			t.Fatalf("run %d: controller in %s/%s (mission %v) after power-up", i, st, ee, mission)
-		}
-		if startErr != nil && !errors.Is(startErr, mhi.ErrState) {
-			t.Errorf("run %d: SAHARA Start racing the AMSS event = %v, want nil or ErrState", i, startErr)
-		}
-		if err := ul.Start(ctx); !errors.Is(err, mhi.ErrState) {
-			t.Errorf("run %d: starting SAHARA in AMSS = %v, want ErrState", i, err)
-		}
-		l := newLoop(r, "LOOPBACK", 4096, 8, 8)
-		l.exchange(t, rand.New(rand.NewPCG(81, uint64(i))), 5, 4096)
-		if st := r.m.Stats(); st.Violations != 0 {
-			t.Fatalf("run %d: %d violations: %v", i, st.Violations, r.m.Violations())
-		}
-		cancel()
-		t.Logf("run %d: the SBL client saw the SBL: %v, its Start: %v", i, sawSBL, startErr)
+	})
+	if err := r.c.PowerUp(ctx); err != nil {
+		t.Fatalf("PowerUp: %v", err)
+	}
+	wg.Wait()
+	if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || !mission {
+		t.Fatalf("controller in %s/%s (mission %v) after power-up", st, ee, mission)
+	}
+	mu.Lock()
+	t.Logf("EEs shown to clients: %v; SAHARA start: %v", published, startErr)
+	if slices.Contains(published, mhi.EESBL) {
+		t.Errorf("the host showed its clients the SBL after reading AMSS behind it (EEs shown: %v)", published)
+	}
+	mu.Unlock()
+	if err := ul.Start(ctx); !errors.Is(err, mhi.ErrState) {
+		t.Errorf("starting SAHARA in AMSS = %v, want ErrState", err)
+	}
+	l := newLoop(r, "LOOPBACK", 4096, 8, 8)
+	l.exchange(t, rand.New(rand.NewPCG(81, 82)), 5, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
 	}
 }
