@@ -101,3 +101,40 @@ func TestEEBackToBackEndsInMissionModeWithTheRightChannels(t *testing.T) {
 		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
 	}
 }
+
+// TestEDLReadyAgainWaitsForTheFlashProgrammersReady: a boot ROM whose MHI
+// is up (READY) in EDL before the download, and whose flash programmer
+// resets MHI and comes READY again a little after its download
+// (edl-ready-again; Linux pm.c "Wait for ready after an EDL firmware
+// download"). The host must not take the boot ROM's READY for the
+// programmer's: it waits for BHI_EXECENV = FP, then for READY, and only
+// then programs MHI and asks for M0. EnterEDL ends in mission mode with EE
+// FP and FIREHOSE answers. Before, the host asked the boot ROM for M0 (the
+// request was lost with the handover) and waited for an M0 that never
+// came.
+func TestEDLReadyAgainWaitsForTheFlashProgrammersReady(t *testing.T) {
+	fh := &sim.Firehose{}
+	r := newRig(t, "qcom-sdx55m", sim.Options{
+		Quirks:    []sim.Quirk{sim.QuirkEDLReadyAgain},
+		Functions: map[string]sim.Function{"FIREHOSE": fh},
+	}, mhi.Options{Timeout: 2 * time.Second})
+	r.powerUp()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.c.EnterEDL(ctx, bootImage(4096)); err != nil {
+		t.Fatalf("EnterEDL: %v", err)
+	}
+	if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEFP || !mission {
+		t.Fatalf("host after EnterEDL: %s/%s mission %v, want M0/FP in mission mode", st, ee, mission)
+	}
+	l := newLoop(r, "FIREHOSE", 4096, 8, 8)
+	if err := l.send(ctx, []byte(`<?xml version="1.0" ?><data><nop /></data>`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.recv(5 * time.Second); err != nil || string(got) != string(sim.FirehoseACK) {
+		t.Fatalf("FIREHOSE answered %q, %v; want ACK", got, err)
+	}
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	}
+}

@@ -97,7 +97,7 @@ func (m *Modem) bhiDownload() {
 	m.raiseIntVec()
 	if m.ee == mhi.EEEDL {
 		// The image is the flash programmer (edl.go).
-		m.startFlashProgrammer()
+		m.flashProgrammerReceived() // quirks_boot.go
 		return
 	}
 	// The image is the SBL: it starts and brings MHI up.

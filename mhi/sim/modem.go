@@ -255,6 +255,9 @@ type Modem struct {
 	lastActive time.Time // a polling channel last found something new
 	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
+	// fpAt is when the flash programmer takes over MHI after its
+	// download (QuirkEDLReadyAgain; zero: not pending).
+	fpAt time.Time
 	// batchEvents holds back rp stores and MSIs of posted events until
 	// postBatch publishes them together.
 	batchEvents bool
@@ -441,6 +444,7 @@ func (m *Modem) powerOn() {
 	m.state = mhi.StateReset
 	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
+	m.fpAt = zeroTime
 	m.crashAt = zeroTime
 	m.hung = false
 	m.sblReleased = false
@@ -644,6 +648,9 @@ func (m *Modem) step() bool {
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
 	}
+	if !m.fpAt.IsZero() && !now.Before(m.fpAt) {
+		m.fpStart() // quirks_boot.go
+	}
 	m.crashLoop(now) // faults.go
 	if !m.readyAt.IsZero() && !now.Before(m.readyAt) {
 		m.readyDone()
@@ -692,6 +699,9 @@ func (m *Modem) nextWait() time.Duration {
 	}
 	if !m.sblUntil.IsZero() {
 		d = min(d, time.Until(m.sblUntil))
+	}
+	if !m.fpAt.IsZero() {
+		d = min(d, time.Until(m.fpAt))
 	}
 	if !m.readyAt.IsZero() {
 		d = min(d, time.Until(m.readyAt))

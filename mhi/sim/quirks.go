@@ -135,6 +135,12 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/pm.c, main.c: "bus: mhi: host: Process execution environment changes serially"`,
 		ModelsText:  "none by model (any SBL that finds its image at once)",
 	},
+	{
+		Name:        QuirkEDLReadyAgain,
+		Description: "in EDL the boot ROM shows READY before any download; after the flash programmer's download that READY stands 20 ms (MHICTRL ignored), then MHI reset and READY again under EE FP",
+		Source:      `drivers/bus/mhi/host/pm.c, boot.c: "bus: mhi: host: Wait for ready after an EDL firmware download"`,
+		ModelsText:  "none by model (EDL boot ROMs that bring MHI up before the download)",
+	},
 }
 
 // Registry returns the registered quirks, in a stable order.

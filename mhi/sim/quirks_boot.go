@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/mhistack/mhistack/mhi"
+import (
+	"time"
+
+	"github.com/mhistack/mhistack/mhi"
+)
 
 // Boot quirks (docs/QUIRKS.md): how the execution environments follow one
 // another.
@@ -12,7 +16,19 @@ const (
 	// MSI), BHI_EXECENV already AMSS. A host that lets a client act on
 	// the SBL in between starts the SBL's channels (SAHARA) in AMSS.
 	QuirkEEBackToBack Quirk = "ee-back-to-back"
+	// QuirkEDLReadyAgain: in EDL the boot ROM's MHI is up (MHISTATUS
+	// READY, before any download); after the flash programmer's BHI
+	// download succeeded that stale READY stays for fpStartDelay, while
+	// the boot ROM ignores MHICTRL, until the programmer starts: MHI
+	// reset (RESET, READY cleared, BHI_EXECENV = FP), then READY again.
+	// A host that takes the boot ROM's READY for the programmer's asks
+	// for M0 into the void and waits for it forever.
+	QuirkEDLReadyAgain Quirk = "edl-ready-again"
 )
+
+// fpStartDelay is how long after the flash programmer's download the
+// programmer takes over MHI with QuirkEDLReadyAgain.
+const fpStartDelay = 20 * time.Millisecond
 
 // eeBackToBack plays QuirkEEBackToBack at READY → M0 in the SBL, after
 // STATE_CHANGE(M0) was posted, and reports whether it did. A
@@ -27,5 +43,49 @@ func (m *Modem) eeBackToBack() bool {
 	m.postBatch(0, mhi.EEEvent(mhi.EESBL), mhi.EEEvent(mhi.EEAMSS))
 	m.eeChangeQuirks() // quirks_memory.go
 	m.armCrashLoop()   // faults.go
+	return true
+}
+
+// edlReady brings the boot ROM's MHI up in EDL with QuirkEDLReadyAgain:
+// MHISTATUS READY before any download. The caller holds m.mu.
+func (m *Modem) edlReady() {
+	if m.quirks.has(QuirkEDLReadyAgain) {
+		m.setState(mhi.StateReady)
+	}
+}
+
+// flashProgrammerReceived runs once the flash programmer's BHI download
+// succeeded: with QuirkEDLReadyAgain the programmer starts fpStartDelay
+// later (fpStart), the boot ROM's READY standing meanwhile; otherwise at
+// once. The caller holds m.mu.
+func (m *Modem) flashProgrammerReceived() {
+	if m.quirks.has(QuirkEDLReadyAgain) {
+		m.fpAt = m.now().Add(fpStartDelay)
+		return
+	}
+	m.startFlashProgrammer()
+}
+
+// fpStart is the flash programmer taking over MHI (QuirkEDLReadyAgain):
+// everything the host set up with the boot ROM is forgotten, MHISTATUS
+// goes to RESET, then READY again as the programmer comes up. The caller
+// holds m.mu.
+func (m *Modem) fpStart() {
+	m.fpAt = zeroTime
+	m.stopChannels(false)
+	m.forgetRings()
+	m.regs.resetMHI()
+	m.setState(mhi.StateReset)
+	m.startFlashProgrammer()
+}
+
+// ignoresCtrl reports whether MHICTRL state requests are not acted on:
+// with QuirkEDLReadyAgain the boot ROM, handing over to the flash
+// programmer, ignores them. The caller holds m.mu.
+func (m *Modem) ignoresCtrl(req mhi.State) bool {
+	if m.fpAt.IsZero() {
+		return false
+	}
+	m.log.Info("MHICTRL ignored: the flash programmer is starting", "req", req)
 	return true
 }

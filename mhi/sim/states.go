@@ -27,6 +27,9 @@ func (m *Modem) handleCtrl() {
 		m.violate(ruleSysErrNeedsReset, "MHICTRL state %s requested in SYS_ERR", req)
 		return
 	}
+	if m.ignoresCtrl(req) { // quirks_boot.go
+		return
+	}
 	switch req {
 	case mhi.StateM0:
 		m.toM0()
@@ -204,6 +207,7 @@ func (m *Modem) enterSysErr() {
 	// mastering off (Linux runtime PM), so a crashed modem writes nothing
 	// to host memory; the host finds MHISTATUS = SYS_ERR when it resumes.
 	m.sblUntil = zeroTime
+	m.fpAt = zeroTime
 	m.raiseIntVec()
 }
 
@@ -237,6 +241,7 @@ func (m *Modem) mhiReset() {
 	m.state = mhi.StateReset
 	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
+	m.fpAt = zeroTime
 	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
 	m.raiseIntVec()
 	if m.ee == mhi.EEPBL {
