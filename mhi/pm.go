@@ -123,8 +123,45 @@ func (c *Controller) resetLeftRunning(ctx context.Context) error {
 	})
 }
 
-// bootToMission runs the PBL or READY transition and waits for mission mode.
+// pblBootAttempts bounds how often one power-up downloads the boot image
+// to a PBL that reports SYS_ERR before the image changed the EE (an image
+// that hangs in the boot ROM).
+const pblBootAttempts = 4
+
+// bootToMission runs the PBL or READY transition and waits for mission
+// mode. A SYS_ERR while the device is still in PBL after the download (the
+// image hung before any EE change) is handled each time it happens, not
+// only the first (Linux main.c, "bus: mhi: host: Remove duplicate ee check
+// for syserr"; docs/QUIRKS.md, "SYS_ERR in PBL twice"): MHI reset, the
+// image downloaded again, up to pblBootAttempts downloads.
 func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
+	for attempt := 1; ; attempt++ {
+		err := c.bootOnce(ctx, ee)
+		if err == nil || !ee.InPBL() || !errors.Is(err, ErrSysErr) || attempt == pblBootAttempts {
+			return err
+		}
+		now := EE(c.read(c.bhiOff + BHIExecEnv))
+		if !now.InPBL() {
+			// The image ran: a crash after it is not a boot ROM's.
+			return err
+		}
+		c.log.Warn("SYS_ERR in PBL: the boot image hung before any EE change; resetting and downloading it again",
+			"dev", c.name, "ee", now, "attempt", attempt, "of", pblBootAttempts)
+		if err := c.mhiReset(ctx); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		// A new SYS_ERR episode may start: the next one is detected
+		// like the first.
+		c.ee, c.devState = now, StateReset
+		c.mu.Unlock()
+		ee = now
+	}
+}
+
+// bootOnce is one boot: the PBL or READY transition, then the wait for
+// mission mode.
+func (c *Controller) bootOnce(ctx context.Context, ee EE) error {
 	if ee.InPBL() {
 		if err := c.pblTransition(ctx, ee); err != nil {
 			return err

@@ -138,3 +138,42 @@ func TestEDLReadyAgainWaitsForTheFlashProgrammersReady(t *testing.T) {
 		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
 	}
 }
+
+// TestPBLSysErrTwiceReloadsTheImageEachTime: an image that hangs in the
+// boot ROM before any EE change, twice (pbl-syserr-twice; Linux main.c
+// "Remove duplicate ee check for syserr": a SYS_ERR in PBL after one in
+// PBL was ignored, the EE being unchanged). Each SYS_ERR in PBL is handled
+// like the first: MHI reset, the image downloaded again; power-up ends in
+// mission mode after three downloads, and data moves. Before, power-up
+// failed at the first ("waiting for READY: device in SYS_ERR").
+func TestPBLSysErrTwiceReloadsTheImageEachTime(t *testing.T) {
+	var mu sync.Mutex
+	loads := 0
+	so := sim.Options{Boot: sim.BootPBL, Quirks: []sim.Quirk{sim.QuirkPBLSysErrTwice}}
+	pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{Firmware: func(string) ([]byte, error) {
+		mu.Lock()
+		loads++
+		mu.Unlock()
+		return bootImage(8192), nil
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.c.PowerUp(ctx); err != nil {
+		t.Fatalf("PowerUp: %v", err)
+	}
+	if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || !mission {
+		t.Fatalf("controller in %s/%s (mission %v)", st, ee, mission)
+	}
+	mu.Lock()
+	n := loads
+	mu.Unlock()
+	if n != 3 {
+		t.Errorf("boot image loaded %d times, want 3 (two SYS_ERRs in PBL, each reloaded)", n)
+	}
+	l := newLoop(r, pair, 4096, 8, 8)
+	l.exchange(t, rand.New(rand.NewPCG(91, 92)), 5, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	}
+}

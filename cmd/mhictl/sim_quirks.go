@@ -14,7 +14,7 @@ import (
 func init() {
 	register(&command{
 		Name:  "sim quirks",
-		Short: "Run every modem profile, quirks on, through power-up, data, SYS_ERR and M3 (the quirk matrix).",
+		Short: "Run every modem profile, its quirks on, through a modem's life.",
 		Summary: `Run the quirk matrix: each modem profile on an emulated modem of its own,
 in this process, with the documented behaviours (quirks) of its model on
 (slow-ready, no-inband-wake, no-m3 ...; docs/QUIRKS.md), through the steps

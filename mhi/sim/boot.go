@@ -38,6 +38,7 @@ type bootState struct {
 	fullBootChain, bhieDone bool
 	failNextBHIe            bool // one-shot injected BHIe error (FailNextBHIe)
 	edlEntries              int  // times the EDL trigger was honoured
+	pblSysErrs              int  // QuirkPBLSysErrTwice's SYS_ERRs so far (since New)
 	rddm                    rddmState
 }
 
@@ -98,6 +99,9 @@ func (m *Modem) bhiDownload() {
 	if m.ee == mhi.EEEDL {
 		// The image is the flash programmer (edl.go).
 		m.flashProgrammerReceived() // quirks_boot.go
+		return
+	}
+	if m.pblSysErr() { // quirks_boot.go
 		return
 	}
 	// The image is the SBL: it starts and brings MHI up.

@@ -265,7 +265,7 @@ type Modem struct {
 	readyAt     time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
 	quirks      quirkSet  // the quirks played (quirks.go)
 	hung        bool      // Hang: MHICTRL ignored until an FLR or SoC reset
-	bootSysErr  bool      // QuirkSysErrAtPowerUp's SYS_ERR, until the reset
+	bootSysErr  bool      // a boot ROM's SYS_ERR (QuirkSysErrAtPowerUp, QuirkPBLSysErrTwice), until the reset: it keeps the EE
 	actions     []action
 	boot        bootState
 	evBuf       [mhi.ElementSize]byte

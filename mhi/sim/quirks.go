@@ -141,6 +141,12 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/pm.c, boot.c: "bus: mhi: host: Wait for ready after an EDL firmware download"`,
 		ModelsText:  "none by model (EDL boot ROMs that bring MHI up before the download)",
 	},
+	{
+		Name:        QuirkPBLSysErrTwice,
+		Description: "the first two images the PBL receives hang before any EE change: SYS_ERR with BHI_EXECENV still PBL, the reset keeps PBL; the third boots",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Remove duplicate ee check for syserr"`,
+		ModelsText:  "none by model (a bad SBL image)",
+	},
 }
 
 // Registry returns the registered quirks, in a stable order.

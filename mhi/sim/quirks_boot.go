@@ -24,7 +24,16 @@ const (
 	// A host that takes the boot ROM's READY for the programmer's asks
 	// for M0 into the void and waits for it forever.
 	QuirkEDLReadyAgain Quirk = "edl-ready-again"
+	// QuirkPBLSysErrTwice: the first two images the boot ROM receives
+	// over BHI after New hang before any EE change: BHI_STATUS says
+	// success, then the PBL reports SYS_ERR with BHI_EXECENV still PBL,
+	// and the MHI reset from it leaves the device in PBL for another
+	// download. The third boots.
+	QuirkPBLSysErrTwice Quirk = "pbl-syserr-twice"
 )
+
+// pblSysErrs is how many downloads QuirkPBLSysErrTwice lets fail.
+const pblSysErrs = 2
 
 // fpStartDelay is how long after the flash programmer's download the
 // programmer takes over MHI with QuirkEDLReadyAgain.
@@ -87,5 +96,19 @@ func (m *Modem) ignoresCtrl(req mhi.State) bool {
 		return false
 	}
 	m.log.Info("MHICTRL ignored: the flash programmer is starting", "req", req)
+	return true
+}
+
+// pblSysErr plays QuirkPBLSysErrTwice once the PBL received an image, and
+// reports whether the image hung (the caller does not start it). The
+// caller holds m.mu.
+func (m *Modem) pblSysErr() bool {
+	if !m.quirks.has(QuirkPBLSysErrTwice) || m.boot.pblSysErrs >= pblSysErrs {
+		return false
+	}
+	m.boot.pblSysErrs++
+	m.log.Info("the image hung before any EE change: SYS_ERR in PBL", "time", m.boot.pblSysErrs)
+	m.enterSysErr()
+	m.bootSysErr = true // the reset keeps PBL
 	return true
 }
