@@ -108,7 +108,7 @@ func (c *Controller) pblTransition(ctx context.Context, ee EE) error {
 		return nil
 	}
 	if ee == EEEDL && edl != nil {
-		return c.LoadBHI(ctx, edl)
+		return c.loadFlashProgrammer(ctx, edl)
 	}
 	img := c.opts.Boot.Image
 	if ee == EEEDL {
@@ -141,7 +141,30 @@ func (c *Controller) pblTransition(ctx context.Context, ee EE) error {
 		c.mu.Unlock()
 		return nil
 	}
+	if ee == EEEDL {
+		return c.loadFlashProgrammer(ctx, img)
+	}
 	return c.LoadBHI(ctx, img)
+}
+
+// loadFlashProgrammer downloads the flash programmer to a device in EDL
+// and waits until it runs (BHI_EXECENV = FP): the boot ROM may have MHI up
+// (READY) before the download, and the programmer resets MHI and comes up
+// READY again only after it (Linux pm.c, "bus: mhi: host: Wait for ready
+// after an EDL firmware download"; docs/QUIRKS.md, "READY again after an
+// EDL download"). The READY wait that follows is then the programmer's;
+// asked for M0 before, the boot ROM drops the request with its MHI.
+func (c *Controller) loadFlashProgrammer(ctx context.Context, img []byte) error {
+	if err := c.LoadBHI(ctx, img); err != nil {
+		return err
+	}
+	return c.waitFor(ctx, c.prof.readyBound(), "the flash programmer (BHI_EXECENV FP)", func() (bool, error) {
+		st := c.read(RegMHISTATUS)
+		if st != 0xFFFFFFFF && (st&StatusSysErr != 0 || State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr) {
+			return false, ErrSysErr
+		}
+		return EE(c.read(c.bhiOff+BHIExecEnv)) == EEFP, nil
+	})
 }
 
 // sblTransition is the full-boot-chain step between READY and mission

@@ -215,6 +215,11 @@ type Controller struct {
 	// endRecovery: the window in which nothing of recovery waits on the
 	// device.
 	recoveryEndHook func()
+	// eeHook, when set (tests only, export_test.go), runs on the control
+	// ring's goroutine with each execution environment the controller
+	// publishes to its clients, right after it did: the moment a client
+	// that acts on an EE change would act.
+	eeHook func(EE)
 }
 
 // ControllerStats are counters; read them with Stats.

@@ -145,12 +145,21 @@ func (er *EventRing) interrupt() {
 		return
 	}
 	var reRing bool
+	// EE changes read back to back are applied together (eeChanges):
+	// nobody acts on an environment the device has already left.
+	var ees eeChanges
 	n := er.process(int(er.ring.n), func(e Element) bool {
+		if e.Type() == TypeEEEvent {
+			ees.add(e.EE())
+			return true
+		}
+		ees.apply(er.c)
 		if er.dispatchManaged(e) {
 			reRing = true
 		}
 		return true
 	})
+	ees.apply(er.c)
 	if reRing {
 		// Outside the ring lock: re-ringing takes every ring's lock.
 		er.c.reRingAll()

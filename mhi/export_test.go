@@ -102,6 +102,16 @@ func SetRecoveryEndHookForTest(c *Controller, f func()) {
 	c.mu.Unlock()
 }
 
+// SetEEHookForTest makes f run on the control ring's goroutine with each
+// execution environment the controller publishes, right after it did
+// (while f runs, no further control event is handled). Set it before
+// power-up.
+func SetEEHookForTest(c *Controller, f func(EE)) {
+	c.mu.Lock()
+	c.eeHook = f
+	c.mu.Unlock()
+}
+
 // EventContextSettledForTest reports whether event ring i has consumed
 // every event the device posted and its context WP hands back every slot
 // but the one before the device's RP (§2.2: the host's WP trails the

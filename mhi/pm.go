@@ -123,8 +123,45 @@ func (c *Controller) resetLeftRunning(ctx context.Context) error {
 	})
 }
 
-// bootToMission runs the PBL or READY transition and waits for mission mode.
+// pblBootAttempts bounds how often one power-up downloads the boot image
+// to a PBL that reports SYS_ERR before the image changed the EE (an image
+// that hangs in the boot ROM).
+const pblBootAttempts = 4
+
+// bootToMission runs the PBL or READY transition and waits for mission
+// mode. A SYS_ERR while the device is still in PBL after the download (the
+// image hung before any EE change) is handled each time it happens, not
+// only the first (Linux main.c, "bus: mhi: host: Remove duplicate ee check
+// for syserr"; docs/QUIRKS.md, "SYS_ERR in PBL twice"): MHI reset, the
+// image downloaded again, up to pblBootAttempts downloads.
 func (c *Controller) bootToMission(ctx context.Context, ee EE) error {
+	for attempt := 1; ; attempt++ {
+		err := c.bootOnce(ctx, ee)
+		if err == nil || !ee.InPBL() || !errors.Is(err, ErrSysErr) || attempt == pblBootAttempts {
+			return err
+		}
+		now := EE(c.read(c.bhiOff + BHIExecEnv))
+		if !now.InPBL() {
+			// The image ran: a crash after it is not a boot ROM's.
+			return err
+		}
+		c.log.Warn("SYS_ERR in PBL: the boot image hung before any EE change; resetting and downloading it again",
+			"dev", c.name, "ee", now, "attempt", attempt, "of", pblBootAttempts)
+		if err := c.mhiReset(ctx); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		// A new SYS_ERR episode may start: the next one is detected
+		// like the first.
+		c.ee, c.devState = now, StateReset
+		c.mu.Unlock()
+		ee = now
+	}
+}
+
+// bootOnce is one boot: the PBL or READY transition, then the wait for
+// mission mode.
+func (c *Controller) bootOnce(ctx context.Context, ee EE) error {
 	if ee.InPBL() {
 		if err := c.pblTransition(ctx, ee); err != nil {
 			return err
@@ -375,14 +412,64 @@ func (c *Controller) onStateChange(s State) (reRing bool) {
 // power-up or recovery does the transition work.
 func (c *Controller) onEE(e EE) {
 	c.mu.Lock()
+	c.eeChangeLocked(e)
+	c.broadcast()
+	hook := c.eeHook
+	c.mu.Unlock()
+	if hook != nil {
+		hook(e)
+	}
+}
+
+func (c *Controller) eeChangeLocked(e EE) {
 	switch e {
 	case EESBL, EEAMSS, EEWFW, EEFP, EERDDM:
 		c.ee = e
 	default:
 		c.log.Warn("ignoring EE event", "dev", c.name, "ee", e)
 	}
+}
+
+// eeChanges are the EE_EVENTs of one pass over the control ring that came
+// one after another (Linux pm.c, "bus: mhi: host: Process execution
+// environment changes serially"; docs/QUIRKS.md, "Back-to-back EE
+// changes"). They are applied in order under one hold of the controller's
+// lock, before the next event of another type: an SBL that announces
+// itself and mission mode back to back is never seen in the SBL by a
+// client, which would otherwise start the SBL's channels (SAHARA) in an
+// environment the device has already left.
+type eeChanges struct {
+	ees [4]EE
+	n   int
+}
+
+func (q *eeChanges) add(e EE) {
+	if q.n == len(q.ees) {
+		// Only the order matters: the oldest of a longer run is
+		// superseded by the ones after it.
+		copy(q.ees[:], q.ees[1:])
+		q.n--
+	}
+	q.ees[q.n] = e
+	q.n++
+}
+
+// apply records the changes in order and wakes the waiters once.
+func (q *eeChanges) apply(c *Controller) {
+	if q.n == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, e := range q.ees[:q.n] {
+		c.eeChangeLocked(e)
+	}
 	c.broadcast()
+	ee, hook := c.ee, c.eeHook
 	c.mu.Unlock()
+	q.n = 0
+	if hook != nil {
+		hook(ee)
+	}
 }
 
 // reRingAll runs after an M0 transition (Linux mhi_pm_m0_transition):

@@ -203,9 +203,20 @@ type hostServer struct {
 
 func newHostServer(t TB, handle func(net.Conn)) *hostServer {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	h, err := listenHost(handle)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(h.close)
+	return h
+}
+
+// listenHost starts a hostServer running handle on each connection; the
+// caller closes it.
+func listenHost(handle func(net.Conn)) (*hostServer, error) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	h := &hostServer{ln: ln, conns: map[net.Conn]struct{}{}}
 	h.wg.Go(func() {
@@ -228,8 +239,7 @@ func newHostServer(t TB, handle func(net.Conn)) *hostServer {
 			})
 		}
 	})
-	t.Cleanup(h.close)
-	return h
+	return h, nil
 }
 
 func (h *hostServer) close() {

@@ -38,6 +38,7 @@ type bootState struct {
 	fullBootChain, bhieDone bool
 	failNextBHIe            bool // one-shot injected BHIe error (FailNextBHIe)
 	edlEntries              int  // times the EDL trigger was honoured
+	pblSysErrs              int  // QuirkPBLSysErrTwice's SYS_ERRs so far (since New)
 	rddm                    rddmState
 }
 
@@ -97,7 +98,10 @@ func (m *Modem) bhiDownload() {
 	m.raiseIntVec()
 	if m.ee == mhi.EEEDL {
 		// The image is the flash programmer (edl.go).
-		m.startFlashProgrammer()
+		m.flashProgrammerReceived() // quirks_boot.go
+		return
+	}
+	if m.pblSysErr() { // quirks_boot.go
 		return
 	}
 	// The image is the SBL: it starts and brings MHI up.
@@ -190,19 +194,25 @@ func (m *Modem) sblDone() {
 		// Waits for BHIE_TXVECDB; bhieDownload re-arms the timer.
 		return
 	}
-	for _, c := range m.chans {
-		if c != nil && c.started && !c.cfg.EE.Has(mhi.EEAMSS) {
-			m.forgetChannel(c)
-			c.eeEnded = true
-			m.updatePair(c.pair)
-		}
-	}
+	m.endSBLChannels()
 	m.setEE(mhi.EEAMSS)
 	switch m.state {
 	case mhi.StateM0, mhi.StateM1, mhi.StateM2, mhi.StateM3:
 		m.post(0, mhi.EEEvent(mhi.EEAMSS), false)
 		m.eeChangeQuirks() // quirks_memory.go
 		m.armCrashLoop()   // faults.go
+	}
+}
+
+// endSBLChannels ends the started channels AMSS does not have (SAHARA):
+// the firmware that ran them is gone. The caller holds m.mu.
+func (m *Modem) endSBLChannels() {
+	for _, c := range m.chans {
+		if c != nil && c.started && !c.cfg.EE.Has(mhi.EEAMSS) {
+			m.forgetChannel(c)
+			c.eeEnded = true
+			m.updatePair(c.pair)
+		}
 	}
 }
 

@@ -42,6 +42,7 @@ func (m *Modem) socReset() {
 	m.setState(mhi.StateReset)
 	m.readyAt = zeroTime
 	m.setEE(mhi.EEEDL)
+	m.edlReady() // quirks_boot.go
 	m.log.Info("SoC reset into EDL")
 	m.raiseIntVec()
 }

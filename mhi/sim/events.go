@@ -118,6 +118,35 @@ func (m *Modem) post(i int, ev mhi.Element, bei bool) bool {
 		return false
 	}
 	er.rp = er.ring.next(er.rp)
+	m.stats.events.Add(1)
+	if m.batchEvents {
+		// postBatch stores rp and signals once for the whole batch.
+		return true
+	}
+	m.publish(er, bei)
+	return true
+}
+
+// postBatch posts evs on event ring i as one batch: every element is in
+// host memory before rp moves past all of them at once, and one MSI
+// follows (QuirkEEBackToBack). It reports whether all were posted. The
+// caller holds m.mu.
+func (m *Modem) postBatch(i int, evs ...mhi.Element) bool {
+	m.batchEvents = true
+	ok := true
+	for _, ev := range evs {
+		ok = ok && m.post(i, ev, false)
+	}
+	m.batchEvents = false
+	if i >= 0 && i < maxEventRings {
+		m.publish(&m.ers[i], false)
+	}
+	return ok
+}
+
+// publish stores the ring's rp in its context for the host to see and
+// signals the event (notify).
+func (m *Modem) publish(er *eventRing, bei bool) {
 	// The element is in host memory before rp moves (the reordered EP,
 	// §8.3 step 3): the host reads elements as soon as it sees rp. IOVAs
 	// are below 4 GiB, so the high word rarely needs storing.
@@ -131,10 +160,8 @@ func (m *Modem) post(i int, ev mhi.Element, bei bool) bool {
 	if err := m.host.DMAWrite32(er.ctx+mhi.CtxRP, uint32(er.rp)); err != nil {
 		m.dmaFailed(err, "storing event ring rp", er.ctx)
 	}
-	m.stats.events.Add(1)
 	m.notify(er, bei)
 	m.slowdown()
-	return true
 }
 
 // eventSpace makes sure the ring has a free element: it re-reads the

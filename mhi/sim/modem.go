@@ -257,15 +257,21 @@ type Modem struct {
 	lastActive time.Time // a polling channel last found something new
 	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
 	sblUntil   time.Time
-	crashAt    time.Time // when Options.CrashLoop crashes the firmware (faults.go)
-	readyAt    time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
-	quirks     quirkSet  // the quirks played (quirks.go)
-	hung       bool      // Hang: MHICTRL ignored until an FLR or SoC reset
-	bootSysErr bool      // QuirkSysErrAtPowerUp's SYS_ERR, until the reset
-	actions    []action
-	boot       bootState
-	evBuf      [mhi.ElementSize]byte
-	waitTimer  *time.Timer
+	// fpAt is when the flash programmer takes over MHI after its
+	// download (QuirkEDLReadyAgain; zero: not pending).
+	fpAt time.Time
+	// batchEvents holds back rp stores and MSIs of posted events until
+	// postBatch publishes them together.
+	batchEvents bool
+	crashAt     time.Time // when Options.CrashLoop crashes the firmware (faults.go)
+	readyAt     time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
+	quirks      quirkSet  // the quirks played (quirks.go)
+	hung        bool      // Hang: MHICTRL ignored until an FLR or SoC reset
+	bootSysErr  bool      // a boot ROM's SYS_ERR (QuirkSysErrAtPowerUp, QuirkPBLSysErrTwice), until the reset: it keeps the EE
+	actions     []action
+	boot        bootState
+	evBuf       [mhi.ElementSize]byte
+	waitTimer   *time.Timer
 
 	irq    moderator
 	stats  counters
@@ -440,6 +446,7 @@ func (m *Modem) powerOn() {
 	m.state = mhi.StateReset
 	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
+	m.fpAt = zeroTime
 	m.crashAt = zeroTime
 	m.hung = false
 	m.sblReleased = false
@@ -643,6 +650,9 @@ func (m *Modem) step() bool {
 	if !m.sblUntil.IsZero() && !now.Before(m.sblUntil) {
 		m.sblDone()
 	}
+	if !m.fpAt.IsZero() && !now.Before(m.fpAt) {
+		m.fpStart() // quirks_boot.go
+	}
 	m.crashLoop(now) // faults.go
 	if !m.readyAt.IsZero() && !now.Before(m.readyAt) {
 		m.readyDone()
@@ -691,6 +701,9 @@ func (m *Modem) nextWait() time.Duration {
 	}
 	if !m.sblUntil.IsZero() {
 		d = min(d, time.Until(m.sblUntil))
+	}
+	if !m.fpAt.IsZero() {
+		d = min(d, time.Until(m.fpAt))
 	}
 	if !m.readyAt.IsZero() {
 		d = min(d, time.Until(m.readyAt))

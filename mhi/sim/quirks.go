@@ -128,6 +128,25 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Fix check for syserr at power_up", "bus: mhi: host: Address conflict between power_up and syserr"`,
 		ModelsText:  "none by model (Cloud AI 100 firmware; not a modem profile here)",
 	},
+	// Boot (quirks_boot.go).
+	{
+		Name:        QuirkEEBackToBack,
+		Description: "at M0 in the SBL, EE_EVENT(SBL) and EE_EVENT(AMSS) are posted back to back under one MSI; the SBL's channels end at once",
+		Source:      `drivers/bus/mhi/host/pm.c, main.c: "bus: mhi: host: Process execution environment changes serially"`,
+		ModelsText:  "none by model (any SBL that finds its image at once)",
+	},
+	{
+		Name:        QuirkEDLReadyAgain,
+		Description: "in EDL the boot ROM shows READY before any download; after the flash programmer's download that READY stands 20 ms (MHICTRL ignored), then MHI reset and READY again under EE FP",
+		Source:      `drivers/bus/mhi/host/pm.c, boot.c: "bus: mhi: host: Wait for ready after an EDL firmware download"`,
+		ModelsText:  "none by model (EDL boot ROMs that bring MHI up before the download)",
+	},
+	{
+		Name:        QuirkPBLSysErrTwice,
+		Description: "the first two images the PBL receives hang before any EE change: SYS_ERR with BHI_EXECENV still PBL, the reset keeps PBL; the third boots",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Remove duplicate ee check for syserr"`,
+		ModelsText:  "none by model (a bad SBL image)",
+	},
 }
 
 // Registry returns the registered quirks, in a stable order.

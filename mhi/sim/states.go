@@ -27,6 +27,9 @@ func (m *Modem) handleCtrl() {
 		m.violate(ruleSysErrNeedsReset, "MHICTRL state %s requested in SYS_ERR", req)
 		return
 	}
+	if m.ignoresCtrl(req) { // quirks_boot.go
+		return
+	}
 	switch req {
 	case mhi.StateM0:
 		m.toM0()
@@ -92,6 +95,10 @@ func (m *Modem) toM0() {
 	m.setState(mhi.StateM0)
 	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
 	if prev == mhi.StateReady {
+		if m.ee == mhi.EESBL && m.eeBackToBack() { // quirks_boot.go
+			m.resume()
+			return
+		}
 		m.post(0, mhi.EEEvent(m.ee), false)
 		m.eeChangeQuirks() // quirks_memory.go
 		if m.ee == mhi.EESBL {
@@ -200,6 +207,7 @@ func (m *Modem) enterSysErr() {
 	// mastering off (Linux runtime PM), so a crashed modem writes nothing
 	// to host memory; the host finds MHISTATUS = SYS_ERR when it resumes.
 	m.sblUntil = zeroTime
+	m.fpAt = zeroTime
 	m.raiseIntVec()
 }
 
@@ -233,6 +241,7 @@ func (m *Modem) mhiReset() {
 	m.state = mhi.StateReset
 	m.readyAt = zeroTime
 	m.sblUntil = zeroTime
+	m.fpAt = zeroTime
 	m.boot.rddm.dump, m.boot.rddm.armed = nil, false
 	m.raiseIntVec()
 	if m.ee == mhi.EEPBL {
