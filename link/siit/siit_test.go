@@ -326,7 +326,11 @@ func TestSIITRefusesWhatTheRFCDrops(t *testing.T) {
 		{"fragmented ping", true, ipv4(host4, remote4, protoICMP, 64, header.IPv4FlagMoreFragments, 0, icmp4(icmp4Echo, 0, 0, make([]byte, 16))), ErrDrop},
 		{"routing header with segments left", false, ipv6(r6, host6, nhRouting, 64, append([]byte{protoTCP, 0, 0, 1, 0, 0, 0, 0}, tcpSeg(r6, host6, "")...)), ErrDrop},
 		{"unknown source", false, ipv6(netip.MustParseAddr("2001:db8:ffff::1"), host6, protoTCP, 64, tcpSeg(r6, host6, "")), ErrAddress},
-		{"bad header checksum", true, func() []byte { b := ipv4(host4, remote4, protoTCP, 64, 0, 0, tcpSeg(host4, remote4, "")); b[10]++; return b }(), ErrMalformed},
+		{"bad header checksum", true, func() []byte {
+			b := ipv4(host4, remote4, protoTCP, 64, 0, 0, tcpSeg(host4, remote4, ""))
+			b[10]++
+			return b
+		}(), ErrMalformed},
 		{"bad ICMPv6 checksum", false, func() []byte {
 			b := ipv6(r6, host6, protoICMPv6, 64, icmp6(r6, host6, icmp6Echo, 0, 0, nil))
 			b[42]++
