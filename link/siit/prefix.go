@@ -63,7 +63,17 @@ func v4Bytes(bits int) [4]int {
 // refuses a non-global IPv4 address under the Well-Known Prefix (RFC
 // 6052 §3.1).
 func (p Prefix) Embed(a [4]byte) ([16]byte, bool) {
-	if !p.p.IsValid() || (p.wkp && !Global4(a)) {
+	if p.wkp && !Global4(a) {
+		return [16]byte{}, false
+	}
+	return p.EmbedAny(a)
+}
+
+// EmbedAny is Embed without the Well-Known Prefix's restriction, for a
+// DNS64 answering ipv4only.arpa (RFC 7050 §3), whose 192.0.0.170 and
+// 192.0.0.171 are not global.
+func (p Prefix) EmbedAny(a [4]byte) ([16]byte, bool) {
+	if !p.p.IsValid() {
 		return [16]byte{}, false
 	}
 	out := p.p.Addr().As16()
@@ -88,6 +98,30 @@ func (p Prefix) Extract(a [16]byte) ([4]byte, bool) {
 		return [4]byte{}, false
 	}
 	return out, true
+}
+
+// Discover finds the prefix in a, an AAAA record of ipv4only.arpa that a
+// DNS64 synthesised (RFC 7050 §3): the IPv4 address 192.0.0.170 or
+// 192.0.0.171 embedded at the place one of the RFC 6052 lengths puts it,
+// the shortest such prefix first. ok is false when a embeds neither.
+func Discover(a netip.Addr) (Prefix, bool) {
+	if !a.Is6() || a.Is4In6() {
+		return Prefix{}, false
+	}
+	b := a.As16()
+	for _, bits := range [...]int{32, 40, 48, 56, 64, 96} {
+		var v [4]byte
+		for i, j := range v4Bytes(bits) {
+			v[i] = b[j]
+		}
+		if v != [4]byte{192, 0, 0, 170} && v != [4]byte{192, 0, 0, 171} {
+			continue
+		}
+		if p, err := NewPrefix(netip.PrefixFrom(a, bits)); err == nil {
+			return p, true
+		}
+	}
+	return Prefix{}, false
 }
 
 // nonGlobal are the special-purpose IPv4 blocks of RFC 5735 §3 (and the

@@ -140,6 +140,10 @@ type CarrierNetwork struct {
 	routes  atomic.Pointer[[]dlRoute]
 	routeMu sync.Mutex
 
+	nat64  *nat64 // nil when no APN has a NAT64
+	xlUL   []byte // the translated UL packet; only Receive uses it
+	xlEcho []byte // the translated echo reply; only Receive uses it
+
 	stats  carrierCounters
 	chunks relayChunks // the forwarded flows' relay chunks
 	tlp    *tailProber // nil with NoTailLossProbe
@@ -173,6 +177,11 @@ type CarrierStats struct {
 	// flows hold now: a direction holds one only while it has data to
 	// move, so idle flows hold none.
 	RelayChunks int64
+	// NAT64Translated counts packets the NAT64 translated (both ways,
+	// Carrier.NAT64); NAT64Refused those it dropped: refused by the
+	// translator (RFC 7915, RFC 6052 §3.1) or for a pool address with no
+	// binding.
+	NAT64Translated, NAT64Refused uint64
 }
 
 type carrierCounters struct {
@@ -212,6 +221,11 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	for _, a := range opts.APNs {
 		mtu = max(mtu, a.Carrier.MTU)
 	}
+	nat, err := newNAT64(append([]Carrier{opts.Carrier}, apnCarriers(opts.APNs)...))
+	if err != nil {
+		return nil, errors.New("simnet: carrier network: NAT64: " + err.Error())
+	}
+	cn.nat64 = nat
 	cn.ep = &carrierLink{cn: cn, mtu: mtu}
 	if !opts.NoTailLossProbe {
 		cn.tlp = new(tailProber)
@@ -305,7 +319,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		}
 		cn.dnsConns = append(cn.dnsConns, uc)
 		cn.wg.Add(1)
-		go cn.serveDNS(uc)
+		go cn.serveDNS(uc, dns64Prefix(append([]Carrier{opts.Carrier}, apnCarriers(opts.APNs)...), a))
 	}
 	return cn, nil
 }
@@ -328,10 +342,14 @@ func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 // Stats returns the network's counters.
 func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
-	return CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
+	st := CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(),
 		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
+	if n := cn.nat64; n != nil {
+		st.NAT64Translated, st.NAT64Refused = n.translated.Load(), n.refused.Load()
+	}
+	return st
 }
 
 func (cn *CarrierNetwork) tailLossProbes() uint64 {

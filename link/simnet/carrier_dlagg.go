@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mhistack/mhistack/internal/segment"
 	"github.com/mhistack/mhistack/link/framing"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -134,6 +133,21 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 			l.cn.stats.dropped.Add(1)
 			continue
 		}
+		if nat := l.cn.nat64; nat != nil && owns(pkt.NetworkHeader().Slice()) {
+			// For the NAT64: each piece is cut, translated, then framed.
+			for !seg.Done() && !a.closed {
+				size := seg.Next()
+				if size > len(w.buf) {
+					w.buf = make([]byte, max(size, 2048))
+				}
+				seg.Write(w.buf[:size])
+				if b := w.translate(nat, w.buf[:size]); b != nil {
+					w.piece.b = b
+					l.addFramed(&w.piece, l.cn.sessionFor(b))
+				}
+			}
+			continue
+		}
 		for !seg.Done() && !a.closed {
 			l.addFramed(seg, session)
 		}
@@ -143,7 +157,7 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 
 // addFramed adds the next piece of seg's packet to the frame being
 // filled, pushing frames as they fill; a.mu is held.
-func (l *carrierLink) addFramed(seg *segment.Segmenter, session uint8) {
+func (l *carrierLink) addFramed(seg dlPiece, session uint8) {
 	a := &l.agg
 	size := seg.Next()
 	for {

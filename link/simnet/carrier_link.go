@@ -51,8 +51,43 @@ func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSu
 
 // dlWriter is what one WritePackets call works with.
 type dlWriter struct {
-	seg segment.Segmenter
-	buf []byte // one DL packet (raw IP), grown on demand
+	seg   segment.Segmenter
+	buf   []byte // one DL packet (raw IP), grown on demand
+	xl    []byte // buf translated by the NAT64, grown on demand
+	piece bytesPiece
+}
+
+// dlPiece is what addFramed takes the next DL packet from: a
+// segment.Segmenter cutting a packet of the carrier's stack, or a
+// bytesPiece (a packet the NAT64 translated).
+type dlPiece interface {
+	Next() int
+	Write(dst []byte)
+	Skip()
+}
+
+// bytesPiece is a dlPiece of one packet already in memory.
+type bytesPiece struct{ b []byte }
+
+func (p *bytesPiece) Next() int        { return len(p.b) }
+func (p *bytesPiece) Write(dst []byte) { copy(dst, p.b) }
+func (p *bytesPiece) Skip()            {}
+
+// translate gives the NAT64 the DL packet b (w.buf): the IPv6 packet it
+// made of it (in w.xl), b itself if it is not the NAT64's, or nil if the
+// NAT64 refused it.
+func (w *dlWriter) translate(nat *nat64, b []byte) []byte {
+	if nat == nil || !owns(b) {
+		return b
+	}
+	if len(w.xl) < len(b)+dlGrowth {
+		w.xl = make([]byte, max(len(b)+dlGrowth, 2048))
+	}
+	m, _ := nat.dl(w.xl, b)
+	if m == 0 {
+		return nil
+	}
+	return w.xl[:m]
 }
 
 func (l *carrierLink) writer() *dlWriter {
@@ -116,6 +151,9 @@ func (l *carrierLink) writeOut(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			}
 			b := w.buf[:size]
 			seg.Write(b)
+			if b = w.translate(l.cn.nat64, b); b == nil {
+				continue
+			}
 			if err := l.send(p, b); err != nil {
 				l.cn.stats.dropped.Add(1)
 				if n == 0 {

@@ -56,11 +56,34 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	if !isRawIP(cn.opts.Framing) {
 		cn.learnRoute(session, td)
 	}
+	translated := false
+	if n := cn.nat64; n != nil && proto == header.IPv6ProtocolNumber {
+		// IPv4 is never longer than the IPv6 it is made of.
+		if len(cn.xlUL) < len(td) {
+			cn.xlUL = make([]byte, max(len(td), 2048))
+		}
+		if m, ours := n.ul(cn.xlUL, td); ours {
+			if m == 0 {
+				return
+			}
+			td, proto, translated = cn.xlUL[:m], header.IPv4ProtocolNumber, true
+		}
+	}
 	// Echo requests are answered here, from whatever address was pinged:
 	// gVisor's promiscuous mode accepts flows to any address but answers
 	// echo requests only for its own.
 	if reply, v := echoReply(cn.echo[:0], td); v == echoReplied {
 		cn.echo = reply
+		if translated {
+			if len(cn.xlEcho) < len(reply)+dlGrowth {
+				cn.xlEcho = make([]byte, len(reply)+dlGrowth)
+			}
+			m, _ := cn.nat64.dl(cn.xlEcho, reply)
+			if m == 0 {
+				return
+			}
+			reply = cn.xlEcho[:m]
+		}
 		p := cn.ep.port.Load()
 		var err error = sim.ErrStopped
 		if p != nil {
