@@ -334,11 +334,29 @@ func (s *Stack) followCLAT(addrs []netip.Prefix) {
 	s.clatFor = v6
 	ctx, cancel := context.WithCancel(context.Background())
 	s.clatCancel = cancel
+	done := make(chan struct{})
+	s.clatDone = done
 	s.clatWG.Add(1)
 	go func() {
 		defer s.clatWG.Done()
+		defer close(done)
 		s.runCLAT(ctx, v6)
 	}()
+}
+
+// waitCLAT waits until the CLAT's discovery, if one runs, has started
+// the CLAT or given up, or ctx is done.
+func (s *Stack) waitCLAT(ctx context.Context) {
+	s.mu.Lock()
+	done := s.clatDone
+	s.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // runCLAT finds the prefix and brings the CLAT up for v6.

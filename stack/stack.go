@@ -93,6 +93,7 @@ type Stack struct {
 	// endpoint once made.
 	clatFor    netip.Addr
 	clatCancel context.CancelFunc
+	clatDone   chan struct{} // closed when the latest discovery has ended
 	clatWG     sync.WaitGroup
 	clatLink   *clatLink
 }

@@ -514,7 +514,10 @@ type APN struct {
 // DNS servers, MTU 1400) and the private "corp.mhistack"
 // (172.16.0.0/24, IPv4 only) and "v6only.mhistack", IPv6 only
 // (2001:db8:6::/56) with a NAT64 and DNS64 on the Well-Known Prefix
-// 64:ff9b::/96 (Carrier.NAT64).
+// 64:ff9b::/96 (Carrier.NAT64), and "v6only-nsp.mhistack", the same on
+// the network-specific prefix 2001:db8:464::/96, under which the
+// non-global addresses the Well-Known Prefix may not carry (TestAddr4,
+// documentation addresses; RFC 6052 §3.1) are reachable too.
 func DefaultAPNs() []APN {
 	return []APN{
 		{Name: "internet", Carrier: DefaultCarrier()},
@@ -539,6 +542,13 @@ func DefaultAPNs() []APN {
 			IPv6DNS:     []netip.Addr{netip.MustParseAddr("2001:db8:6:ff::53")},
 			MTU:         1500,
 			NAT64:       netip.MustParsePrefix("64:ff9b::/96"),
+		}},
+		{Name: "v6only-nsp.mhistack", Carrier: Carrier{
+			IPv6:        netip.MustParsePrefix("2001:db8:7::2/64"),
+			IPv6Gateway: netip.MustParseAddr("2001:db8:7::1"),
+			IPv6DNS:     []netip.Addr{netip.MustParseAddr("2001:db8:7:ff::53")},
+			MTU:         1500,
+			NAT64:       netip.MustParsePrefix("2001:db8:464::/96"),
 		}},
 	}
 }
