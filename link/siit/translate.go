@@ -44,8 +44,9 @@ const (
 	maxICMPv6Err = 1280 // RFC 4443 §2.4(c): an ICMPv6 error fits the minimum MTU
 )
 
-// RFC 7600 §4: the IPv4 source of an ICMPv4 error whose IPv6 source has
-// no IPv4 address (a router's, say).
+// dummy4 is the IPv4 dummy address 192.0.0.8 (RFC 7600, the IANA IPv4
+// special-purpose registry): the source of an ICMPv4 error whose IPv6
+// source has no IPv4 address (a router's, say).
 var dummy4 = [4]byte{192, 0, 0, 8}
 
 // Reasons for refusing a packet; preallocated so that refusing costs no
@@ -286,8 +287,8 @@ walk:
 	copy(dst6[:], p[24:40])
 	src4, ok := t.Map.To4(src6)
 	if !ok {
-		// A router's error has an IPv4 source all the same (RFC 7915
-		// §5.1, RFC 7600 §4).
+		// A router's error has an IPv4 source all the same: the
+		// dummy address.
 		if inner || nh != protoICMPv6 || len(p) <= at || p[at] >= 128 {
 			return 0, errSrc
 		}
