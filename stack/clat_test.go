@@ -191,3 +191,44 @@ func TestCLATOffLeavesAnIPv6OnlySessionWithoutIPv4(t *testing.T) {
 		t.Fatalf("CLAT running with prefix %v", p)
 	}
 }
+
+// TestCLATForceRunsOnADualStackSession: on a dual-stack session whose
+// network has a NAT64, CLATAuto leaves IPv4 native and CLATForce sends it
+// through the CLAT.
+func TestCLATForceRunsOnADualStackSession(t *testing.T) {
+	port := strconv.Itoa(echoServer(t))
+	for _, c := range []struct {
+		mode  stack.CLATMode
+		local netip.Addr
+	}{
+		{stack.CLATAuto, simnet.DefaultCarrier().IPv4.Addr()},
+		{stack.CLATForce, stack.CLATAddr4},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			car := simnet.DefaultCarrier()
+			car.NAT64 = nsp
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s, err := stack.Open(ctx, stack.Options{APN: "internet", Config: stack.Config{CLAT: c.mode},
+				Sim: stack.SimOptions{NetworkConfig: simnet.NetworkConfig{APN: "internet", Carrier: car}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if c.mode == stack.CLATForce && s.NAT64Prefix() != nsp {
+				t.Fatalf("forced CLAT runs with prefix %v, want %v", s.NAT64Prefix(), nsp)
+			}
+			if c.mode == stack.CLATAuto && s.NAT64Prefix().IsValid() {
+				t.Fatalf("CLAT runs on a dual-stack session in auto mode (prefix %v)", s.NAT64Prefix())
+			}
+			conn, err := s.DialContext(ctx, "tcp4", net.JoinHostPort(simnet.TestAddr4.String(), port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if la := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); la != c.local {
+				t.Errorf("local address %v, want %v", la, c.local)
+			}
+			echoVia(t, conn, "dual stack "+c.mode.String())
+		})
+	}
+}

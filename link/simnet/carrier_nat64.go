@@ -203,11 +203,11 @@ func (n *nat64) bind(host [16]byte, prefix int) ([4]byte, bool) {
 }
 
 // dns64Prefix returns the prefix the DNS64 on server synthesises with:
-// that of the carrier whose DNS server it is (the zero Prefix if that
-// carrier has no NAT64).
+// that of the carrier whose DNS server it is, IPv4 or IPv6 (the zero
+// Prefix if that carrier has no NAT64).
 func dns64Prefix(carriers []Carrier, server netip.Addr) siit.Prefix {
 	for _, c := range carriers {
-		for _, d := range c.IPv6DNS {
+		for _, d := range append(append([]netip.Addr(nil), c.IPv4DNS...), c.IPv6DNS...) {
 			if d == server && c.NAT64.IsValid() {
 				p, _ := siit.NewPrefix(c.NAT64)
 				return p
