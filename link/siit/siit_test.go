@@ -390,3 +390,23 @@ func BenchmarkSIITTo6TCP(b *testing.B) {
 		}
 	}
 }
+
+func TestPrefixDiscoverFindsEachRFC6052LengthAsRFC7050Section3(t *testing.T) {
+	for _, p := range []string{"2001:db8::/32", "2001:db8:100::/40", "2001:db8:122::/48", "2001:db8:122:300::/56",
+		"2001:db8:122:344::/64", "2001:db8:122:344::/96", "64:ff9b::/96"} {
+		pfx, _ := NewPrefix(netip.MustParsePrefix(p))
+		for _, a := range []netip.Addr{netip.MustParseAddr("192.0.0.170"), netip.MustParseAddr("192.0.0.171")} {
+			b, ok := pfx.EmbedAny(a.As4())
+			if !ok {
+				t.Fatalf("%s: EmbedAny(%v) refused", p, a)
+			}
+			got, ok := Discover(netip.AddrFrom16(b))
+			if !ok || got.Prefix() != pfx.Prefix() {
+				t.Errorf("Discover(%v) = %v %v, want %s", netip.AddrFrom16(b), got.Prefix(), ok, p)
+			}
+		}
+	}
+	if _, ok := Discover(netip.MustParseAddr("64:ff9b::808:808")); ok {
+		t.Error("Discover found a prefix in an address that embeds neither 192.0.0.170 nor .171")
+	}
+}
