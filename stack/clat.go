@@ -198,10 +198,18 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 			l.s.counters.clat.refused.Add(1)
 			continue
 		}
+		// An IPv4 fragment cut for the CLAT's MTU is 28 bytes longer as
+		// IPv6: 8 more than the link's MTU, so it goes as two.
+		m := 0
+		if n, m, err = siit.SplitFragment(sc.in, sc.out[:n], int(l.s.tap.MTU())); err != nil {
+			l.s.counters.clat.refused.Add(1)
+			continue
+		}
 		l.s.counters.clat.translated.Add(1)
-		p6 := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(sc.out[:n])})
-		p6.NetworkProtocolNumber = header.IPv6ProtocolNumber
-		sc.list.PushBack(p6)
+		sc.list.PushBack(ipv6Packet(sc.out[:n]))
+		if m > 0 {
+			sc.list.PushBack(ipv6Packet(sc.in[:m]))
+		}
 	}
 	sc.seg.Release()
 	if sc.list.Len() > 0 {
@@ -209,6 +217,12 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 		sc.list.Reset()
 	}
 	return pkts.Len(), nil
+}
+
+func ipv6Packet(b []byte) *gstack.PacketBuffer {
+	p := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
+	p.NetworkProtocolNumber = header.IPv6ProtocolNumber
+	return p
 }
 
 // deliver takes an IPv6 packet from the modem for the CLAT's address,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,8 +86,8 @@ func echoVia(t *testing.T, c net.Conn, msg string) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, len(msg))
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
-		t.Fatalf("echo: %q, %v", buf, err)
+	if n, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+		t.Fatalf("echo of %d bytes: %d back, %v", len(msg), n, err)
 	}
 }
 
@@ -134,7 +135,7 @@ func TestCLATCarriesIPv4OverAnIPv6OnlySession(t *testing.T) {
 	}
 	defer u.Close()
 	go func() {
-		buf := make([]byte, 2048)
+		buf := make([]byte, 65536)
 		for {
 			n, from, err := u.ReadFrom(buf)
 			if err != nil {
@@ -148,6 +149,13 @@ func TestCLATCarriesIPv4OverAnIPv6OnlySession(t *testing.T) {
 		t.Fatal(err)
 	}
 	echoVia(t, uc, "datagram over 464XLAT")
+	// A datagram larger than the MTU: IPv4 fragments, each of which
+	// becomes an IPv6 fragment 28 bytes longer.
+	uc, err = s.DialContext(ctx, "udp4", net.JoinHostPort(simnet.TestAddr4.String(), strconv.Itoa(u.LocalAddr().(*net.UDPAddr).Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoVia(t, uc, strings.Repeat("fragmented datagram ", 150))
 
 	if _, err := s.Ping(ctx, netip.MustParseAddr("203.0.113.5")); err != nil {
 		t.Errorf("ping 203.0.113.5 through the CLAT: %v", err)

@@ -410,3 +410,40 @@ func TestPrefixDiscoverFindsEachRFC6052LengthAsRFC7050Section3(t *testing.T) {
 		t.Error("Discover found a prefix in an address that embeds neither 192.0.0.170 nor .171")
 	}
 }
+
+func TestSplitFragmentKeepsTranslatedFragmentsWithinTheMTU(t *testing.T) {
+	tr := newTranslator(t, nsp)
+	// An IPv4 first fragment cut for an MTU of 1480 (the CLAT's on a
+	// 1500-byte link): 1460 bytes of payload, a multiple of 8.
+	data := make([]byte, 1460)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	// A middle fragment: its payload passes untouched.
+	in := ipv4(host4, remote4, protoUDP, 64, header.IPv4FlagMoreFragments, 1480, data)
+	out := make([]byte, 2048)
+	n, err := tr.To6(out, in)
+	if err != nil || n != 1508 {
+		t.Fatalf("To6: %d bytes, %v", n, err)
+	}
+	second := make([]byte, 2048)
+	n1, n2, err := SplitFragment(second, out[:n], 1500)
+	if err != nil || n1 > 1500 || n2 > 1500 {
+		t.Fatalf("split into %d and %d: %v", n1, n2, err)
+	}
+	a, b := header.IPv6(out[:n1]), header.IPv6(second[:n2])
+	if !a.IsValid(n1) || !b.IsValid(n2) {
+		t.Fatal("a piece is not a valid IPv6 packet")
+	}
+	fa, fb := header.IPv6Fragment(out[40:n1]), header.IPv6Fragment(second[40:n2])
+	if !fa.More() || !fb.More() || int(fa.FragmentOffset())*8 != 1480 || int(fb.FragmentOffset())*8 != 1480+n1-48 || fa.ID() != fb.ID() {
+		t.Fatalf("fragments: more %v/%v offsets %d/%d ids %d/%d", fa.More(), fb.More(), fa.FragmentOffset(), fb.FragmentOffset(), fa.ID(), fb.ID())
+	}
+	got := append(append([]byte{}, out[48:n1]...), second[48:n2]...)
+	if string(got) != string(data) {
+		t.Fatal("the pieces do not hold the fragment's payload")
+	}
+	if _, _, err := SplitFragment(second, ipv6(host6, host6, protoUDP, 64, make([]byte, 1600)), 1500); !errors.Is(err, ErrDrop) {
+		t.Fatalf("splitting a packet that is no fragment: %v", err)
+	}
+}

@@ -430,3 +430,35 @@ func adjust(c uint16, old, new uint32) uint16 {
 func pseudo(src, dst []byte, length uint32, proto byte) uint32 {
 	return sum16(src) + sum16(dst) + length>>16 + length&0xffff + uint32(proto)
 }
+
+var errSplit = fmt.Errorf("%w: cannot split into two fragments within the MTU", ErrDrop)
+
+// SplitFragment cuts p, an IPv6 fragment longer than mtu with its
+// Fragment header right after the IPv6 header (what To6 makes of an IPv4
+// fragment, 28 bytes longer than it), into two fragments of the same
+// packet: p[:n] and dst[:m], each at most mtu bytes (RFC 8200 §4.5: the
+// first piece's length a multiple of 8, M set on it). A translator
+// splits rather than drops what the IPv4 sender cut for an MTU 20 bytes
+// larger than the IPv6 path's (RFC 7915 §4.1 lets it fragment).
+func SplitFragment(dst, p []byte, mtu int) (n, m int, err error) {
+	const hl = ipv6Len + fragHdrLen
+	if len(p) <= mtu {
+		return len(p), 0, nil
+	}
+	if len(p) < hl || p[0]>>4 != 6 || p[6] != nhFragment || mtu < hl+8 {
+		return 0, 0, errSplit
+	}
+	k := (mtu - hl) &^ 7
+	rest := len(p) - hl - k
+	if rest <= 0 || hl+rest > mtu || len(dst) < hl+rest {
+		return 0, 0, errSplit
+	}
+	v := binary.BigEndian.Uint16(p[ipv6Len+2:])
+	copy(dst, p[:hl])
+	copy(dst[hl:], p[hl+k:])
+	binary.BigEndian.PutUint16(dst[4:], uint16(fragHdrLen+rest))
+	binary.BigEndian.PutUint16(dst[ipv6Len+2:], (v&^7)+uint16(k)|v&1)
+	binary.BigEndian.PutUint16(p[4:], uint16(fragHdrLen+k))
+	binary.BigEndian.PutUint16(p[ipv6Len+2:], v|1)
+	return hl + k, hl + rest, nil
+}

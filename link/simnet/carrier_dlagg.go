@@ -141,9 +141,12 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 					w.buf = make([]byte, max(size, 2048))
 				}
 				seg.Write(w.buf[:size])
-				if b := w.translate(nat, w.buf[:size]); b != nil {
-					w.piece.b = b
-					l.addFramed(&w.piece, l.cn.sessionFor(b))
+				b, extra := w.translate(nat, w.buf[:size], l.mtu)
+				for _, b := range [2][]byte{b, extra} {
+					if b != nil {
+						w.piece.b = b
+						l.addFramed(&w.piece, l.cn.sessionFor(b))
+					}
 				}
 			}
 			continue

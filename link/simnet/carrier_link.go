@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/internal/segment"
+	"github.com/mhistack/mhistack/link/siit"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -74,20 +75,26 @@ func (p *bytesPiece) Write(dst []byte) { copy(dst, p.b) }
 func (p *bytesPiece) Skip()            {}
 
 // translate gives the NAT64 the DL packet b (w.buf): the IPv6 packet it
-// made of it (in w.xl), b itself if it is not the NAT64's, or nil if the
+// made of it (in w.xl) and, for a fragment that outgrew mtu, a second
+// fragment (in w.buf); b itself if it is not the NAT64's; nil if the
 // NAT64 refused it.
-func (w *dlWriter) translate(nat *nat64, b []byte) []byte {
+func (w *dlWriter) translate(nat *nat64, b []byte, mtu uint32) (first, second []byte) {
 	if nat == nil || !owns(b) {
-		return b
+		return b, nil
 	}
 	if len(w.xl) < len(b)+dlGrowth {
 		w.xl = make([]byte, max(len(b)+dlGrowth, 2048))
 	}
 	m, _ := nat.dl(w.xl, b)
 	if m == 0 {
-		return nil
+		return nil, nil
 	}
-	return w.xl[:m]
+	n, m2, err := siit.SplitFragment(w.buf, w.xl[:m], int(mtu))
+	if err != nil {
+		nat.refused.Add(1)
+		return nil, nil
+	}
+	return w.xl[:n], w.buf[:m2]
 }
 
 func (l *carrierLink) writer() *dlWriter {
@@ -151,8 +158,17 @@ func (l *carrierLink) writeOut(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			}
 			b := w.buf[:size]
 			seg.Write(b)
-			if b = w.translate(l.cn.nat64, b); b == nil {
+			b, extra := w.translate(l.cn.nat64, b, l.mtu)
+			if b == nil {
 				continue
+			}
+			if extra != nil {
+				if err := l.send(p, b); err == nil {
+					l.cn.stats.dl.Add(1)
+				} else {
+					l.cn.stats.dropped.Add(1)
+				}
+				b = extra
 			}
 			if err := l.send(p, b); err != nil {
 				l.cn.stats.dropped.Add(1)
