@@ -19,7 +19,7 @@ func FuzzTo6(f *testing.F) {
 		ipv4(host4, remote4, protoUDP, 64, 0, 0, udpDgram(host4, remote4, "x", true)))))
 	f.Add(ipv4(host4, remote4, protoUDP, 64, header.IPv4FlagMoreFragments, 0, udpDgram(host4, remote4, "xxxxxxxx", true)))
 	tr := newTranslator(f, nsp)
-	out := make([]byte, 70000)
+	out, second := make([]byte, 70000), make([]byte, 70000)
 	f.Fuzz(func(t *testing.T, p []byte) {
 		n, err := tr.To6(out, p)
 		if err != nil {
@@ -35,6 +35,13 @@ func FuzzTo6(f *testing.F) {
 		}
 		if h.NextHeader() == protoICMPv6 && !icmp6OK(q) {
 			t.Fatalf("ICMPv6 checksum wrong in %x", q)
+		}
+		// A fragment 8 bytes over an MTU splits into two within it.
+		if mtu := n - 8; h.NextHeader() == nhFragment && mtu >= 56 {
+			n1, n2, err := SplitFragment(second, q, mtu)
+			if err == nil && (n1 > mtu || n2 > mtu || !header.IPv6(q[:n1]).IsValid(n1) || !header.IPv6(second[:n2]).IsValid(n2)) {
+				t.Fatalf("split of %x at %d: %d and %d bytes", q, mtu, n1, n2)
+			}
 		}
 	})
 }
