@@ -31,9 +31,9 @@ func TestXLATProxiesIPv4LiteralsOverAnIPv6OnlyAPN(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-apn", "v6only-nsp.mhistack", "-log-level", "warn"}, &stdout, &stderr, openModem)
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-apn", "v6only-nsp.mhistack", "-log-level", "warn"}, &stdout, &stderr, openModem)
 	}()
-	m := waitReady(t, `listening on (\S+) via sim/qcom-sdx55m, ip (\S+)\n`, done, &stdout, &stderr)
+	m := waitReady(t, `listening on (\S+) via sim/qcom-sdx55m, ip (\S+), metrics http://(\S+)/metrics\n`, done, &stdout, &stderr)
 	addr := m[1]
 	if a, err := netip.ParseAddr(m[2]); err != nil || !a.Is6() {
 		t.Fatalf("ready line says ip %s: not an IPv6-only session", m[2])
@@ -75,6 +75,12 @@ func TestXLATProxiesIPv4LiteralsOverAnIPv6OnlyAPN(t *testing.T) {
 		t.Fatalf("HTTP CONNECT %s: %v %v", target, resp, err)
 	}
 	get("HTTP CONNECT", conn, br)
+
+	e := scrape(t, m[3])
+	main := `{device="0",listen="` + addr + `"}`
+	if v := e.value(t, "mhiproxy_stack_clat_translated"+main); v < 10 {
+		t.Errorf("mhiproxy_stack_clat_translated = %v after two fetches through the CLAT", v)
+	}
 
 	cancel()
 	if code := <-done; code != 0 {
