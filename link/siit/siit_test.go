@@ -347,6 +347,11 @@ func TestSIITRefusesWhatTheRFCDrops(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
+	// 65,535 bytes of IPv6 payload are 20 too many for IPv4.
+	big := ipv6(r6, host6, protoUDP, 64, udpDgram(r6, host6, string(make([]byte, 65535-8)), true))
+	if _, err := tr.To4(make([]byte, 70000), big); !errors.Is(err, ErrDrop) {
+		t.Errorf("an IPv6 packet too long for IPv4: %v, want ErrDrop", err)
+	}
 	// Source route option (RFC 791 LSRR) in an otherwise valid packet.
 	opt := []byte{131, 7, 4, 0, 0, 0, 0, 0}
 	p := ipv4(host4, remote4, protoTCP, 64, 0, 0, tcpSeg(host4, remote4, ""))

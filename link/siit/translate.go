@@ -67,6 +67,7 @@ var (
 	errUDPZero     = fmt.Errorf("%w: fragmented UDP without checksum (RFC 7915 §4.5)", ErrDrop)
 	errUDPZero6    = fmt.Errorf("%w: IPv6 UDP without checksum (RFC 8200 §8.1)", ErrDrop)
 	errJumbo       = fmt.Errorf("%w: jumbogram", ErrDrop)
+	errTooBig      = fmt.Errorf("%w: longer than an IPv4 packet can be", ErrDrop)
 	errNested      = fmt.Errorf("%w: ICMP error inside an ICMP error", ErrDrop)
 	errSrc         = fmt.Errorf("%w: source", ErrAddress)
 	errDst         = fmt.Errorf("%w: destination", ErrAddress)
@@ -320,6 +321,9 @@ walk:
 		}
 	}
 	total := ipv4Min + n
+	if total > 0xffff {
+		return 0, errTooBig
+	}
 	if inner {
 		total = ipv4Min + plen - (at - ipv6Len)
 	}
