@@ -31,6 +31,18 @@ type Config struct {
 	TCP    TCPOptions
 	Limits Limits
 
+	// CLAT says when the stack runs its CLAT, the host side of 464XLAT
+	// (RFC 6877): on a session with IPv6 only (CLATAuto, the default),
+	// also on a dual-stack one (CLATForce), or never (CLATOff). The CLAT
+	// gives the stack the IPv4 address CLATAddr4 and the IPv4 routes,
+	// and translates IPv4 to IPv6 for the network's NAT64 (docs/STACK.md,
+	// "464XLAT"). It follows the data session of Open; a stack made
+	// with New has none.
+	CLAT CLATMode
+	// NAT64Prefix is the NAT64 prefix the CLAT uses (zero: discovered
+	// as RFC 7050 says, from the AAAA records of ipv4only.arpa).
+	NAT64Prefix netip.Prefix
+
 	// TXQueueLen is the length, in packets, of the transmit queue in
 	// front of the link (gVisor's fifo queueing discipline; Linux's
 	// txqueuelen and qdisc): the stack's goroutines queue their packets

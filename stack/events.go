@@ -18,6 +18,7 @@ const (
 	EventMTUChanged                          // Event.MTU is the new MTU
 	EventDNSChanged                          // Event.DNS are the new servers
 	EventSession                             // a step of the data session (Event.Session, Event.Err)
+	EventCLAT                                // the CLAT runs with NAT64 prefix Event.Prefix, stopped (zero Prefix), or did not start (Event.Err)
 )
 
 func (k EventKind) String() string {
@@ -36,6 +37,8 @@ func (k EventKind) String() string {
 		return "dns-changed"
 	case EventSession:
 		return "session"
+	case EventCLAT:
+		return "clat"
 	}
 	return fmt.Sprintf("event-%d", int(k))
 }

@@ -328,6 +328,8 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 	}
 	m.mu.Unlock()
 	f.attach(s)
+	// An IPv6-only session is not ready for IPv4 before its CLAT is.
+	s.waitCLAT(ctx)
 	return s, nil
 }
 

@@ -506,6 +506,7 @@ func (f *follower) apply(ip mbim.IPConfig) {
 	}
 	s.SetDNSServers(append(append([]netip.Addr(nil), ip.IPv4DNS...), ip.IPv6DNS...))
 	s.SetMTU(mtuOf(ip))
+	s.followCLAT(s.Addresses())
 	// Held packets from addresses the session no longer has would only
 	// be dropped by the network.
 	s.setLinkUp(true, slices.Equal(before, s.Addresses()))

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,6 +87,15 @@ type Stack struct {
 	dialing   dialSet
 	listeners listenTable
 	counters  counters
+
+	// The CLAT (clat.go), under mu: the address its discovery or run is
+	// for, what cancels that discovery, its goroutine, and its NIC's
+	// endpoint once made.
+	clatFor    netip.Addr
+	clatCancel context.CancelFunc
+	clatDone   chan struct{} // closed when the latest discovery has ended
+	clatWG     sync.WaitGroup
+	clatLink   *clatLink
 }
 
 // New builds a stack over ep (the modem's link.Endpoint, or any gVisor
@@ -201,7 +211,11 @@ func (s *Stack) Close() error {
 	close(s.done)
 	s.endBridgeLocked()
 	tr := s.http
+	if s.clatCancel != nil {
+		s.clatCancel()
+	}
 	s.mu.Unlock()
+	s.clatWG.Wait()
 	if tr != nil {
 		tr.CloseIdleConnections()
 	}
@@ -349,15 +363,22 @@ func withLinkLocal(prefixes []netip.Prefix) []netip.Prefix {
 	return out
 }
 
+// setRoutes sets the routes, all over the modem, except IPv4 routes while
+// the CLAT runs: those go to its NIC.
 func (s *Stack) setRoutes(routes []netip.Prefix) {
 	var rt []tcpip.Route
+	clat := s.tap.clat.Load() != nil
 	for _, r := range routes {
 		r = r.Masked()
 		sub, err := tcpip.NewSubnet(tcpip.AddrFromSlice(r.Addr().AsSlice()), tcpip.MaskFromBytes(netMask(r)))
 		if err != nil {
 			continue
 		}
-		rt = append(rt, tcpip.Route{Destination: sub, NIC: nicID})
+		nic := nicID
+		if clat && r.Addr().Is4() {
+			nic = clatNIC
+		}
+		rt = append(rt, tcpip.Route{Destination: sub, NIC: nic})
 	}
 	s.gs.SetRouteTable(rt)
 }
@@ -505,6 +526,11 @@ func (s *Stack) SetMTU(mtu uint32) {
 		return
 	}
 	s.gs.SetNICMTU(nicID, mtu)
+	s.mu.Lock()
+	if s.clatLink != nil {
+		s.gs.SetNICMTU(clatNIC, s.clatMTU(mtu))
+	}
+	s.mu.Unlock()
 	s.events.push(Event{Kind: EventMTUChanged, MTU: mtu})
 }
 

@@ -9,6 +9,7 @@ import (
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
 	bridges, bridgeExpiries                                        atomic.Uint64
+	clat                                                           clatCounters
 }
 
 // Stats are the stack's counters, its TCP/IP counters and, when the link
@@ -33,6 +34,11 @@ type Stats struct {
 	// BridgeExpiries those it gave up on after 5 s (the interface was
 	// then disabled and what was held dropped).
 	Bridges, BridgeExpiries uint64
+	// CLATTranslated counts the packets the CLAT translated (IPv4 to
+	// IPv6 and back, docs/STACK.md "464XLAT"); CLATRefused those it
+	// dropped: refused by the translator as RFC 7915 says, or sent while
+	// no CLAT ran.
+	CLATTranslated, CLATRefused uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -62,6 +68,8 @@ func (s *Stack) Stats() Stats {
 		AddressAborts:  s.counters.addrAborts.Load(),
 		Bridges:        s.counters.bridges.Load(),
 		BridgeExpiries: s.counters.bridgeExpiries.Load(),
+		CLATTranslated: s.counters.clat.translated.Load(),
+		CLATRefused:    s.counters.clat.refused.Load(),
 	}
 	gs := s.gs.Stats()
 	if info, ok := s.gs.NICInfo()[nicID]; ok {

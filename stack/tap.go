@@ -10,6 +10,7 @@ import (
 	"github.com/mhistack/mhistack/link"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 )
@@ -21,6 +22,10 @@ type tap struct {
 	nested.Endpoint
 	mu   sync.Mutex // serializes CapturePcap and its stop
 	pcap atomic.Pointer[link.Tap]
+	// clat is the running CLAT (nil: none) and xlat its NIC's link
+	// endpoint, which takes the IPv6 packets for the CLAT's address.
+	clat atomic.Pointer[clatState]
+	xlat atomic.Pointer[clatLink]
 }
 
 func newTap(lower gstack.LinkEndpoint) *tap {
@@ -34,6 +39,9 @@ func newTap(lower gstack.LinkEndpoint) *tap {
 func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstack.PacketBuffer) {
 	if w := t.pcap.Load(); w != nil {
 		w.WritePacketBuffer(pkt)
+	}
+	if c := t.clat.Load(); c != nil && proto == header.IPv6ProtocolNumber && t.xlat.Load().deliver(c, pkt) {
+		return
 	}
 	t.Endpoint.DeliverNetworkPacket(proto, pkt)
 }

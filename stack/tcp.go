@@ -336,14 +336,14 @@ func (s *Stack) dialTCP(ctx context.Context, laddr, raddr netip.AddrPort) (*TCPC
 	defer wq.EventUnregister(&we)
 	ep.SocketOptions().SetDelayOption(s.cfg.TCP.Delay)
 	if laddr.IsValid() {
-		if terr := ep.Bind(fullAddr(laddr)); terr != nil {
+		if terr := ep.Bind(s.fullAddr(laddr)); terr != nil {
 			ep.Close()
 			return nil, errnoOf(terr)
 		}
 	}
 	d := s.dialing.add(ep)
 	defer s.dialing.remove(d)
-	terr = ep.Connect(fullAddr(raddr))
+	terr = ep.Connect(s.fullAddr(raddr))
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-d.abort:
@@ -380,12 +380,17 @@ func (e *timeoutError) Unwrap() []error {
 	return []error{e.err, os.ErrDeadlineExceeded, syscall.ETIMEDOUT}
 }
 
-func fullAddr(ap netip.AddrPort) tcpip.FullAddress {
+// fullAddr is ap on the NIC its family goes over: the modem's, or for
+// IPv4 the CLAT's while it runs.
+func (s *Stack) fullAddr(ap netip.AddrPort) tcpip.FullAddress {
 	a := ap.Addr().Unmap()
 	fa := tcpip.FullAddress{Port: ap.Port()}
 	if a.IsValid() && !a.IsUnspecified() {
 		fa.Addr = tcpip.AddrFromSlice(a.AsSlice())
 		fa.NIC = nicID
+		if a.Is4() && s.tap.clat.Load() != nil {
+			fa.NIC = clatNIC
+		}
 	}
 	return fa
 }
@@ -447,7 +452,7 @@ func (s *Stack) listenTCP(network string, laddr netip.AddrPort) (*TCPListener, e
 	// TIME-WAIT (as Go's SO_REUSEADDR on Linux); conflicts between
 	// listeners are refused by the stack's own table (listenReg).
 	ep.SocketOptions().SetReuseAddress(true)
-	if terr := ep.Bind(fullAddr(laddr)); terr != nil {
+	if terr := ep.Bind(s.fullAddr(laddr)); terr != nil {
 		ep.Close()
 		return nil, opErr(errnoOf(terr))
 	}

@@ -388,13 +388,13 @@ func (s *Stack) datagram(c *dgram, tp tcpip.TransportProtocolNumber, network str
 		ep.SocketOptions().SetV6Only(false)
 	}
 	if laddr.IsValid() {
-		if terr := ep.Bind(fullAddr(laddr)); terr != nil {
+		if terr := ep.Bind(s.fullAddr(laddr)); terr != nil {
 			ep.Close()
 			return opErr(errnoOf(terr))
 		}
 	}
 	if raddr.IsValid() {
-		if terr := ep.Connect(fullAddr(raddr)); terr != nil {
+		if terr := ep.Connect(s.fullAddr(raddr)); terr != nil {
 			ep.Close()
 			return opErr(errnoOf(terr))
 		}

@@ -151,6 +151,10 @@ type CarrierNetwork struct {
 	routes  atomic.Pointer[[]dlRoute]
 	routeMu sync.Mutex
 
+	nat64  *nat64 // nil when no APN has a NAT64
+	xlUL   []byte // the translated UL packet; only Receive uses it
+	xlEcho []byte // the translated echo reply; only Receive uses it
+
 	stats  carrierCounters
 	chunks relayChunks // the forwarded flows' relay chunks
 	tlp    *tailProber // nil with NoTailLossProbe
@@ -195,6 +199,11 @@ type CarrierStats struct {
 	// dropped and why, delivered, and the queue delay. ULPackets count
 	// the host's packets before the model, DLPackets after it.
 	RadioDown, RadioUp radio.Stats
+	// NAT64Translated counts packets the NAT64 translated (both ways,
+	// Carrier.NAT64); NAT64Refused those it dropped: refused by the
+	// translator (RFC 7915, RFC 6052 §3.1) or for a pool address with no
+	// binding.
+	NAT64Translated, NAT64Refused uint64
 }
 
 type carrierCounters struct {
@@ -234,6 +243,11 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	for _, a := range opts.APNs {
 		mtu = max(mtu, a.Carrier.MTU)
 	}
+	nat, err := newNAT64(append([]Carrier{opts.Carrier}, apnCarriers(opts.APNs)...))
+	if err != nil {
+		return nil, errors.New("simnet: carrier network: NAT64: " + err.Error())
+	}
+	cn.nat64 = nat
 	cn.ep = &carrierLink{cn: cn, mtu: mtu}
 	cn.sessions = 256
 	if l, ok := opts.Framing.(framing.SessionLimit); ok {
@@ -339,7 +353,7 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		}
 		cn.dnsConns = append(cn.dnsConns, uc)
 		cn.wg.Add(1)
-		go cn.serveDNS(uc)
+		go cn.serveDNS(uc, dns64Prefix(append([]Carrier{opts.Carrier}, apnCarriers(opts.APNs)...), a))
 	}
 	return cn, nil
 }
@@ -368,6 +382,9 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
 	if cn.radio != nil {
 		st.RadioDown, st.RadioUp = cn.radio.Stats(radio.Down), cn.radio.Stats(radio.Up)
+	}
+	if n := cn.nat64; n != nil {
+		st.NAT64Translated, st.NAT64Refused = n.translated.Load(), n.refused.Load()
 	}
 	return st
 }

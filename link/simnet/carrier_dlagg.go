@@ -137,6 +137,24 @@ func (l *carrierLink) writeFramed(pkts stack.PacketBufferList) (int, tcpip.Error
 			l.cn.stats.dropped.Add(1)
 			continue
 		}
+		if nat := l.cn.nat64; nat != nil && owns(pkt.NetworkHeader().Slice()) {
+			// For the NAT64: each piece is cut, translated, then framed.
+			for !seg.Done() && !a.closed {
+				size := seg.Next()
+				if size > len(w.buf) {
+					w.buf = make([]byte, max(size, 2048))
+				}
+				seg.Write(w.buf[:size])
+				b, extra := w.translate(nat, w.buf[:size], l.mtu)
+				for _, b := range [2][]byte{b, extra} {
+					if b != nil {
+						w.piece.b = b
+						l.addFramed(&w.piece, l.cn.sessionFor(b))
+					}
+				}
+			}
+			continue
+		}
 		for !seg.Done() && !a.closed {
 			l.addFramed(seg, session)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/internal/segment"
+	"github.com/mhistack/mhistack/link/siit"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -54,8 +55,33 @@ func (l *carrierLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSu
 
 // dlWriter is what one WritePackets call works with.
 type dlWriter struct {
-	seg segment.Segmenter
-	buf []byte // one DL packet (raw IP), grown on demand
+	seg   segment.Segmenter
+	buf   []byte // one DL packet (raw IP), grown on demand
+	xl    []byte // buf translated by the NAT64, grown on demand
+	piece bytesPiece
+}
+
+// translate gives the NAT64 the DL packet b (w.buf): the IPv6 packet it
+// made of it (in w.xl) and, for a fragment that outgrew mtu, a second
+// fragment (in w.buf); b itself if it is not the NAT64's; nil if the
+// NAT64 refused it.
+func (w *dlWriter) translate(nat *nat64, b []byte, mtu uint32) (first, second []byte) {
+	if nat == nil || !owns(b) {
+		return b, nil
+	}
+	if len(w.xl) < len(b)+dlGrowth {
+		w.xl = make([]byte, max(len(b)+dlGrowth, 2048))
+	}
+	m, _ := nat.dl(w.xl, b)
+	if m == 0 {
+		return nil, nil
+	}
+	n, m2, err := siit.SplitFragment(w.buf, w.xl[:m], int(mtu))
+	if err != nil {
+		nat.refused.Add(1)
+		return nil, nil
+	}
+	return w.xl[:n], w.buf[:m2]
 }
 
 func (l *carrierLink) writer() *dlWriter {
@@ -122,6 +148,18 @@ func (l *carrierLink) writeOut(pkts stack.PacketBufferList) (int, tcpip.Error) {
 			}
 			b := w.buf[:size]
 			seg.Write(b)
+			b, extra := w.translate(l.cn.nat64, b, l.mtu)
+			if b == nil {
+				continue
+			}
+			if extra != nil {
+				if err := l.send(p, b); err == nil {
+					l.cn.stats.dl.Add(1)
+				} else {
+					l.cn.stats.dropped.Add(1)
+				}
+				b = extra
+			}
 			if err := l.send(p, b); err != nil {
 				l.cn.stats.dropped.Add(1)
 				if n == 0 {

@@ -10,8 +10,8 @@ import (
 // The radio model (CarrierOptions.Radio) sits on the network's side of
 // the modem, where a cell's air interface and its queues are:
 //
-//	UL: Receive → receivePacket → radio (Up) → radioUp → ingest → rxLoop → gVisor
-//	DL: gVisor → WritePackets → writeRadio → radio (Down) → radioDown → Port.Send / DL aggregation
+//	UL: Receive → receivePacket → radio (Up) → radioUp → ingest (NAT64) → rxLoop → gVisor
+//	DL: gVisor → WritePackets → writeRadio (NAT64) → radio (Down) → radioDown → Port.Send / DL aggregation
 //
 // The model copies each packet in and hands it back on its own
 // goroutine per direction, so neither the device goroutine nor gVisor's
@@ -64,8 +64,24 @@ func (l *carrierLink) writeRadio(pkts stack.PacketBufferList) (int, tcpip.Error)
 			}
 			b := w.buf[:size]
 			seg.Write(b)
-			if err := l.cn.radio.Send(radio.Down, uint32(session), b); err != nil {
-				return 0, &tcpip.ErrClosedForSend{}
+			if l.cn.nat64 == nil {
+				if err := l.cn.radio.Send(radio.Down, uint32(session), b); err != nil {
+					return 0, &tcpip.ErrClosedForSend{}
+				}
+				continue
+			}
+			// The NAT64 is the network's: it translates before the radio.
+			b, extra := w.translate(l.cn.nat64, b, l.mtu)
+			for _, b := range [2][]byte{b, extra} {
+				if b == nil {
+					continue
+				}
+				if framed {
+					session = l.cn.sessionFor(b)
+				}
+				if err := l.cn.radio.Send(radio.Down, uint32(session), b); err != nil {
+					return 0, &tcpip.ErrClosedForSend{}
+				}
 			}
 		}
 	}

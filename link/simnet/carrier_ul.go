@@ -73,13 +73,37 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 // ingest hands one UL packet to the network: an echo request is answered
 // at once, anything else is queued for rxLoop. It runs on the device
 // goroutine, or with a radio model on the model's UL goroutine (never
-// both: with a model every UL packet takes that path).
+// both: with a model every UL packet takes that path). The NAT64, part of
+// the network, translates after the radio.
 func (cn *CarrierNetwork) ingest(session uint8, proto tcpip.NetworkProtocolNumber, td []byte) {
+	translated := false
+	if n := cn.nat64; n != nil && proto == header.IPv6ProtocolNumber {
+		// IPv4 is never longer than the IPv6 it is made of.
+		if len(cn.xlUL) < len(td) {
+			cn.xlUL = make([]byte, max(len(td), 2048))
+		}
+		if m, ours := n.ul(cn.xlUL, td); ours {
+			if m == 0 {
+				return
+			}
+			td, proto, translated = cn.xlUL[:m], header.IPv4ProtocolNumber, true
+		}
+	}
 	// Echo requests are answered here, from whatever address was pinged:
 	// gVisor's promiscuous mode accepts flows to any address but answers
 	// echo requests only for its own.
 	if reply, v := echoReply(cn.echo[:0], td); v == echoReplied {
 		cn.echo = reply
+		if translated {
+			if len(cn.xlEcho) < len(reply)+dlGrowth {
+				cn.xlEcho = make([]byte, len(reply)+dlGrowth)
+			}
+			m, _ := cn.nat64.dl(cn.xlEcho, reply)
+			if m == 0 {
+				return
+			}
+			reply = cn.xlEcho[:m]
+		}
 		if cn.radio != nil {
 			// The reply crosses the model's DL like any packet.
 			cn.stats.echoes.Add(1)

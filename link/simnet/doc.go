@@ -14,7 +14,8 @@
 //     aggregation on a framed pair and its sender goroutine),
 //     carrier_routes.go (which session a DL packet goes on),
 //     carrier_forward.go and carrier_relay.go (flows to the host's
-//     sockets), carrier_timewait.go, carrier_dns.go;
+//     sockets), carrier_timewait.go, carrier_dns.go (and DNS64),
+//     carrier_nat64.go (the NAT64 of an IPv6-only APN, over link/siit);
 //   - MBIMFunction and QMIFunction: the control functions on the "MBIM"
 //     and "QMI" pairs (mbim*.go, qmi.go), over one Network (SIM, radio,
 //     registration, packet service, APNs and carrier; network.go);

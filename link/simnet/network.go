@@ -557,6 +557,16 @@ type Carrier struct {
 	IPv6Gateway netip.Addr
 	IPv6DNS     []netip.Addr
 	MTU         uint32
+	// NAT64, when set, is the RFC 6052 prefix (64:ff9b::/96, the
+	// Well-Known Prefix, or a network-specific one of length 32, 40, 48,
+	// 56, 64 or 96) of the carrier's NAT64 and DNS64 for this APN, as an
+	// IPv6-only APN has (RFC 6877 §6.1): IPv6 packets to the prefix are
+	// translated (link/siit) to IPv4 from an address of NAT64Pool and
+	// forwarded like the host's own IPv4, and the APN's IPv6 DNS
+	// servers synthesise AAAA records under it for names with only A
+	// records (RFC 6147 §5.1), ipv4only.arpa included (RFC 7050 §2.2).
+	// The session does not report it: the host discovers it (RFC 7050).
+	NAT64 netip.Prefix
 }
 
 // APN is an access point name the emulated network serves, with its
@@ -570,7 +580,12 @@ type APN struct {
 // builds serves: "internet" (DefaultCarrier, 10.0.0.0/24 and
 // 2001:db8:64::/56), "ims" (10.64.0.0/24 and 2001:db8:1a5::/56, its own
 // DNS servers, MTU 1400) and the private "corp.mhistack"
-// (172.16.0.0/24, IPv4 only).
+// (172.16.0.0/24, IPv4 only) and "v6only.mhistack", IPv6 only
+// (2001:db8:6::/56) with a NAT64 and DNS64 on the Well-Known Prefix
+// 64:ff9b::/96 (Carrier.NAT64), and "v6only-nsp.mhistack", the same on
+// the network-specific prefix 2001:db8:464::/96, under which the
+// non-global addresses the Well-Known Prefix may not carry (TestAddr4,
+// documentation addresses; RFC 6052 §3.1) are reachable too.
 func DefaultAPNs() []APN {
 	return []APN{
 		{Name: "internet", Carrier: DefaultCarrier()},
@@ -588,6 +603,20 @@ func DefaultAPNs() []APN {
 			IPv4Gateway: netip.MustParseAddr("172.16.0.1"),
 			IPv4DNS:     []netip.Addr{netip.MustParseAddr("172.16.255.53")},
 			MTU:         1500,
+		}},
+		{Name: "v6only.mhistack", Carrier: Carrier{
+			IPv6:        netip.MustParsePrefix("2001:db8:6::2/64"),
+			IPv6Gateway: netip.MustParseAddr("2001:db8:6::1"),
+			IPv6DNS:     []netip.Addr{netip.MustParseAddr("2001:db8:6:ff::53")},
+			MTU:         1500,
+			NAT64:       netip.MustParsePrefix("64:ff9b::/96"),
+		}},
+		{Name: "v6only-nsp.mhistack", Carrier: Carrier{
+			IPv6:        netip.MustParsePrefix("2001:db8:7::2/64"),
+			IPv6Gateway: netip.MustParseAddr("2001:db8:7::1"),
+			IPv6DNS:     []netip.Addr{netip.MustParseAddr("2001:db8:7:ff::53")},
+			MTU:         1500,
+			NAT64:       netip.MustParsePrefix("2001:db8:464::/96"),
 		}},
 	}
 }
