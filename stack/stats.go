@@ -8,7 +8,7 @@ import (
 
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
-	bridges, bridgeExpiries                                        atomic.Uint64
+	bridges, bridgeExpiries, tailProbes                            atomic.Uint64
 }
 
 // Stats are the stack's counters, its TCP/IP counters and, when the link
@@ -33,6 +33,9 @@ type Stats struct {
 	// BridgeExpiries those it gave up on after 5 s (the interface was
 	// then disabled and what was held dropped).
 	Bridges, BridgeExpiries uint64
+	// TailProbes counts the one-byte TCP probes sent when a bridged
+	// session came back (TCPOptions.NoTailProbe, docs/STACK.md).
+	TailProbes uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -62,6 +65,7 @@ func (s *Stack) Stats() Stats {
 		AddressAborts:  s.counters.addrAborts.Load(),
 		Bridges:        s.counters.bridges.Load(),
 		BridgeExpiries: s.counters.bridgeExpiries.Load(),
+		TailProbes:     s.counters.tailProbes.Load(),
 	}
 	gs := s.gs.Stats()
 	if info, ok := s.gs.NICInfo()[nicID]; ok {

@@ -21,6 +21,9 @@ type tap struct {
 	nested.Endpoint
 	mu   sync.Mutex // serializes CapturePcap and its stop
 	pcap atomic.Pointer[link.Tap]
+	// tails records the TCP segments sent, for the probes after an
+	// outage (nil with TCPOptions.NoTailProbe).
+	tails *tailTable
 }
 
 func newTap(lower gstack.LinkEndpoint) *tap {
@@ -44,6 +47,9 @@ func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 		for _, p := range pkts.AsSlice() {
 			w.WritePacketBuffer(p)
 		}
+	}
+	if t.tails != nil {
+		t.tails.record(pkts.AsSlice())
 	}
 	return t.Endpoint.WritePackets(pkts)
 }
