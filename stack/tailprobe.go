@@ -25,8 +25,9 @@ import (
 // So the stack keeps, per TCP flow it sends data on, the last bytes of
 // its newest segments, and when the session comes back after an outage
 // (setLinkUp ending a bridge) it sends each flow that sent data shortly
-// before or during the outage a one-byte copy of each of them, newest
-// first, after what the link held. A peer that has them answers a
+// before or during the outage, and whose newest byte the peer has not
+// acknowledged, a one-byte copy of each of them, newest first, after
+// what the link held. A peer that has them answers a
 // duplicate with an ACK at once, not rate-limited (RFC 9293 §3.10.7.4;
 // gVisor's maybeSendOutOfWindowAck, Linux's tcp_data_queue: a segment
 // with data always gets one), and that ACK tells the sender what the lost
@@ -72,10 +73,17 @@ type tailFlow struct {
 	points       [tailPoints]tailPoint // points[n-1] newest
 	n            int
 	lastData     time.Time
+	// peerAck is the highest cumulative ACK received from the peer
+	// (hasPeerAck: one was): a flow whose newest byte it covers needs
+	// no probe.
+	peerAck    uint32
+	hasPeerAck bool
 }
 
 // tailTable records the TCP segments the stack sends (tap.WritePackets,
-// on the transmit queue's goroutine or the senders' own).
+// on the transmit queue's goroutine or the senders' own) and the ACKs
+// it receives (tap.DeliverNetworkPacket, on the link's delivery
+// goroutine); mu is held for one batch or packet at a time.
 type tailTable struct {
 	mu    sync.Mutex
 	seed  maphash.Seed
@@ -153,6 +161,54 @@ func (t *tailTable) recordLocked(p *gstack.PacketBuffer, now time.Time) {
 	}
 }
 
+// received notes the peer's ACK in a TCP segment the stack received
+// (tap.DeliverNetworkPacket, before gVisor has parsed it), read in place.
+func (t *tailTable) received(proto tcpip.NetworkProtocolNumber, p *gstack.PacketBuffer) {
+	var src, dst tcpip.Address
+	var tcp header.TCP
+	switch proto {
+	case header.IPv4ProtocolNumber:
+		b, ok := p.Data().PullUp(header.IPv4MinimumSize)
+		if !ok {
+			return
+		}
+		ip := header.IPv4(b)
+		hl := int(ip.HeaderLength())
+		if ip.Protocol() != uint8(header.TCPProtocolNumber) || hl < header.IPv4MinimumSize || ip.FragmentOffset() != 0 {
+			return
+		}
+		if b, ok = p.Data().PullUp(hl + header.TCPMinimumSize); !ok {
+			return
+		}
+		ip = header.IPv4(b)
+		src, dst, tcp = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[hl:])
+	case header.IPv6ProtocolNumber:
+		b, ok := p.Data().PullUp(header.IPv6MinimumSize + header.TCPMinimumSize)
+		if !ok {
+			return
+		}
+		ip := header.IPv6(b)
+		if ip.TransportProtocol() != header.TCPProtocolNumber {
+			return
+		}
+		src, dst, tcp = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[header.IPv6MinimumSize:])
+	default:
+		return
+	}
+	if !tcp.Flags().Contains(header.TCPFlagAck) {
+		return
+	}
+	// The peer's segment: its destination is the flow's source.
+	t.mu.Lock()
+	f := &t.flows[t.slot(dst, src, tcp.DestinationPort(), tcp.SourcePort())]
+	if f.used && f.is(dst, src, tcp.DestinationPort(), tcp.SourcePort()) {
+		if a := tcp.AckNumber(); !f.hasPeerAck || int32(a-f.peerAck) > 0 {
+			f.peerAck, f.hasPeerAck = a, true
+		}
+	}
+	t.mu.Unlock()
+}
+
 // add appends a point if it is beyond the newest: retransmissions and
 // probes do not move the tail (nor its time).
 func (f *tailFlow) add(seq uint32, b byte) bool {
@@ -218,14 +274,15 @@ func payloadByte(p *gstack.PacketBuffer, off int) byte {
 	return 0
 }
 
-// probes builds the probes of every flow that sent new data since since,
-// as IP packets.
+// probes builds the probes of every flow that sent new data since since
+// and has not had its newest byte acknowledged, as IP packets.
 func (t *tailTable) probes(since time.Time) (v4, v6 [][]byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.flows {
 		f := &t.flows[i]
-		if !f.used || f.n == 0 || f.lastData.Before(since) {
+		if !f.used || f.n == 0 || f.lastData.Before(since) ||
+			f.hasPeerAck && int32(f.peerAck-(f.points[f.n-1].seq+1)) >= 0 {
 			continue
 		}
 		for k := f.n - 1; k >= 0; k-- {

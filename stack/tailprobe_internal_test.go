@@ -77,7 +77,41 @@ func TestTailProbesCarryTheLastBytesOfTheNewestSegments(t *testing.T) {
 	}
 }
 
-// Recording is on the transmit path of every packet: no allocation.
+// peerACK is a pure ACK from the peer of tcpPacket's flow, as the link
+// delivers it (raw, no header parsed).
+func peerACK(ack uint32) *gstack.PacketBuffer {
+	b := make([]byte, header.IPv4MinimumSize+header.TCPMinimumSize)
+	ip := header.IPv4(b)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1})})
+	header.TCP(b[header.IPv4MinimumSize:]).Encode(&header.TCPFields{SrcPort: 80, DstPort: 1000, SeqNum: 7, AckNum: ack,
+		DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 1000})
+	return gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
+}
+
+// A flow whose newest byte the peer has acknowledged gets no probes: its
+// ACKs were not lost.
+func TestTailProbesSkipAFlowThePeerAcknowledged(t *testing.T) {
+	tt := newTailTable()
+	p := tcpPacket(1000, 100, true)
+	tt.record([]*gstack.PacketBuffer{p})
+	p.DecRef()
+	since := tt.flows[tt.slot(tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), tcpip.AddrFrom4([4]byte{10, 0, 0, 2}), 1000, 80)].lastData.Add(-1)
+	for _, c := range []struct {
+		ack    uint32
+		probes int
+	}{{1050, 1}, {1100, 0}} { // one point: the segment's last byte, 1099
+		a := peerACK(c.ack)
+		tt.received(header.IPv4ProtocolNumber, a)
+		a.DecRef()
+		if v4, _ := tt.probes(since); len(v4) != c.probes {
+			t.Errorf("after the peer's ACK of %d: %d probes, want %d", c.ack, len(v4), c.probes)
+		}
+	}
+}
+
+// Recording is on the transmit path of every packet, and reading the
+// peer's ACK on the receive path: no allocation.
 func TestTailRecordDoesNotAllocate(t *testing.T) {
 	tt := newTailTable()
 	p := tcpPacket(1, 1400, true)
@@ -85,6 +119,11 @@ func TestTailRecordDoesNotAllocate(t *testing.T) {
 	pkts := []*gstack.PacketBuffer{p}
 	if n := testing.AllocsPerRun(100, func() { tt.record(pkts) }); n != 0 {
 		t.Errorf("%v allocations per record, want 0", n)
+	}
+	a := peerACK(1)
+	defer a.DecRef()
+	if n := testing.AllocsPerRun(100, func() { tt.received(header.IPv4ProtocolNumber, a) }); n != 0 {
+		t.Errorf("%v allocations per received ACK, want 0", n)
 	}
 }
 
@@ -96,6 +135,26 @@ func FuzzTSOption(f *testing.F) {
 		ok, val, ecr := tsOption(o)
 		if p := header.ParseTCPOptions(o); ok && p.TS && (p.TSVal != val || p.TSEcr != ecr) {
 			t.Errorf("tsOption %d %d, ParseTCPOptions %d %d", val, ecr, p.TSVal, p.TSEcr)
+		}
+	})
+}
+
+// received reads what the network sent: any bytes, no panic.
+func FuzzTailReceived(f *testing.F) {
+	a := peerACK(5)
+	f.Add(a.ToView().AsSlice())
+	a.DecRef()
+	f.Add([]byte{0x45, 0, 0, 20})
+	f.Add(make([]byte, 60))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tt := newTailTable()
+		p := tcpPacket(1000, 10, false)
+		tt.record([]*gstack.PacketBuffer{p})
+		p.DecRef()
+		for _, proto := range []tcpip.NetworkProtocolNumber{header.IPv4ProtocolNumber, header.IPv6ProtocolNumber} {
+			pkt := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
+			tt.received(proto, pkt)
+			pkt.DecRef()
 		}
 	})
 }

@@ -38,6 +38,9 @@ func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstac
 	if w := t.pcap.Load(); w != nil {
 		w.WritePacketBuffer(pkt)
 	}
+	if t.tails != nil {
+		t.tails.received(proto, pkt)
+	}
 	t.Endpoint.DeliverNetworkPacket(proto, pkt)
 }
 
