@@ -207,6 +207,9 @@ type Fault struct {
 	Resumed time.Duration
 	// IsSysErr says the fault is a SYS_ERR.
 	IsSysErr bool
+	// CarrierProbes are the tail loss probes the emulated network sent
+	// from the fault's start until Resumed (simnet.CarrierStats).
+	CarrierProbes uint64
 }
 
 // Outage is the fault's window, as the injector caused it.
@@ -357,6 +360,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 		tw := time.Now()
 		waitAll("before "+f.name, func(d, u int64) bool { return d >= mid && u >= mid })
 		fr := Fault{Name: f.name, Before: time.Since(tw), Start: time.Since(start), IsSysErr: len(f.name) > 7 && f.name[:7] == "SYS_ERR"}
+		probes0 := p.carrier.Stats().TailLossProbes
 		if cfg.NoFaults {
 			g.release(int64(k+2) * segment)
 		} else {
@@ -373,6 +377,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 			return (d >= d0+step || d == per) && (u >= u0+step || u == per)
 		})
 		fr.Resumed = time.Since(t1)
+		fr.CarrierProbes = p.carrier.Stats().TailLossProbes - probes0
 		res.Faults = append(res.Faults, fr)
 	}
 	g.release(per)
