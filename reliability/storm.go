@@ -145,6 +145,12 @@ type StormConfig struct {
 	// NoTailLossProbe runs the emulated network's TCP without its tail
 	// loss probe (simnet.CarrierOptions.NoTailLossProbe), for comparison.
 	NoTailLossProbe bool
+	// StackRACK turns gVisor's RACK-TLP on in mhistack's stack
+	// (stack.TCPOptions.RACK), for comparison with its default.
+	StackRACK bool
+	// NoStackTailProbe turns off the stack's probes after a bridged
+	// outage (stack.TCPOptions.NoTailProbe), for comparison.
+	NoStackTailProbe bool
 }
 
 // Sample is the pipeline's progress at one moment of a storm run, taken
@@ -163,20 +169,27 @@ const SampleEvery = 250 * time.Microsecond
 
 // TCPCounters are one TCP's loss-recovery counters (gVisor's stack-wide
 // statistics).
-type TCPCounters struct{ Timeouts, Retransmits, SACKRecoveries, FastRetransmits uint64 }
+// SpuriousRTOs are the timeouts the sender found spurious afterwards
+// (RFC 3522: the first ACK after the retransmission echoes a timestamp
+// from before it, so what it acknowledges had arrived before): the data
+// was not lost, its ACKs were.
+type TCPCounters struct {
+	Timeouts, Retransmits, SACKRecoveries, FastRetransmits, SpuriousRTOs uint64
+}
 
 func tcpCountersOf(gs *gstack.Stack) TCPCounters {
 	s := gs.Stats().TCP
-	return TCPCounters{s.Timeouts.Value(), s.Retransmits.Value(), s.SACKRecovery.Value(), s.FastRetransmit.Value()}
+	return TCPCounters{s.Timeouts.Value(), s.Retransmits.Value(), s.SACKRecovery.Value(), s.FastRetransmit.Value(), s.SpuriousRTORecovery.Value()}
 }
 
 // Sub returns c minus o.
 func (c TCPCounters) Sub(o TCPCounters) TCPCounters {
-	return TCPCounters{c.Timeouts - o.Timeouts, c.Retransmits - o.Retransmits, c.SACKRecoveries - o.SACKRecoveries, c.FastRetransmits - o.FastRetransmits}
+	return TCPCounters{c.Timeouts - o.Timeouts, c.Retransmits - o.Retransmits, c.SACKRecoveries - o.SACKRecoveries,
+		c.FastRetransmits - o.FastRetransmits, c.SpuriousRTOs - o.SpuriousRTOs}
 }
 
 func (c TCPCounters) String() string {
-	return fmt.Sprintf("%d RTO, %d retransmits, %d SACK recoveries", c.Timeouts, c.Retransmits, c.SACKRecoveries)
+	return fmt.Sprintf("%d RTO (%d spurious), %d retransmits, %d SACK recoveries", c.Timeouts, c.SpuriousRTOs, c.Retransmits, c.SACKRecoveries)
 }
 
 // Fault is what a storm run measured of one fault.
@@ -194,6 +207,9 @@ type Fault struct {
 	Resumed time.Duration
 	// IsSysErr says the fault is a SYS_ERR.
 	IsSysErr bool
+	// CarrierProbes are the tail loss probes the emulated network sent
+	// from the fault's start until Resumed (simnet.CarrierStats).
+	CarrierProbes uint64
 }
 
 // Outage is the fault's window, as the injector caused it.
@@ -209,6 +225,9 @@ type StormResult struct {
 	// Controller, link and stack statistics at the end of the run.
 	Controller mhi.Stats
 	SysErrs    uint64
+	// TailProbes is the stack's Stats.TailProbes: the probes it sent
+	// when the session came back.
+	TailProbes uint64
 }
 
 // InjectedOutage is the sum of the fault windows the injector caused.
@@ -229,7 +248,10 @@ func RunStorm(t TB, cfg StormConfig) *StormResult {
 	g := newGate(ctx)
 	srv := newStreamServer(t, g)
 	defer srv.close()
-	p := openPipelineCarrier(t, stack.Config{}, simnet.CarrierOptions{NoTailLossProbe: cfg.NoTailLossProbe}, nil)
+	var sc stack.Config
+	sc.TCP.RACK = cfg.StackRACK
+	sc.TCP.NoTailProbe = cfg.NoStackTailProbe
+	p := openPipelineCarrier(t, sc, simnet.CarrierOptions{NoTailLossProbe: cfg.NoTailLossProbe}, nil)
 	defer p.close()
 	return runStorm(t, p, srv, g, cfg)
 }
@@ -338,6 +360,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 		tw := time.Now()
 		waitAll("before "+f.name, func(d, u int64) bool { return d >= mid && u >= mid })
 		fr := Fault{Name: f.name, Before: time.Since(tw), Start: time.Since(start), IsSysErr: len(f.name) > 7 && f.name[:7] == "SYS_ERR"}
+		probes0 := p.carrier.Stats().TailLossProbes
 		if cfg.NoFaults {
 			g.release(int64(k+2) * segment)
 		} else {
@@ -354,6 +377,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 			return (d >= d0+step || d == per) && (u >= u0+step || u == per)
 		})
 		fr.Resumed = time.Since(t1)
+		fr.CarrierProbes = p.carrier.Stats().TailLossProbes - probes0
 		res.Faults = append(res.Faults, fr)
 	}
 	g.release(per)
@@ -372,6 +396,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 	stop()
 	res.Controller = p.ctrl.Stats()
 	res.SysErrs = res.Controller.SysErrs
+	res.TailProbes = p.st.Stats().TailProbes
 	return res
 }
 
@@ -497,4 +522,26 @@ func (r *StormResult) RTOs() (carrier, stk TCPCounters) {
 	}
 	a, b := r.Samples[0], r.Samples[len(r.Samples)-1]
 	return b.Carrier.Sub(a.Carrier), b.Stack.Sub(a.Stack)
+}
+
+// RTOTimes returns when, between from and to (times since the transfer
+// started), each TCP's retransmission timer fired, as sampled: the first
+// sample at which its Timeouts counter had grown, once per increment.
+func (r *StormResult) RTOTimes(from, to time.Duration) (carrier, stk []time.Duration) {
+	c0, s0 := r.countersAt(from)
+	for _, s := range r.Samples {
+		if s.At <= from {
+			continue
+		}
+		if s.At > to {
+			break
+		}
+		for ; c0.Timeouts < s.Carrier.Timeouts; c0.Timeouts++ {
+			carrier = append(carrier, s.At)
+		}
+		for ; s0.Timeouts < s.Stack.Timeouts; s0.Timeouts++ {
+			stk = append(stk, s.At)
+		}
+	}
+	return carrier, stk
 }

@@ -86,6 +86,14 @@ type TCPOptions struct {
 	// retransmission timeout (docs/RELIABILITY.md, "The stall after
 	// SYS_ERR").
 	RACK bool
+	// NoTailProbe turns off the probes sent when the data session comes
+	// back after an outage the stack bridged (a SYS_ERR): each flow that
+	// sent data shortly before or during it gets one-byte copies of the
+	// last bytes of its newest segments, so that a sender whose ACKs
+	// were lost in the modem hears them again at once instead of after
+	// a retransmission timeout (docs/STACK.md, "Tail probes"). For
+	// comparison only.
+	NoTailProbe bool
 	// Delay enables Nagle's algorithm on new connections (off by
 	// default, like Go's net package).
 	Delay bool

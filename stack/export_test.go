@@ -33,3 +33,10 @@ func SetBridgeTimeForTest(d time.Duration) (restore func()) {
 	bridgeTime = d
 	return func() { bridgeTime = old }
 }
+
+// LoseBearerForTest is what Open's follower does when the data session is
+// lost with its addresses kept (bearerDown: the stack bridges the outage).
+func (s *Stack) LoseBearerForTest() { s.bearerDown() }
+
+// RestoreBearerForTest is the session back with the same addresses.
+func (s *Stack) RestoreBearerForTest() { s.setLinkUp(true, true) }

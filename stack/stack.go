@@ -73,7 +73,12 @@ type Stack struct {
 	// link holds what is sent, until the bearer comes back or bridge
 	// expires (bearerDown); bridgeGen tells a stale expiry from the
 	// current one.
-	bridging  bool
+	bridging bool
+	// bridgeStart is when the bridge began (the outage, for tail probes).
+	bridgeStart time.Time
+	// tails records what TCP sends, for the probes when a bridged
+	// session comes back (nil with TCPOptions.NoTailProbe).
+	tails     *tailTable
 	bridge    *time.Timer
 	bridgeGen uint64
 	closed    bool
@@ -128,6 +133,10 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	s.holder, _ = ep.(txHolder)
 	s.tap = newTap(ep)
+	if !cfg.TCP.NoTailProbe {
+		s.tails = newTailTable()
+		s.tap.tails = s.tails
+	}
 	if cfg.MTU != 0 {
 		ep.SetMTU(cfg.MTU)
 	}
@@ -416,7 +425,11 @@ func (s *Stack) setLinkUp(up, send bool) {
 			return
 		}
 		s.linkUp = true
+		start := s.bridgeStart
 		s.mu.Unlock()
+		if send {
+			s.sendTailProbes(start)
+		}
 		s.events.push(Event{Kind: EventLinkUp})
 		return
 	}
@@ -475,6 +488,7 @@ func (s *Stack) bearerDown() {
 	}
 	s.linkUp = false
 	s.bridging = true
+	s.bridgeStart = time.Now()
 	s.bridgeGen++
 	gen := s.bridgeGen
 	s.holder.PauseTX()

@@ -8,7 +8,7 @@ import (
 
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
-	bridges, bridgeExpiries                                        atomic.Uint64
+	bridges, bridgeExpiries, tailProbes                            atomic.Uint64
 	clat                                                           clatCounters
 }
 
@@ -39,6 +39,9 @@ type Stats struct {
 	// dropped: refused by the translator as RFC 7915 says, or sent while
 	// no CLAT ran.
 	CLATTranslated, CLATRefused uint64
+	// TailProbes counts the one-byte TCP probes sent when a bridged
+	// session came back (TCPOptions.NoTailProbe, docs/STACK.md).
+	TailProbes uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -70,6 +73,7 @@ func (s *Stack) Stats() Stats {
 		BridgeExpiries: s.counters.bridgeExpiries.Load(),
 		CLATTranslated: s.counters.clat.translated.Load(),
 		CLATRefused:    s.counters.clat.refused.Load(),
+		TailProbes:     s.counters.tailProbes.Load(),
 	}
 	gs := s.gs.Stats()
 	if info, ok := s.gs.NICInfo()[nicID]; ok {

@@ -26,6 +26,9 @@ type tap struct {
 	// endpoint, which takes the IPv6 packets for the CLAT's address.
 	clat atomic.Pointer[clatState]
 	xlat atomic.Pointer[clatLink]
+	// tails records the TCP segments sent, for the probes after an
+	// outage (nil with TCPOptions.NoTailProbe).
+	tails *tailTable
 }
 
 func newTap(lower gstack.LinkEndpoint) *tap {
@@ -40,6 +43,9 @@ func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstac
 	if w := t.pcap.Load(); w != nil {
 		w.WritePacketBuffer(pkt)
 	}
+	if t.tails != nil {
+		t.tails.received(proto, pkt)
+	}
 	if c := t.clat.Load(); c != nil && proto == header.IPv6ProtocolNumber && t.xlat.Load().deliver(c, pkt) {
 		return
 	}
@@ -52,6 +58,9 @@ func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 		for _, p := range pkts.AsSlice() {
 			w.WritePacketBuffer(p)
 		}
+	}
+	if t.tails != nil {
+		t.tails.record(pkts.AsSlice())
 	}
 	return t.Endpoint.WritePackets(pkts)
 }

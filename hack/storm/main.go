@@ -41,15 +41,18 @@ func main() {
 	maxRTO := flag.Duration("maxrto", 0, "cap both TCPs' RTO (0: gVisor's default, as stack.Open and mhiproxy run)")
 	verbose := flag.Bool("v", false, "print every fault of every storm run")
 	noTLP := flag.Bool("notlp", false, "run the emulated network's TCP without its tail loss probe, for comparison")
+	noProbe := flag.Bool("notailprobe", false, "run mhistack's TCP without its tail probes after an outage (stack.TCPOptions.NoTailProbe), for comparison")
+	rack := flag.Bool("stackrack", false, "run mhistack's TCP with gVisor's RACK-TLP on (stack.TCPOptions.RACK), for comparison")
 	flag.Parse()
 	if *runs < 1 || *size < 1 {
 		fmt.Fprintln(os.Stderr, "storm: -runs and -mib must be at least 1")
 		os.Exit(2)
 	}
+	loadBefore := loadAverage()
 	var free, storms []*reliability.StormResult
 	for i := range *runs {
 		for _, noFaults := range []bool{true, false} {
-			cfg := reliability.StormConfig{Bytes: *size << 20, NoFaults: noFaults, MaxRTO: *maxRTO, NoTailLossProbe: *noTLP}
+			cfg := reliability.StormConfig{Bytes: *size << 20, NoFaults: noFaults, MaxRTO: *maxRTO, NoTailLossProbe: *noTLP, StackRACK: *rack, NoStackTailProbe: *noProbe}
 			r, err := run(cfg)
 			kind := "storm"
 			if noFaults {
@@ -68,6 +71,7 @@ func main() {
 		}
 	}
 	report(os.Stdout, free, storms, *verbose)
+	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min): %s before, %s after\n", loadBefore, loadAverage())
 }
 
 // t is reliability.TB for one run: Fatal ends the run's goroutine, as
@@ -170,7 +174,8 @@ func report(w *os.File, free, storms []*reliability.StormResult, verbose bool) {
 	var names []string
 	var stormT, outage durations
 	var sysErr, other durations
-	var sysErrStackRTO, sysErrCarrierRTO, sysErrs int
+	var sysErrStackRTO, sysErrStackSpurious, sysErrCarrierRTO, sysErrs int
+	var probes uint64
 	fmt.Fprintf(w, "| Run | Fault-free | Storm | Injected outage | SYS_ERR recovery to full rate (median / worst) | Other faults (worst) | RTOs carrier / stack (storm) |\n|---|---|---|---|---|---|---|\n")
 	for i, r := range storms {
 		var se, ot durations
@@ -201,6 +206,9 @@ func report(w *os.File, free, storms []*reliability.StormResult, verbose bool) {
 				if s.Timeouts > 0 {
 					sysErrStackRTO++
 				}
+				if s.SpuriousRTOs > 0 {
+					sysErrStackSpurious++
+				}
 				if c.Timeouts > 0 {
 					sysErrCarrierRTO++
 				}
@@ -208,25 +216,58 @@ func report(w *os.File, free, storms []*reliability.StormResult, verbose bool) {
 				ot = append(ot, d)
 			}
 			if verbose {
-				fmt.Fprintf(os.Stderr, "run %d %s: outage %v, full rate after %v (reached %v), 256 KiB after %v, carrier %v, stack %v\n",
-					i+1, f.Name, ms(f.Outage()), ms(d), ok, ms(f.Resumed), c, s)
+				fmt.Fprintf(os.Stderr, "run %d %s: outage %v, full rate after %v (reached %v), 256 KiB after %v, carrier %v, %d tail loss probes, stack %v%s\n",
+					i+1, f.Name, ms(f.Outage()), ms(d), ok, ms(f.Resumed), c, f.CarrierProbes, s, rtoTimes(r, k))
 			}
 		}
 		sysErr, other = append(sysErr, se...), append(other, ot...)
+		probes += r.TailProbes
 		c, s := r.RTOs()
 		stormT, outage = append(stormT, r.Elapsed), append(outage, r.InjectedOutage())
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s / %s | %s | %d / %d |\n", i+1, ms(free[i].Elapsed), ms(r.Elapsed), ms(r.InjectedOutage()),
 			ms(se.at(0.5)), ms(se.at(1)), ms(ot.at(1)), c.Timeouts, s.Timeouts)
 	}
 	fmt.Fprintf(w, "\nTotal time: fault-free %v; storm %v; injected outage %v\n", freeT, stormT, outage)
-	fmt.Fprintf(w, "Recovery to full rate, %d SYS_ERRs: %v; %d with a carrier (network-side) RTO, %d with a stack-side RTO\n",
-		sysErrs, sysErr, sysErrCarrierRTO, sysErrStackRTO)
+	fmt.Fprintf(w, "Recovery to full rate, %d SYS_ERRs: %v; %d with a carrier (network-side) RTO, %d with a stack-side RTO (%d with a spurious one)\n",
+		sysErrs, sysErr, sysErrCarrierRTO, sysErrStackRTO, sysErrStackSpurious)
+	fmt.Fprintf(w, "Stack tail probes sent after outages: %d in %d storms\n", probes, len(storms))
 	fmt.Fprintf(w, "Recovery to full rate, %d other faults: %v\n\n", len(other), other)
 	fmt.Fprintf(w, "| Fault | Recovery to full rate: median | worst | not back before the next fault | RTOs carrier / stack (all runs) |\n|---|---|---|---|---|\n")
 	for _, n := range names {
 		fs := byName[n]
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %d / %d |\n", n, ms(fs.rec.at(0.5)), ms(fs.rec.at(1)), fs.unrecovered, fs.carrier, fs.stk)
 	}
+}
+
+// rtoTimes says when, from fault k's start to the next fault's, each
+// side's retransmission timer fired, relative to the fault's end.
+func rtoTimes(r *reliability.StormResult, k int) string {
+	f := r.Faults[k]
+	to := r.Elapsed
+	if k+1 < len(r.Faults) {
+		to = r.Faults[k+1].Start
+	}
+	c, s := r.RTOTimes(f.Start, to)
+	var b strings.Builder
+	for _, side := range []struct {
+		name string
+		at   []time.Duration
+	}{{"carrier", c}, {"stack", s}} {
+		for _, at := range side.at {
+			fmt.Fprintf(&b, "; %s RTO at end%+.1f ms", side.name, float64(at-f.End)/float64(time.Millisecond))
+		}
+	}
+	return b.String()
+}
+
+// loadAverage is /proc/loadavg's first three fields ("?" where it is
+// not readable): the figures are this load's.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 func medianOf(v []float64) float64 {

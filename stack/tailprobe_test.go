@@ -1,0 +1,292 @@
+package stack_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/mhistack/mhistack/stack"
+)
+
+// holdLink is a link that holds what is written while paused (what
+// link.Endpoint does for the stack while the session is down), between
+// the stack and a peer gVisor stack; the test drops packets either way.
+type holdLink struct {
+	*channel.Endpoint
+	mu     sync.Mutex
+	paused bool
+	held   []*gstack.PacketBuffer
+}
+
+func (l *holdLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
+	l.mu.Lock()
+	if l.paused {
+		for _, p := range pkts.AsSlice() {
+			l.held = append(l.held, p.Clone())
+		}
+		l.mu.Unlock()
+		return pkts.Len(), nil
+	}
+	l.mu.Unlock()
+	return l.Endpoint.WritePackets(pkts)
+}
+
+func (l *holdLink) PauseTX() {
+	l.mu.Lock()
+	l.paused = true
+	l.mu.Unlock()
+}
+
+func (l *holdLink) ResumeTX(send bool) {
+	l.mu.Lock()
+	held := l.held
+	l.held, l.paused = nil, false
+	l.mu.Unlock()
+	var list gstack.PacketBufferList
+	for _, p := range held {
+		if send {
+			list.PushBack(p)
+		} else {
+			p.DecRef()
+		}
+	}
+	if list.Len() > 0 {
+		l.Endpoint.WritePackets(list)
+		list.DecRef()
+	}
+}
+
+// probeRig is the stack (10.0.0.1) on a holdLink to a peer gVisor stack
+// (10.0.0.2) listening on port 80 and counting what it reads.
+type probeRig struct {
+	s *stack.Stack
+	// sent is how far the stack's data has reached the peer: the end of
+	// the highest segment forwarded, from the first data byte; acked is
+	// the highest ACK the peer sent (dropped or not), from the same.
+	sent, acked atomic.Int64
+	sacked      atomic.Int64  // the highest SACK block's end, the same way
+	isn         atomic.Uint32 // first data byte's sequence number
+	flight      atomic.Int32  // data segments sent (dropped or not) while dropDL
+	// dropDL drops everything the peer sends; dropUL, when set, is
+	// asked about every TCP segment the stack sends.
+	dropDL atomic.Bool
+	dropUL atomic.Pointer[func(header.TCP) bool]
+}
+
+func newProbeRig(t *testing.T, cfg stack.Config) *probeRig {
+	t.Helper()
+	r := &probeRig{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	peerEP := channel.New(256, 1500, "")
+	peer := gstack.New(gstack.Options{NetworkProtocols: []gstack.NetworkProtocolFactory{ipv4.NewProtocol},
+		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol}})
+	if err := peer.CreateNIC(1, peerEP); err != nil {
+		t.Fatal(err)
+	}
+	peer.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddrFrom4([4]byte{10, 0, 0, 2}).WithPrefix()}, gstack.AddressProperties{})
+	peer.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+	sack := tcpip.TCPSACKEnabled(true)
+	peer.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	ln, err := gonet.ListenTCP(peer, tcpip.FullAddress{NIC: 1, Port: 80}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The peer's application reads nothing: a read would make its TCP
+	// send a window update, which carries the ACK the test loses. What
+	// the test sends fits its receive buffer.
+	wg.Go(func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		<-ctx.Done()
+		c.Close()
+	})
+
+	l := &holdLink{Endpoint: channel.New(256, 1500, "")}
+	cfg.Addresses = []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}
+	s, err := stack.New(l, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	// A retransmission timeout cannot come within the test: whatever
+	// repairs the flight is not the timer.
+	minRTO := tcpip.TCPMinRTOOption(30 * time.Second)
+	if err := s.GVisor().SetTransportProtocolOption(tcp.ProtocolNumber, &minRTO); err != nil {
+		t.Fatal(err)
+	}
+	forward := func(from, to *channel.Endpoint, drop func(*gstack.PacketBuffer) bool) {
+		for {
+			p := from.ReadContext(ctx)
+			if p == nil {
+				return
+			}
+			if !drop(p) {
+				to.InjectInbound(p.NetworkProtocolNumber, gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: p.ToBuffer()}))
+			}
+			p.DecRef()
+		}
+	}
+	tcpOf := func(p *gstack.PacketBuffer, f func(header.TCP) bool) bool {
+		v := p.ToView()
+		defer v.Release()
+		ip := header.IPv4(v.AsSlice())
+		return ip.IsValid(len(ip)) && ip.TransportProtocol() == header.TCPProtocolNumber && f(header.TCP(ip.Payload()))
+	}
+	wg.Go(func() {
+		forward(l.Endpoint, peerEP, func(p *gstack.PacketBuffer) bool {
+			return tcpOf(p, func(seg header.TCP) bool {
+				if len(seg) > int(seg.DataOffset()) {
+					r.isn.CompareAndSwap(0, seg.SequenceNumber())
+					if r.dropDL.Load() {
+						r.flight.Add(1)
+					}
+				}
+				if f := r.dropUL.Load(); f != nil && (*f)(seg) {
+					return true
+				}
+				if n := len(seg) - int(seg.DataOffset()); n > 0 && r.isn.Load() != 0 {
+					end := int64(seg.SequenceNumber() + uint32(n) - r.isn.Load())
+					if end > r.sent.Load() && end < 1<<30 {
+						r.sent.Store(end)
+					}
+				}
+				return false
+			})
+		})
+	})
+	wg.Go(func() {
+		forward(peerEP, l.Endpoint, func(p *gstack.PacketBuffer) bool {
+			tcpOf(p, func(seg header.TCP) bool {
+				if r.isn.Load() != 0 {
+					if a := int64(seg.AckNumber() - r.isn.Load()); a > r.acked.Load() && a < 1<<30 {
+						r.acked.Store(a)
+					}
+					for _, b := range header.ParseTCPOptions(seg.Options()).SACKBlocks {
+						if e := int64(uint32(b.End) - r.isn.Load()); e > r.sacked.Load() && e < 1<<30 {
+							r.sacked.Store(e)
+						}
+					}
+				}
+				return false
+			})
+			return r.dropDL.Load()
+		})
+	})
+	t.Cleanup(func() {
+		s.Close()
+		ln.Close()
+		cancel()
+		peer.Close()
+		wg.Wait()
+		peer.Destroy()
+	})
+	return r
+}
+
+// flightThenOutage dials the peer, loses every ACK of the peer from then
+// on, writes n bytes (more than the initial congestion window: the
+// sender sends its window and waits), waits until the peer has answered
+// everything it received (answered: the peer has nothing more to say),
+// and then plays an outage the stack bridges and the session coming
+// back.
+func (r *probeRig) flightThenOutage(t *testing.T, n int, answered func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.s.DialContext(ctx, "tcp4", "10.0.0.2:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r.dropDL.Store(true)
+	if _, err := c.Write(make([]byte, n)); err != nil {
+		t.Fatal(err)
+	}
+	// The initial window (ten segments) is out, and the peer has
+	// answered all of it.
+	deadline := time.Now().Add(10 * time.Second)
+	for r.flight.Load() < 10 || !answered() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flight: %d bytes reached the peer, it acknowledged %d and SACKed up to %d", r.sent.Load(), r.acked.Load(), r.sacked.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.s.LoseBearerForTest()
+	r.dropDL.Store(false)
+	r.s.RestoreBearerForTest()
+}
+
+// waitAll waits up to 10 s (a third of the minimum RTO) for the peer to
+// have acknowledged n bytes.
+func (r *probeRig) waitAll(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.acked.Load() < n {
+		if time.Now().After(deadline) {
+			st := r.s.Stats()
+			t.Fatalf("the peer acknowledged %d of %d bytes; stack TCP timeouts %d, tail probes %d", r.acked.Load(), n, st.TCPTimeouts, st.TailProbes)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The network's ACKs of a whole flight are lost (in a crashed modem's DL
+// queue): the sender has nothing left to send within its window and
+// would wait for its retransmission timer. When the session comes back,
+// the stack's tail probes make the peer acknowledge what it has, and the
+// rest of the write goes, with no timeout.
+func TestTailProbesRecoverAFlightWhoseACKsWereLostWithoutATimeout(t *testing.T) {
+	r := newProbeRig(t, stack.Config{})
+	const n = 200 << 10
+	r.flightThenOutage(t, n, func() bool { return r.acked.Load() >= r.sent.Load() })
+	r.waitAll(t, n)
+	st := r.s.Stats()
+	if st.TCPTimeouts != 0 || st.TailProbes == 0 {
+		t.Errorf("TCP timeouts %d, tail probes %d; want 0, some", st.TCPTimeouts, st.TailProbes)
+	}
+}
+
+// The tail of the flight is lost as well as the ACKs (what a crashed
+// modem had taken from the host and not yet passed on): the peer has the
+// first seven segments of the initial window, the sender does not know
+// it, and the last three are gone. The probes (the last bytes of those
+// three) reach the peer above what it has: it acknowledges the seven and
+// SACKs three discontiguous bytes, which makes the rest lost (RFC 6675
+// IsLost), and SACK recovery repairs it, with no timeout.
+func TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout(t *testing.T) {
+	r := newProbeRig(t, stack.Config{})
+	var seen, dropped atomic.Int32
+	drop := func(tcp header.TCP) bool {
+		if len(tcp) <= int(tcp.DataOffset()) || !r.dropDL.Load() {
+			return false
+		}
+		if n := seen.Add(1); n >= 8 && n <= 10 {
+			dropped.Add(1)
+			return true
+		}
+		return false
+	}
+	r.dropUL.Store(&drop)
+	const n = 200 << 10
+	r.flightThenOutage(t, n, func() bool { return dropped.Load() == 3 && r.acked.Load() >= r.sent.Load() })
+	r.waitAll(t, n)
+	st := r.s.Stats()
+	if st.TCPTimeouts != 0 || st.TailProbes == 0 || st.TCPRetransmits == 0 {
+		t.Errorf("TCP timeouts %d, tail probes %d, retransmits %d; want 0, some, some", st.TCPTimeouts, st.TailProbes, st.TCPRetransmits)
+	}
+}
