@@ -228,7 +228,10 @@ func (r *matrixRun) powerUp(ctx context.Context) (string, error) {
 		r.row.Session = "- " + dp.Channel
 		return "", r.powerUpBare(ctx, dp)
 	}
-	m, err := stack.OpenModem(ctx, stack.Options{Profile: r.p.Name, Sim: stack.SimOptions{Modem: r.simOptions()}})
+	// FCCUnlock: the models that ship FCC-locked (mhi.Profile.FCCLock)
+	// start locked on the emulated modem too; the matrix unlocks them as a
+	// user who chose to would (docs/GETTING-ONLINE.md).
+	m, err := stack.OpenModem(ctx, stack.Options{Profile: r.p.Name, FCCUnlock: true, Sim: stack.SimOptions{Modem: r.simOptions()}})
 	if err != nil {
 		return "", err
 	}

@@ -70,6 +70,24 @@ func (m *Modem) fccRadioOn(ctx context.Context) error {
 	return nil
 }
 
+// fccRelocked runs the FCC unlock again when a session's radio on is
+// refused: the modem locks again at every restart, a SYS_ERR recovery
+// included, and the session loop brings the session back by itself
+// (mbim.SessionConfig.RadioRefused).
+func (m *Modem) fccRelocked(ctx context.Context) error {
+	if m.fcc == mhi.FCCUnlockNone {
+		return errRadioRefused
+	}
+	if !m.opts.FCCUnlock {
+		return &FCCError{Procedure: m.fcc, Err: errRadioRefused}
+	}
+	m.log.Info("stack: radio refused again (the modem restarted locked), running the FCC unlock", "procedure", m.fcc)
+	if err := m.fccUnlock(ctx); err != nil {
+		return &FCCError{Procedure: m.fcc, Tried: true, Err: err}
+	}
+	return nil
+}
+
 // radioOn asks the modem to turn its radio on: MBIM RADIO_STATE set on
 // (refused: any failure, or an answer with the software switch off),
 // QMI DMS Set Operating Mode online (refused: Internal or

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -85,5 +86,61 @@ func TestOpenFCCUnlockedIDNeedsNoFlag(t *testing.T) {
 	}
 	if _, _, err := fccOpen(t, "foxconn-t99w175", 1, false, ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFCCUnlockRunsAgainAfterASysErr: a modem locks again at every
+// restart, a SYS_ERR recovery included. The session loop brings the
+// session back by itself, so it must run the unlock again
+// (mbim.SessionConfig.RadioRefused); without that the session never came
+// back after the first crash.
+func TestFCCUnlockRunsAgainAfterASysErr(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, _ := mhi.Lookup("quectel-rm5xx")
+	cfg := simnet.NetworkConfig{APN: "internet", FCCLock: p.EmulatedFCCUnlock(0)}
+	nw := simnet.NewNetwork(cfg)
+	m, err := stack.OpenModem(ctx, stack.Options{Profile: p.Name, FCCUnlock: true,
+		Sim: stack.SimOptions{NetworkConfig: cfg, Network: nw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := m.OpenSession(ctx, stack.SessionOptions{APN: "internet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, ok := m.Controller().Device().(*vpci.Device)
+	if !ok {
+		t.Fatalf("device %T", m.Controller().Device())
+	}
+	modem, ok := dev.Model().(*sim.Modem)
+	if !ok {
+		t.Fatalf("model %T", dev.Model())
+	}
+	for crash := 1; crash <= 2; crash++ {
+		if err := modem.TriggerSysErr(); err != nil {
+			t.Fatal(err)
+		}
+		down := false
+	wait:
+		for {
+			select {
+			case e := <-s.Events():
+				switch e.Kind {
+				case stack.EventLinkDown:
+					down = true
+				case stack.EventLinkUp:
+					if down {
+						break wait
+					}
+				}
+			case <-ctx.Done():
+				t.Fatalf("crash %d: the session did not come back (link lost: %v, network locked: %v)", crash, down, nw.FCCLocked())
+			}
+		}
+		if nw.FCCLocked() {
+			t.Fatalf("crash %d: the session is back but the network says the radio is locked", crash)
+		}
 	}
 }

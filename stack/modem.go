@@ -281,7 +281,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 	} else {
 		sess := mbim.NewSession(m.mbim, mbim.SessionConfig{
 			APN: so.APN, User: so.User, Password: so.Password, Auth: so.Auth, IPType: so.IPType, PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused,
-			SessionID: uint32(id), OnProgress: f.progress, OnAddress: f.address, Logger: m.log,
+			RadioRefused: m.fccRelocked, SessionID: uint32(id), OnProgress: f.progress, OnAddress: f.address, Logger: m.log,
 		})
 		closers = append(closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -31,7 +31,7 @@ func TestOpenSimWithTheLTERadioDownloadsAtItsRateAndDelay(t *testing.T) {
 			rtt := cfg.Down.Delay + cfg.Up.Delay
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, Sim: stack.SimOptions{
+			s, err := stack.Open(ctx, stack.Options{APN: "internet", Profile: profile, FCCUnlock: true, Sim: stack.SimOptions{
 				Modem:   sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 				Carrier: simnet.CarrierOptions{Radio: &cfg},
 			}})

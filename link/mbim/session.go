@@ -69,6 +69,12 @@ type SessionConfig struct {
 	// Refused, if set, is shared by the sessions of one modem (package
 	// stack does): a code one session saw refused, no other sends.
 	Refused *simlock.Refused
+	// RadioRefused, if set, is called when the modem refuses to turn its
+	// radio on (RADIO_STATE set answered with an error status: an
+	// FCC-locked modem, which locks again at every restart). If it
+	// returns nil, radio on is asked for once more; its error fails the
+	// attempt. Package stack runs the model's FCC unlock here.
+	RadioRefused func(context.Context) error
 
 	// Step limits: how long to wait for the SIM (default 30 s), the
 	// radio (10 s), registration (60 s), attach (60 s) and an address
@@ -458,7 +464,7 @@ func (s *Session) unlock(ctx context.Context) error {
 }
 
 func (s *Session) radioOn(ctx context.Context) error {
-	set := false
+	set, unlocked := false, false
 	return s.until(ctx, s.cfg.RadioTimeout, func() (bool, error) {
 		rs, err := s.c.RadioState(ctx)
 		if err != nil {
@@ -473,6 +479,15 @@ func (s *Session) radioOn(ctx context.Context) error {
 		if !set {
 			set = true
 			rs, err = s.c.SetRadioState(ctx, true)
+			var ce *CommandError
+			if errors.As(err, &ce) && s.cfg.RadioRefused != nil && !unlocked {
+				unlocked = true
+				if uerr := s.cfg.RadioRefused(ctx); uerr != nil {
+					return false, uerr
+				}
+				set = false // ask again
+				return false, nil
+			}
 			if err != nil {
 				return false, err
 			}
