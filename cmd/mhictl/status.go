@@ -45,6 +45,8 @@ type sessionFlags struct {
 	simAPN                   string
 	simAbsent                bool
 	simCrashDump             []byte // status -sim-crash
+	simOperator              string
+	simCell                  simCellFlag
 }
 
 // simCrashImage is the RAM dump the emulated modem of -sim-crash holds.
@@ -62,6 +64,7 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 		"a QMI session carries data as QMAP, v5 if the modem agrees)")
 	fs.StringVar(&f.simAPN, "sim-apn", "", "-device sim: the only APN the emulated carrier accepts (default: any)")
 	fs.BoolVar(&f.simAbsent, "sim-absent", false, "-device sim: emulate a modem without a SIM")
+	addSimRadioFlags(fs, f)
 	return f
 }
 
@@ -84,6 +87,8 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 		opts.Sim.NetworkConfig.APN = f.simAPN
 		opts.Sim.NetworkConfig.SIMAbsent = f.simAbsent
 		opts.Sim.Modem.CrashedRDDM = f.simCrashDump
+		opts.Sim.NetworkConfig.ProviderName = f.simOperator
+		opts.Sim.NetworkConfig.Cell = f.simCell.cell
 	}
 	s, err := stack.Open(ctx, opts)
 	if err != nil {
@@ -142,6 +147,7 @@ type statusOut struct {
 	DNS          []string     `json:"dns"`
 	MTU          uint32       `json:"mtu"`
 	Counters     linkCounters `json:"counters"`
+	radioOut
 	// CrashDump is set when the modem's firmware had crashed into RDDM
 	// and the bring-up collected its RAM dump.
 	CrashDump *dumpOut `json:"crash_dump,omitempty"`
@@ -189,6 +195,9 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer s.Close()
 	out, err := collectStatus(ctx, sf, s)
 	if err != nil {
+		return hint(err)
+	}
+	if out.radioOut, err = collectRadio(ctx, s); err != nil {
 		return hint(err)
 	}
 	if d, ok := s.Controller().LastCrashDump(); ok {
@@ -389,6 +398,7 @@ func printStatus(w io.Writer, o *statusOut) {
 		sig += " (unknown)"
 	}
 	fmt.Fprintf(tw, "signal\t%s, error rate %d\n", sig, o.ErrorRate)
+	printRadio(tw, &o.radioOut, o.ProviderName)
 	fmt.Fprintf(tw, "packet service\t%s\tUL %s, DL %s\n", o.PacketSvc, bps(o.UplinkBps), bps(o.DownlinkBps))
 	fmt.Fprintf(tw, "session\t%s\tAPN %q, %s, link %s\n", o.Session, o.APN, o.IPType, upDown(o.LinkUp))
 	fmt.Fprintf(tw, "IPv4\t%s\n", orDash(o.IPv4))
