@@ -25,7 +25,7 @@ import (
 type ATFunction struct {
 	net *Network
 
-	mu   sync.Mutex // guards the fields below; Receive runs on the device goroutine
+	mu       sync.Mutex // guards the fields below; Receive runs on the device goroutine
 	port     *sim.Port
 	line     []byte
 	overflow bool // the line outgrew maxATLine: it is answered ERROR
