@@ -23,13 +23,16 @@ func init() {
 		Name:  "status",
 		Short: "Bring the modem up and print its session, network, link state.",
 		Summary: `Bring the modem up (power, data session on -apn over MBIM or QMI, link)
-and print registration, operator, signal, packet service, session,
-addresses, DNS, MTU and link counters. The control protocol is MBIM when
+and print registration, operator, signal, RAT, bands, carrier
+aggregation, LTE/NR RSRP/RSRQ/SINR, SIM, packet service, session,
+addresses, DNS, MTU and link counters (docs/GETTING-ONLINE.md says where
+each comes from). The control protocol is MBIM when
 the profile has an MBIM channel and QMI otherwise (telit-fn980-hwv1);
 -control forces one. With -device sim the emulated modem (qcom-sdx55m, as
 for every command, unless -profile names another) and its carrier network
 run in this process; -sim-apn and -sim-absent make the emulated bring-up
-fail the way a real one can. A modem whose firmware had crashed into its
+fail the way a real one can; -sim-operator and -sim-cell set the emulated
+network's name and cell (RATs, signal, bands, drift). A modem whose firmware had crashed into its
 RAM-dump mode (EE RDDM) is dumped before it is reset: status reports the
 dump and -dump FILE writes it (-sim-crash emulates such a modem).`,
 		Run: status,
