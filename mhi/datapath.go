@@ -28,6 +28,12 @@ const (
 	// ChannelLoopback is the pair the modem loops back (mhictl
 	// selftest).
 	ChannelLoopback = "LOOPBACK"
+	// ChannelDUN and ChannelDUN2 carry AT commands (mhi_wwan_ctrl's
+	// WWAN AT ports, wwan%dat%d); ChannelNMEA streams the GNSS
+	// receiver's NMEA 0183 sentences.
+	ChannelDUN  = "DUN"
+	ChannelDUN2 = "DUN2"
+	ChannelNMEA = "NMEA"
 )
 
 // Control protocols of a data session (DataPath.Control).

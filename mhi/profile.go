@@ -185,6 +185,24 @@ func (p *Profile) ChannelPair(name string) (ul, dl ChannelConfig, ok bool) {
 	return ul, dl, hasUL && hasDL
 }
 
+// ATChannel names the pair that carries AT commands: DUN, or DUN2 on a
+// profile with only that; ok is false when the modem has neither.
+func (p *Profile) ATChannel() (name string, ok bool) {
+	for _, n := range []string{ChannelDUN, ChannelDUN2} {
+		if _, _, ok := p.ChannelPair(n); ok {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// NMEAChannel names the pair that streams NMEA sentences; ok is false
+// when the modem has none.
+func (p *Profile) NMEAChannel() (name string, ok bool) {
+	_, _, ok = p.ChannelPair(ChannelNMEA)
+	return ChannelNMEA, ok
+}
+
 // ReadyWait returns the bound of the power-up waits: ReadyTimeout, or
 // Timeout when it is unset.
 func (p *Profile) ReadyWait() time.Duration { return p.readyBound().d }

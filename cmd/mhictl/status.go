@@ -23,13 +23,16 @@ func init() {
 		Name:  "status",
 		Short: "Bring the modem up and print its session, network, link state.",
 		Summary: `Bring the modem up (power, data session on -apn over MBIM or QMI, link)
-and print registration, operator, signal, packet service, session,
-addresses, DNS, MTU and link counters. The control protocol is MBIM when
+and print registration, operator, signal, RAT, bands, carrier
+aggregation, LTE/NR RSRP/RSRQ/SINR, SIM, packet service, session,
+addresses, DNS, MTU and link counters (docs/GETTING-ONLINE.md says where
+each comes from). The control protocol is MBIM when
 the profile has an MBIM channel and QMI otherwise (telit-fn980-hwv1);
 -control forces one. With -device sim the emulated modem (qcom-sdx55m, as
 for every command, unless -profile names another) and its carrier network
 run in this process; -sim-apn and -sim-absent make the emulated bring-up
-fail the way a real one can. A modem whose firmware had crashed into its
+fail the way a real one can; -sim-operator and -sim-cell set the emulated
+network's name and cell (RATs, signal, bands, drift). A modem whose firmware had crashed into its
 RAM-dump mode (EE RDDM) is dumped before it is reset: status reports the
 dump and -dump FILE writes it (-sim-crash emulates such a modem).`,
 		Run: status,
@@ -47,6 +50,8 @@ type sessionFlags struct {
 	simAbsent                bool
 	simCrashDump             []byte // status -sim-crash
 	fccUnlock                bool
+	simOperator              string
+	simCell                  simCellFlag
 }
 
 // simCrashImage is the RAM dump the emulated modem of -sim-crash holds.
@@ -69,6 +74,7 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 		"a QMI session carries data as QMAP, v5 if the modem agrees)")
 	fs.StringVar(&f.simAPN, "sim-apn", "", "-device sim: the only APN the emulated carrier accepts (default: any)")
 	fs.BoolVar(&f.simAbsent, "sim-absent", false, "-device sim: emulate a modem without a SIM")
+	addSimRadioFlags(fs, f)
 	return f
 }
 
@@ -99,6 +105,8 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 		opts.Sim.NetworkConfig.APN = f.simAPN
 		opts.Sim.NetworkConfig.SIMAbsent = f.simAbsent
 		opts.Sim.Modem.CrashedRDDM = f.simCrashDump
+		opts.Sim.NetworkConfig.ProviderName = f.simOperator
+		opts.Sim.NetworkConfig.Cell = f.simCell.cell
 	}
 	s, err := stack.Open(ctx, opts)
 	if err != nil {
@@ -167,6 +175,7 @@ type statusOut struct {
 	DNS          []string     `json:"dns"`
 	MTU          uint32       `json:"mtu"`
 	Counters     linkCounters `json:"counters"`
+	radioOut
 	// CrashDump is set when the modem's firmware had crashed into RDDM
 	// and the bring-up collected its RAM dump.
 	CrashDump *dumpOut `json:"crash_dump,omitempty"`
@@ -226,6 +235,9 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer s.Close()
 	out, err := collectStatus(ctx, sf, s)
 	if err != nil {
+		return hint(err)
+	}
+	if out.radioOut, err = collectRadio(ctx, s); err != nil {
 		return hint(err)
 	}
 	if d, ok := s.Controller().LastCrashDump(); ok {
@@ -429,6 +441,7 @@ func printStatus(w io.Writer, o *statusOut) {
 		sig += " (unknown)"
 	}
 	fmt.Fprintf(tw, "signal\t%s, error rate %d\n", sig, o.ErrorRate)
+	printRadio(tw, &o.radioOut, o.ProviderName)
 	fmt.Fprintf(tw, "packet service\t%s\tUL %s, DL %s\n", o.PacketSvc, bps(o.UplinkBps), bps(o.DownlinkBps))
 	fmt.Fprintf(tw, "session\t%s\tAPN %q, %s, link %s\n", o.Session, o.APN, o.IPType, upDown(o.LinkUp))
 	fmt.Fprintf(tw, "IPv4\t%s\n", orDash(o.IPv4))

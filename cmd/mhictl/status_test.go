@@ -200,3 +200,57 @@ func TestStatusPINFlags(t *testing.T) {
 		t.Errorf("-pin-file: exit %d:\n%s", code, out.String())
 	}
 }
+
+// TestStatusShowsTheCellOverQMI: status reads the operator name (UCS2
+// on the air), RAT, bands, carrier aggregation and LTE/NR signal that
+// -sim-operator and -sim-cell configure, in text and -json.
+func TestStatusShowsTheCellOverQMI(t *testing.T) {
+	args := []string{"status", "-device", "sim", "-control", "qmi", "-sim-operator", "中国移动",
+		"-sim-cell", "lte=-101/-12/7.5,nr=-88/-11/18.2,bands=B3+B7+n78"}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"rat             lte+nr", "bands           B3, B7, n78", "primary    B3, PCI 101",
+		"secondary  B7, PCI 102", "LTE signal      RSRP -101 dBm, RSRQ -12 dB, SINR 7.5 dB",
+		"NR signal       RSRP -88 dBm, RSRQ -11 dB, SINR 18.2 dB", "SIM card        ready", "中国移动"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), append(args, "-json"), &out, &errb); code != 0 {
+		t.Fatalf("-json exit %d: %s", code, errb.String())
+	}
+	var o statusOut
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatalf("-json: %v\n%s", err, out.String())
+	}
+	if o.OperatorName != "中国移动" || o.RAT != "lte+nr" || len(o.Bands) != 3 || len(o.Carriers) != 2 || o.Carriers[0].Role != "primary" ||
+		o.LTE == nil || o.LTE.RSRP != -101 || o.LTE.SINR != 7.5 || o.NR == nil || o.NR.RSRQ == nil || *o.NR.RSRQ != -11 || o.SIMState != "ready" {
+		t.Errorf("-json radio: %+v", o.radioOut)
+	}
+}
+
+func TestStatusShowsTheSIMStateAndRATOverMBIM(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var o statusOut
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatalf("-json: %v", err)
+	}
+	if o.SIMState != "ready" || o.RAT != "5G-SA" || o.Bands == nil {
+		t.Errorf("MBIM radio: %+v", o.radioOut)
+	}
+}
+
+func TestStatusRejectsABadSimCell(t *testing.T) {
+	for _, v := range []string{"lte=-93/-9", "lte=0/-9/13", "bands=X3", "bands=B", "drift=7", "foo=1", "lte"} {
+		var out bytes.Buffer
+		if code := run(context.Background(), []string{"status", "-sim-cell", v}, &out, &out); code != 2 {
+			t.Errorf("-sim-cell %q: exit %d, want 2: %s", v, code, out.String())
+		}
+	}
+}

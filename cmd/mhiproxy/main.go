@@ -114,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		"sends the vendor command ModemManager's fcc-unlock.d scripts send); off by default: unlocking is your legal choice")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:1080", "`address` for SOCKS5 and HTTP proxy clients (one port serves both); a non-loopback address requires -auth")
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
-	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy) at http://`address`/metrics, e.g. 127.0.0.1:9108;\n"+
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy, radio signal) at http://`address`/metrics, e.g. 127.0.0.1:9108;\n"+
 		"it covers every session and device: each series is labelled device=N (the -device index), a session's and\n"+
 		"its listener's also listen=ADDR (the listener's address)")
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet on the modem link to this pcap `file`")

@@ -28,6 +28,9 @@ type metricSource struct {
 	// labels are the series' labels, e.g. device and listen; serve sets
 	// them.
 	labels prometheus.Labels
+	// collect, when set, sends the source's metrics itself (with the
+	// labels) instead of stats' fields.
+	collect func(ch chan<- prometheus.Metric, labels prometheus.Labels)
 }
 
 // proxyKind: the proxy's Stats mark gauges with an "Active" suffix.
@@ -60,6 +63,10 @@ func (statsCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, src := range c {
+		if src.collect != nil {
+			src.collect(ch, src.labels)
+			continue
+		}
 		collectFields(ch, "mhiproxy_"+src.name, reflect.ValueOf(src.stats()), src.kind, src.labels)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,6 +66,9 @@ type openOptions struct {
 	// Stack is passed to stack.Open after the fields above are applied
 	// (tests tune the emulated modem through it).
 	Stack stack.Options
+	// RadioInterval is how often the radio gauges are refreshed
+	// (default defaultRadioInterval).
+	RadioInterval time.Duration
 }
 
 // opener brings a modem up; tests substitute one over the host network.
@@ -88,7 +92,9 @@ func openModem(ctx context.Context, o openOptions) (network, error) {
 	if err != nil {
 		return nil, err
 	}
-	return watchRemoval(&modem{Stack: s, device: o.Device, log: so.Logger}), nil
+	m := &modem{Stack: s, device: o.Device, log: so.Logger}
+	m.radio = startRadioPoller(s.RadioStatus, o.RadioInterval, so.Logger)
+	return watchRemoval(m), nil
 }
 
 // watchRemoval makes m follow its controller's removal events.
@@ -134,6 +140,7 @@ type modem struct {
 	log    *slog.Logger
 
 	unsub     func()
+	radio     *radioPoller          // nil for a modem not from openModem
 	gone      atomic.Pointer[error] // why, once the modem was removed
 	bg        sync.WaitGroup        // the closing goroutine removed starts
 	closeOnce sync.Once
@@ -167,6 +174,9 @@ func (m *modem) closeStack() error {
 func (m *modem) Close() error {
 	if m.unsub != nil {
 		m.unsub()
+	}
+	if m.radio != nil {
+		m.radio.stop()
 	}
 	err := m.closeStack()
 	m.bg.Wait()
@@ -232,6 +242,9 @@ func (m *modem) Metrics() []metricSource {
 			}
 			return prometheus.CounterValue
 		}})
+	}
+	if p := m.radio; p != nil {
+		srcs = append(srcs, metricSource{name: "radio", collect: p.collect, perDevice: true})
 	}
 	return srcs
 }

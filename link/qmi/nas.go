@@ -206,9 +206,12 @@ type LTESignal struct {
 	RSRP, SNR  int16
 }
 
-// NRSignal is TLV 0x17 of Get Signal Info: RSRP (dBm), SNR (0.1 dB).
+// NRSignal is TLV 0x17 of Get Signal Info: RSRP (dBm), SNR (0.1 dB);
+// RSRQ (dB) is TLV 0x18 when HasRSRQ.
 type NRSignal struct {
 	RSRP, SNR int16
+	RSRQ      int16
+	HasRSRQ   bool
 }
 
 // SignalInfo is NAS Get Signal Info's answer for LTE and 5G NR.
@@ -228,6 +231,9 @@ func (s *SignalInfo) TLVs() []TLV {
 	if n := s.NR; n != nil {
 		v := le.AppendUint16(nil, uint16(n.RSRP))
 		t = append(t, TLV{Type: 0x17, Value: le.AppendUint16(v, uint16(n.SNR))})
+		if n.HasRSRQ {
+			t = append(t, TLV{Type: 0x18, Value: le.AppendUint16(nil, uint16(n.RSRQ))})
+		}
 	}
 	return t
 }
@@ -246,6 +252,12 @@ func ParseSignalInfo(m *Message) (SignalInfo, error) {
 		n := &NRSignal{RSRP: int16(r.u16("RSRP")), SNR: int16(r.u16("SNR"))}
 		if err := r.done(true); err != nil {
 			return s, err
+		}
+		if r, ok := tlvReader(m, 0x18); ok {
+			n.RSRQ, n.HasRSRQ = int16(r.u16("NR RSRQ")), true
+			if err := r.done(true); err != nil {
+				return s, err
+			}
 		}
 		s.NR = n
 	}

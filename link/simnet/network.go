@@ -2,6 +2,7 @@ package simnet
 
 import (
 	"encoding/binary"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -116,6 +117,10 @@ type NetworkConfig struct {
 	// QMAP mux ID k+1) gets the k-th address of its APN's pool
 	// (Carrier.ForSession), so two sessions never share an address.
 	APNs []APN
+
+	// Cell is the serving cell: RATs, signal, component carriers and the
+	// signal's drift (zero: DefaultCell).
+	Cell Cell
 }
 
 func (c *NetworkConfig) setDefaults() {
@@ -150,6 +155,7 @@ func (c *NetworkConfig) setDefaults() {
 	if !c.Carrier.IPv4.IsValid() && !c.Carrier.IPv6.IsValid() {
 		c.Carrier = DefaultCarrier()
 	}
+	c.Cell.setDefaults()
 	if c.Carrier.MTU == 0 {
 		c.Carrier.MTU = 1500
 	}
@@ -180,6 +186,11 @@ type networkState struct {
 	ps         mbim.PacketServiceState
 	signal     mbim.SignalState
 	regPending bool // a registration timer is armed
+	// drift is the signal's offset from NetworkConfig.Cell (dB), walk
+	// the generator of its steps, drifting whether a step is armed.
+	drift    float64
+	walk     *driftWalk
+	drifting bool
 }
 
 // A netEvent is a change of the network a function reports to its host.
@@ -222,6 +233,7 @@ func (n *Network) startLocked(f follower) (stop func()) {
 		n.running--
 		if n.running == 0 {
 			n.timers.stop()
+			n.st.drifting = false
 		}
 	}
 }
@@ -317,8 +329,9 @@ func (n *Network) radioChangedLocked() {
 
 // registeredLocked registers at home and, unless NoAutoAttach, attaches.
 func (n *Network) registeredLocked() {
-	n.st.signal.RSSI, n.st.signal.ErrorRate = 20, 0 // −73 dBm
+	n.st.signal.RSSI, n.st.signal.ErrorRate = uint32(max(0, min(31, baseRSSI+int(math.Round(n.st.drift/2))))), 0
 	n.setRegisterLocked(mbim.RegisterHome, 0)
+	n.startDriftLocked()
 	if !n.cfg.NoAutoAttach {
 		n.setPacketServiceLocked(mbim.PacketServiceAttached, 0)
 	}

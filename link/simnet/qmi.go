@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync/atomic"
 
@@ -537,11 +538,12 @@ func (f *QMIFunction) servingSystemLocked() qmi.ServingSystem {
 	case st.reg.Registered():
 		ss.Registration = qmi.Registered
 		ss.CSAttach = qmi.Attached
-		radio := qmi.RadioLTE
-		if cfg.DataClass&mbim.DataClass5GSA != 0 {
-			radio = qmi.Radio5GNR
+		if cfg.Cell.LTE != nil {
+			ss.RadioInterfaces = append(ss.RadioInterfaces, qmi.RadioLTE)
 		}
-		ss.RadioInterfaces = []qmi.RadioInterface{radio}
+		if cfg.Cell.NR != nil {
+			ss.RadioInterfaces = append(ss.RadioInterfaces, qmi.Radio5GNR)
+		}
 		ss.HasRoaming, ss.Roaming = true, 1 // home
 		if st.reg == mbim.RegisterRoaming || st.reg == mbim.RegisterPartner {
 			ss.Roaming = 0
@@ -584,18 +586,107 @@ func (f *QMIFunction) nasLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 		}
 		return 0, tlvs, nil
 	case qmi.NASGetSignalStrength, qmi.NASGetSignalInfo:
-		if !st.reg.Registered() || st.signal.RSSI == 99 {
+		c := f.net.cellLocked()
+		if !c.Registered {
 			return qmi.ErrNoNetworkFound, nil, nil
 		}
-		dbm := -113 + 2*int(min(st.signal.RSSI, 31))
 		if m.ID == qmi.NASGetSignalInfo {
-			si := qmi.SignalInfo{LTE: &qmi.LTESignal{RSSI: int8(dbm), RSRQ: -9, RSRP: int16(dbm - 20), SNR: 130}}
+			si := signalInfoOf(c)
 			return 0, si.TLVs(), nil
 		}
-		sig := qmi.SignalStrength{Strength: int8(dbm), Radio: qmi.RadioLTE, HasRSRP: true, LTERSRP: int16(dbm - 20), HasSNR: true, LTESNR: 130}
+		sig := qmi.SignalStrength{Strength: int8(c.RSSIdBm), Radio: qmi.RadioLTE}
+		if l := c.LTE; l != nil {
+			sig.HasRSRP, sig.LTERSRP, sig.HasSNR, sig.LTESNR = true, int16(math.Round(l.RSRP)), true, int16(math.Round(l.SINR*10))
+		} else {
+			sig.Radio = qmi.Radio5GNR
+		}
 		return 0, sig.TLVs(), nil
+	case qmi.NASGetOperatorName:
+		if !st.reg.Registered() {
+			return qmi.ErrNoNetworkFound, nil, nil
+		}
+		o := qmi.OperatorName{PLMNNames: []qmi.PLMNName{qmi.EncodePLMNName(f.net.cfg.ProviderName)}}
+		return 0, o.TLVs(), nil
+	case qmi.NASGetRFBandInfo:
+		c := f.net.cellLocked()
+		if !c.Registered {
+			return qmi.ErrNoNetworkFound, nil, nil
+		}
+		var bands qmi.RFBands
+		for _, cc := range c.Components {
+			if b, ok := bandOf(cc); ok {
+				radio := qmi.RadioLTE
+				if cc.NR {
+					radio = qmi.Radio5GNR
+				}
+				bands = append(bands, qmi.RFBand{Radio: radio, Band: b, Channel: uint16(min(cc.Channel, 0xFFFF))})
+			}
+		}
+		return 0, bands.TLVs(), nil
+	case qmi.NASGetLTECphyCAInfo:
+		c := f.net.cellLocked()
+		if !c.Registered || c.LTE == nil {
+			return qmi.ErrNoNetworkFound, nil, nil
+		}
+		ca := caInfoOf(c)
+		return 0, ca.TLVs(), nil
 	}
 	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+// signalInfoOf codes the cell's measurements as Get Signal Info does:
+// dBm and dB as integers, SNR in 0.1 dB.
+func signalInfoOf(c CellState) qmi.SignalInfo {
+	var si qmi.SignalInfo
+	r := func(v, scale float64) int16 { return int16(max(-32767, min(32767, math.Round(v*scale)))) }
+	if l := c.LTE; l != nil {
+		si.LTE = &qmi.LTESignal{RSSI: int8(c.RSSIdBm), RSRQ: int8(max(-128, min(127, math.Round(l.RSRQ)))), RSRP: r(l.RSRP, 1), SNR: r(l.SINR, 10)}
+	}
+	if n := c.NR; n != nil {
+		si.NR = &qmi.NRSignal{RSRP: r(n.RSRP, 1), SNR: r(n.SINR, 10), RSRQ: r(n.RSRQ, 1), HasRSRQ: true}
+	}
+	return si
+}
+
+// caInfoOf lists the LTE component carriers: the first is the primary
+// cell, the others active secondary cells.
+func caInfoOf(c CellState) qmi.CAInfo {
+	var ca qmi.CAInfo
+	for _, cc := range c.Components {
+		b, ok := bandOf(cc)
+		if cc.NR || !ok {
+			continue
+		}
+		cell := qmi.Cell{PCI: cc.PCI, EARFCN: uint16(min(cc.Channel, 0xFFFF)), Bandwidth: bandwidthCode(cc), Band: b}
+		if ca.PCell == nil {
+			ca.PCell = &cell
+			continue
+		}
+		cell.State, cell.Index = qmi.SCellActivated, uint8(min(len(ca.SCells)+1, 255))
+		ca.SCells = append(ca.SCells, cell)
+	}
+	return ca
+}
+
+func bandOf(cc Component) (qmi.Band, bool) {
+	if cc.NR {
+		return qmi.NRBand(cc.Band)
+	}
+	return qmi.LTEBand(cc.Band)
+}
+
+// bandwidthCode is QmiNasDLBandwidth of a carrier (0xFF unknown).
+func bandwidthCode(cc Component) uint32 {
+	lte := map[int]uint32{1: 0, 3: 1, 5: 2, 10: 3, 15: 4, 20: 5}
+	nr := map[int]uint32{5: 6, 10: 7, 15: 8, 20: 9, 25: 10, 30: 11, 40: 12, 50: 13, 60: 14, 80: 15, 90: 16, 100: 17, 200: 18, 400: 19, 70: 24}
+	m := lte
+	if cc.NR {
+		m = nr
+	}
+	if v, ok := m[cc.BandwidthMHz]; ok {
+		return v
+	}
+	return 0xFF
 }
 
 func (f *QMIFunction) cardStatusLocked() qmi.CardStatus {

@@ -1,0 +1,196 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
+)
+
+// RadioStatus is what the modem says of its radio and SIM, in the same
+// words on MBIM and QMI: `mhictl status` prints it and mhiproxy exports
+// it as gauges. A field the modem did not answer stays empty.
+type RadioStatus struct {
+	// OperatorName is the network's name for itself as the modem
+	// decoded it (QMI: NAS Get Operator Name, GSM 7-bit or UCS2 per
+	// 3GPP TS 23.038; MBIM: REGISTER_STATE's ProviderName).
+	OperatorName string
+	// RAT is the radio access technology: "lte", "nr" or "lte+nr"
+	// (EN-DC) on QMI; on MBIM the highest available data class
+	// ("5G-SA").
+	RAT string
+	// Bands are the bands in use ("B3", "n78").
+	Bands []string
+	// Carriers are the LTE component carriers, the primary cell first.
+	Carriers []Carrier
+	// LTE and NR are each RAT's signal (nil: not measured).
+	LTE, NR *Signal
+	// SIM is the SIM's state: "ready", "pin-required", "puk-required",
+	// "blocked", "absent", "error" or "not-initialized".
+	SIM string
+}
+
+// Carrier is one component carrier.
+type Carrier struct {
+	Band         string
+	PCI          uint16
+	Channel      uint32 // EARFCN
+	BandwidthMHz float64
+	Primary      bool
+	State        string // secondary cells: "active", "deactivated", "deconfigured"
+}
+
+// Signal is a RAT's signal: RSRP (dBm), RSRQ (dB, when HasRSRQ), SINR
+// (dB).
+type Signal struct {
+	RSRP, RSRQ, SINR float64
+	HasRSRQ          bool
+}
+
+// RadioStatus asks the modem's control client (QMI or MBIM) for its
+// radio status. It may be called from any goroutine while the stack is
+// open; on QMI it borrows a NAS and a UIM client ID for the call.
+func (s *Stack) RadioStatus(ctx context.Context) (RadioStatus, error) {
+	switch {
+	case s.qmi != nil:
+		return qmiRadioStatus(ctx, s.qmi)
+	case s.mbim != nil:
+		var r RadioStatus
+		cl := s.mbim
+		reg, err := cl.RegisterState(ctx)
+		if err != nil {
+			return r, fmt.Errorf("REGISTER_STATE: %w", err)
+		}
+		r.OperatorName = reg.ProviderName
+		if ps, err := cl.PacketService(ctx); err == nil && ps.HighestAvailableDataClass != 0 {
+			r.RAT = ps.HighestAvailableDataClass.String()
+		}
+		if rs, err := cl.SubscriberReadyStatus(ctx); err == nil {
+			r.SIM = mbimSIM(rs.ReadyState)
+		}
+		return r, nil
+	}
+	return RadioStatus{}, fmt.Errorf("stack: no control client (a stack made with New)")
+}
+
+// mbimSIM says SUBSCRIBER_READY_STATUS's ready state in RadioStatus.SIM's
+// words.
+func mbimSIM(s mbim.ReadyState) string {
+	switch s {
+	case mbim.ReadyInitialized:
+		return "ready"
+	case mbim.ReadySIMNotInserted:
+		return "absent"
+	case mbim.ReadyBadSIM, mbim.ReadyFailure:
+		return "error"
+	case mbim.ReadyDeviceLocked:
+		return "pin-required"
+	}
+	return s.String()
+}
+
+func qmiRadioStatus(ctx context.Context, c *qmi.Client) (RadioStatus, error) {
+	var r RadioStatus
+	cid, err := c.AllocateCID(ctx, qmi.ServiceNAS)
+	if err != nil {
+		return r, fmt.Errorf("QMI NAS: %w", err)
+	}
+	defer c.ReleaseCID(context.WithoutCancel(ctx), qmi.ClientID{Service: qmi.ServiceNAS, Client: cid})
+	nas := qmi.NAS{ServiceClient: c.Service(qmi.ServiceNAS, cid)}
+	ss, err := nas.ServingSystem(ctx)
+	if err != nil {
+		return r, err
+	}
+	var rats []string
+	for _, ri := range ss.RadioInterfaces {
+		switch ri {
+		case qmi.RadioLTE:
+			rats = append(rats, "lte")
+		case qmi.Radio5GNR:
+			rats = append(rats, "nr")
+		default:
+			rats = append(rats, ri.String())
+		}
+	}
+	r.RAT = strings.Join(rats, "+")
+	if p := ss.PLMN; p != nil {
+		r.OperatorName = p.Description
+	}
+	// The rest is optional: older firmware lacks some of these messages,
+	// and an unregistered modem answers them with an error.
+	if on, err := nas.OperatorName(ctx); err == nil {
+		for _, p := range on.PLMNNames {
+			if name, err := p.Decode(); err == nil && name != "" {
+				r.OperatorName = name
+				break
+			}
+		}
+	}
+	if si, err := nas.SignalInfo(ctx); err == nil {
+		if l := si.LTE; l != nil {
+			r.LTE = &Signal{RSRP: float64(l.RSRP), RSRQ: float64(l.RSRQ), HasRSRQ: true, SINR: float64(l.SNR) / 10}
+		}
+		if n := si.NR; n != nil && n.RSRP != qmiUnavailable {
+			r.NR = &Signal{RSRP: float64(n.RSRP), SINR: float64(n.SNR) / 10}
+			if n.HasRSRQ && n.RSRQ != qmiUnavailable {
+				r.NR.RSRQ, r.NR.HasRSRQ = float64(n.RSRQ), true
+			}
+		}
+	}
+	if bands, err := nas.RFBands(ctx); err == nil {
+		for _, b := range bands {
+			r.Bands = append(r.Bands, b.Band.String())
+		}
+	}
+	if ca, err := nas.CAInfo(ctx); err == nil {
+		if p := ca.PCell; p != nil {
+			r.Carriers = append(r.Carriers, Carrier{Band: p.Band.String(), PCI: p.PCI, Channel: uint32(p.EARFCN), BandwidthMHz: p.BandwidthMHz(), Primary: true})
+		}
+		for _, sc := range ca.SCells {
+			r.Carriers = append(r.Carriers, Carrier{Band: sc.Band.String(), PCI: sc.PCI, Channel: uint32(sc.EARFCN), BandwidthMHz: sc.BandwidthMHz(), State: sc.State.String()})
+		}
+	}
+	r.SIM = qmiSIM(ctx, c)
+	return r, nil
+}
+
+// qmiUnavailable is Get Signal Info's "no value" (−32768).
+const qmiUnavailable = -32768
+
+// qmiSIM reads the SIM's state from UIM Get Card Status (the first
+// card's first application); "" when UIM does not answer.
+func qmiSIM(ctx context.Context, c *qmi.Client) string {
+	cid, err := c.AllocateCID(ctx, qmi.ServiceUIM)
+	if err != nil {
+		return ""
+	}
+	defer c.ReleaseCID(context.WithoutCancel(ctx), qmi.ClientID{Service: qmi.ServiceUIM, Client: cid})
+	cs, err := qmi.UIM{ServiceClient: c.Service(qmi.ServiceUIM, cid)}.CardStatus(ctx)
+	if err != nil || len(cs.Cards) == 0 {
+		return ""
+	}
+	card := cs.Cards[0]
+	switch {
+	case card.State == qmi.CardAbsent:
+		return "absent"
+	case card.State == qmi.CardError:
+		return "error"
+	case len(card.Apps) == 0:
+		return "not-initialized"
+	}
+	switch qmi.AppState(card.Apps[0].State) {
+	case qmi.AppReady:
+		return "ready"
+	case qmi.AppPINRequired:
+		return "pin-required"
+	case qmi.AppPUKRequired:
+		return "puk-required"
+	case qmi.AppPIN1Blocked:
+		return "blocked"
+	case qmi.AppIllegal:
+		return "error"
+	}
+	return "not-initialized"
+}
