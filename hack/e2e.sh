@@ -215,7 +215,7 @@ if [ "$mode" = sim ]; then
 	curl -fsS --max-time 60 --socks5 "$proxy" "http://$target_ip:$www_port/blob" -o "$work/v6-1" || fail "IPv6-only: curl --socks5 $target_ip"
 	check "IPv6-only APN: curl --socks5 to the IPv4 literal $target_ip (CLAT, NAT64)" "$work/v6-1"
 	curl -fsS --max-time 60 --socks5-hostname "$proxy" "http://test4.mhistack:$www_port/blob" -o "$work/v6-2" || fail "IPv6-only: curl --socks5-hostname test4.mhistack"
-	check "IPv6-only APN: curl --socks5-hostname to test4.mhistack, A record only (DNS64, NAT64)" "$work/v6-2"
+	check "IPv6-only APN: curl --socks5-hostname to test4.mhistack, A record only, resolved by the DNS64" "$work/v6-2"
 	curl -fsS --max-time 60 --proxy "http://$proxy" --proxytunnel "http://$target_ip:$www_port/blob" -o "$work/v6-3" || fail "IPv6-only: curl --proxy --proxytunnel $target_ip"
 	check "IPv6-only APN: curl --proxy --proxytunnel to $target_ip" "$work/v6-3"
 	curl -fsS --max-time 60 --proxy "http://$proxy" "http://test4.mhistack:$www_port/blob" -o "$work/v6-4" || fail "IPv6-only: curl --proxy test4.mhistack"
