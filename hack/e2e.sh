@@ -205,17 +205,25 @@ if [ "$mode" = sim ]; then
 	refused 2 -pin -fcc-unlock
 	locked_modem 3
 	"$work/mhiproxy" -device "vfio-user:$work/modem3.sock" -apn v6only-nsp.mhistack -fcc-unlock -pin "$sim_pin" \
-		-listen 127.0.0.1:0 >"$work/online.log" 2>&1 &
+		-listen 127.0.0.1:0 -metrics 127.0.0.1:0 >"$work/online.log" 2>&1 &
 	pids+=($!)
 	online_pid=$!
 	ready=$(wait_line "$work/online.log" 'listening on .*')
 	echo "e2e: FCC-locked, PIN-locked, IPv6-only: $ready"
 	echo "$ready" | grep -Eq ', ip [0-9a-f:]+:[0-9a-f:]+(,| |$)' || fail "not an IPv6-only session: $ready"
 	proxy=$(echo "$ready" | sed -E 's/listening on ([^ ]+) .*/\1/')
+	metrics=$(echo "$ready" | grep -Eo 'http://[^ ]+/metrics')
+	# clat: packets the stack's CLAT translated so far.
+	clat() { curl -fsS --max-time 10 "$metrics" | awk '/^mhiproxy_stack_clat_translated[{ ]/ { print $NF; exit }'; }
+	c0=$(clat)
 	curl -fsS --max-time 60 --socks5 "$proxy" "http://$target_ip:$www_port/blob" -o "$work/v6-1" || fail "IPv6-only: curl --socks5 $target_ip"
-	check "IPv6-only APN: curl --socks5 to the IPv4 literal $target_ip (CLAT, NAT64)" "$work/v6-1"
+	c1=$(clat)
+	[ "${c1:-0}" -gt "${c0:-0}" ] || fail "IPv6-only: the fetch from $target_ip did not go through the CLAT ($c0 -> $c1 packets)"
+	check "IPv6-only APN: curl --socks5 to the IPv4 literal $target_ip (through the CLAT: $((c1 - c0)) packets)" "$work/v6-1"
 	curl -fsS --max-time 60 --socks5-hostname "$proxy" "http://test4.mhistack:$www_port/blob" -o "$work/v6-2" || fail "IPv6-only: curl --socks5-hostname test4.mhistack"
-	check "IPv6-only APN: curl --socks5-hostname to test4.mhistack, A record only, resolved by the DNS64" "$work/v6-2"
+	c2=$(clat)
+	[ "$c2" = "$c1" ] || fail "IPv6-only: the fetch from test4.mhistack went through the CLAT ($c1 -> $c2 packets), not the DNS64's IPv6 address"
+	check "IPv6-only APN: curl --socks5-hostname to test4.mhistack, A record only (the DNS64's IPv6 address, no CLAT)" "$work/v6-2"
 	curl -fsS --max-time 60 --proxy "http://$proxy" --proxytunnel "http://$target_ip:$www_port/blob" -o "$work/v6-3" || fail "IPv6-only: curl --proxy --proxytunnel $target_ip"
 	check "IPv6-only APN: curl --proxy --proxytunnel to $target_ip" "$work/v6-3"
 	curl -fsS --max-time 60 --proxy "http://$proxy" "http://test4.mhistack:$www_port/blob" -o "$work/v6-4" || fail "IPv6-only: curl --proxy test4.mhistack"
