@@ -60,6 +60,7 @@ wait_line() {
 
 go build -o "$work/mhiproxy" ./cmd/mhiproxy
 go build -o "$work/proxye2e" ./hack/proxye2e
+go build -o "$work/mhictl" ./cmd/mhictl
 
 mkdir "$work/www"
 head -c 3000000 /dev/urandom >"$work/www/blob"
@@ -171,4 +172,68 @@ code=0
 wait "$proxy_pid" || code=$?
 [ "$code" -eq 0 ] || fail "SIGTERM: exit status $code"
 ok "SIGTERM exits 0"
+
+# locked_modem N: a fresh FCC-locked, PIN-locked T99W175 with the carrier
+# network on its data pair, serving at $work/modemN.sock.
+sim_pin=2580
+locked_modem() {
+	"$work/mhictl" sim serve -profile foxconn-t99w175 -fcc-lock -sim-pin "$sim_pin" \
+		-function IP_HW0_MBIM=carrier -socket "$work/modem$1.sock" >"$work/modem$1.log" 2>&1 &
+	pids+=($!)
+	modem_pid=$!
+	wait_line "$work/modem$1.log" 'serving the emulated modem' >/dev/null
+}
+# refused N FLAG ARGS...: mhiproxy on a fresh locked modem with ARGS exits
+# non-zero within 10 s, and its error names FLAG.
+refused() {
+	local n=$1 flag=$2 code=0 start end
+	shift 2
+	locked_modem "$n"
+	start=$(date +%s.%N)
+	timeout 10 "$work/mhiproxy" -device "vfio-user:$work/modem$n.sock" -apn v6only-nsp.mhistack -listen 127.0.0.1:0 "$@" \
+		>"$work/refused$n.log" 2>&1 || code=$?
+	end=$(date +%s.%N)
+	kill "$modem_pid"
+	[ "$code" -ne 0 ] || fail "mhiproxy without $flag served"
+	[ "$code" -ne 124 ] || fail "mhiproxy without $flag: no exit within 10 s"
+	grep -q -- "$flag" "$work/refused$n.log" || fail "mhiproxy without $flag: the error does not name $flag"
+	ok "without $flag: exit $code in $(awk "BEGIN { printf \"%.2f\", $end - $start }") s: $(grep -o -- "[^:;]*$flag[^)]*)" "$work/refused$n.log" | head -n 1 | sed 's/^ *//')"
+}
+
+if [ "$mode" = sim ]; then
+	refused 1 -fcc-unlock -pin "$sim_pin"
+	refused 2 -pin -fcc-unlock
+	locked_modem 3
+	"$work/mhiproxy" -device "vfio-user:$work/modem3.sock" -apn v6only-nsp.mhistack -fcc-unlock -pin "$sim_pin" \
+		-listen 127.0.0.1:0 -metrics 127.0.0.1:0 >"$work/online.log" 2>&1 &
+	pids+=($!)
+	online_pid=$!
+	ready=$(wait_line "$work/online.log" 'listening on .*')
+	echo "e2e: FCC-locked, PIN-locked, IPv6-only: $ready"
+	echo "$ready" | grep -Eq ', ip [0-9a-f:]+:[0-9a-f:]+(,| |$)' || fail "not an IPv6-only session: $ready"
+	proxy=$(echo "$ready" | sed -E 's/listening on ([^ ]+) .*/\1/')
+	metrics=$(echo "$ready" | grep -Eo 'http://[^ ]+/metrics')
+	# clat: packets the stack's CLAT translated so far.
+	clat() { curl -fsS --max-time 10 "$metrics" | awk '/^mhiproxy_stack_clat_translated[{ ]/ { print $NF; exit }'; }
+	c0=$(clat)
+	curl -fsS --max-time 60 --socks5 "$proxy" "http://$target_ip:$www_port/blob" -o "$work/v6-1" || fail "IPv6-only: curl --socks5 $target_ip"
+	c1=$(clat)
+	[ "${c1:-0}" -gt "${c0:-0}" ] || fail "IPv6-only: the fetch from $target_ip did not go through the CLAT ($c0 -> $c1 packets)"
+	check "IPv6-only APN: curl --socks5 to the IPv4 literal $target_ip (through the CLAT: $((c1 - c0)) packets)" "$work/v6-1"
+	curl -fsS --max-time 60 --socks5-hostname "$proxy" "http://test4.mhistack:$www_port/blob" -o "$work/v6-2" || fail "IPv6-only: curl --socks5-hostname test4.mhistack"
+	c2=$(clat)
+	[ "$c2" = "$c1" ] || fail "IPv6-only: the fetch from test4.mhistack went through the CLAT ($c1 -> $c2 packets), not the DNS64's IPv6 address"
+	check "IPv6-only APN: curl --socks5-hostname to test4.mhistack, A record only (the DNS64's IPv6 address, no CLAT)" "$work/v6-2"
+	curl -fsS --max-time 60 --proxy "http://$proxy" --proxytunnel "http://$target_ip:$www_port/blob" -o "$work/v6-3" || fail "IPv6-only: curl --proxy --proxytunnel $target_ip"
+	check "IPv6-only APN: curl --proxy --proxytunnel to $target_ip" "$work/v6-3"
+	curl -fsS --max-time 60 --proxy "http://$proxy" "http://test4.mhistack:$www_port/blob" -o "$work/v6-4" || fail "IPv6-only: curl --proxy test4.mhistack"
+	check "IPv6-only APN: curl --proxy (absolute URI) to test4.mhistack" "$work/v6-4"
+	kill -TERM "$online_pid"
+	code=0
+	wait "$online_pid" || code=$?
+	[ "$code" -eq 0 ] || fail "FCC-locked, PIN-locked modem: SIGTERM: exit status $code"
+	grep -q "$sim_pin" "$work/online.log" && fail "mhiproxy printed the PIN"
+	grep -q 'running the FCC unlock' "$work/online.log" || fail "mhiproxy did not log the FCC unlock it ran"
+	ok "FCC unlock and PIN entered by mhiproxy (-fcc-unlock -pin); SIGTERM exits 0; the PIN is not in its log"
+fi
 echo "$passed passed, 0 failed"

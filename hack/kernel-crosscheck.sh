@@ -9,7 +9,9 @@
 # module unload. Then the quirk runs: one kernel per real-modem behaviour
 # of docs/QUIRKS.md (slow READY, sideband wake, one MSI, SYS_ERR at
 # power-up, D3cold), one PASS/FAIL line each (-quirks; a documented kernel
-# limitation is reported, not counted). The recipe and the QEMU quirks are
+# limitation is reported, not counted). Then the lock runs (-locks): the
+# guest's mbimcli and qmicli read an FCC-locked, PIN-locked modem (mhictl
+# sim serve -fcc-lock -sim-pin). The recipe and the QEMU quirks are
 # in docs/KERNEL-CROSSCHECK.md; the guest checks are in hack/kernelcheck.
 #
 # QEMU needs the vfio-user client (10.1 or later). Debian bookworm has none,
@@ -24,7 +26,7 @@
 #   hack/kernel-crosscheck.sh [harness flags]        # obtain QEMU + kernels, run every check
 #   hack/kernel-crosscheck.sh --qemu-only            # just obtain QEMU, print its path
 #   hack/kernel-crosscheck.sh --kernel-only SUITE    # just fetch SUITE's kernel, print LABEL=DIR
-# Harness flags (hack/kernelcheck -help): -profiles, -pbl, -quirks, -keep,
+# Harness flags (hack/kernelcheck -help): -profiles, -pbl, -quirks, -locks, -keep,
 # -timeout, -check-timeout (a guest with no verdict for that long is
 # stopped) …
 # Environment: QEMU=/path/to/qemu-system-x86_64 skips the build;

@@ -201,6 +201,9 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		simnet.NTBQuirkSequence+" (wSequence restarts and repeats), "+simnet.NTBQuirkCyclic+" (last NDP chains back to the first), "+
 		simnet.NTBQuirkNonIP+" (an ARP request in the IP session); every 8th NTB; docs/QUIRKS.md)")
 	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
+	fccLock := fs.Bool("fcc-lock", false, "start FCC-locked, as the presented PCI ID ships (mhi.Profile.FCCLock; a profile whose ID is not locked is a usage error):\n"+
+		"the radio stays off until the host runs the vendor unlock (mhiproxy or mhictl -fcc-unlock; docs/GETTING-ONLINE.md)")
+	simPIN := fs.String("sim-pin", "", "lock the emulated SIM with this `PIN` (3 tries, then the PUK 12345678): the host enters it with -pin (a host takes 4 to 8 digits)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -281,7 +284,12 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	carrier.NTBQuirks = ntbq
-	fns, err := serveFunctions(p, functions, carrier, log)
+	network, err := serveNetwork(p, *idIndex, *fccLock, *simPIN)
+	if err != nil {
+		return err
+	}
+	carrier.APNs = network.APNs
+	fns, err := serveFunctions(p, functions, network, carrier, log)
 	if err != nil {
 		return err
 	}
@@ -439,7 +447,7 @@ func (s *servedFunctions) close() {
 // on the MBIM pair and the QMI function on the QMI pair. When both
 // control functions run they share one simnet.Network (SIM, registration,
 // addresses), as on a modem.
-func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.CarrierOptions, log *slog.Logger) (*servedFunctions, error) {
+func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkConfig, carrier simnet.CarrierOptions, log *slog.Logger) (*servedFunctions, error) {
 	s := &servedFunctions{all: map[string]Function{}, responders: map[string]*simnet.ICMPResponder{}, carriers: map[string]*simnet.CarrierNetwork{}}
 	// The data pairs (mhi.DataChannels: the pairs Linux turns into
 	// network interfaces, mhi_net and mhi_wwan_mbim) answer pings.
@@ -466,7 +474,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.Carri
 			return nil, usagef("profile %s has no channel pair %q", p.Name, name)
 		}
 	}
-	network := simnet.NewNetwork(simnet.NetworkConfig{})
+	network := simnet.NewNetwork(cfg)
 	for name, kind := range functions {
 		switch kind {
 		case "mbim":
@@ -524,6 +532,22 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, carrier simnet.Carri
 		}
 	}
 	return s, nil
+}
+
+// serveNetwork is the configuration of a served modem's network: any
+// APN gets the default session, and the named APNs of stack.Open's
+// emulated network (simnet.DefaultAPNs: ims, corp.mhistack and the
+// IPv6-only v6only.mhistack and v6only-nsp.mhistack) get theirs. fccLock
+// locks the radio with the procedure of the PCI ID idIndex presents; pin
+// locks the SIM.
+func serveNetwork(p *mhi.Profile, idIndex int, fccLock bool, pin string) (simnet.NetworkConfig, error) {
+	cfg := simnet.NetworkConfig{APNs: simnet.DefaultAPNs()[1:], PIN: pin}
+	if fccLock {
+		if cfg.FCCLock = p.EmulatedFCCUnlock(idIndex); cfg.FCCLock == mhi.FCCUnlockNone {
+			return cfg, usagef("-fcc-lock: PCI ID %d of profile %s does not ship FCC-locked (docs/GETTING-ONLINE.md lists the locked ones)", idIndex, p.Name)
+		}
+	}
+	return cfg, nil
 }
 
 // ownFraming is the framing the data pair name of p carries without a

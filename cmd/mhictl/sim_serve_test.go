@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
+	"github.com/mhistack/mhistack/stack"
 )
 
 // A served modem runs the QMI function on its QMI pair, sharing the MBIM
@@ -25,7 +30,7 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 		if !ok {
 			t.Fatalf("no profile %s", profile)
 		}
-		fns, err := serveFunctions(p, set, simnet.CarrierOptions{}, log)
+		fns, err := serveFunctions(p, set, simnet.NetworkConfig{}, simnet.CarrierOptions{}, log)
 		if err != nil {
 			t.Fatalf("%s: %v", profile, err)
 		}
@@ -69,7 +74,7 @@ func TestServeFunctionsPutQMIOnTheQMIPair(t *testing.T) {
 	}
 
 	p, _ := mhi.Lookup("quectel-em1xx")
-	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, simnet.CarrierOptions{}, log); err == nil {
+	if _, err := serveFunctions(p, functionFlag{"QMI": "qmi"}, simnet.NetworkConfig{}, simnet.CarrierOptions{}, log); err == nil {
 		t.Error("-function QMI=qmi on a profile without a QMI pair: no error")
 	}
 }
@@ -126,7 +131,7 @@ func TestServeRadio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fns, err := serveFunctions(p, functionFlag{"IP_HW0": "carrier"}, simnet.CarrierOptions{Radio: &cfg}, slog.New(slog.DiscardHandler))
+	fns, err := serveFunctions(p, functionFlag{"IP_HW0": "carrier"}, simnet.NetworkConfig{}, simnet.CarrierOptions{Radio: &cfg}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,5 +142,62 @@ func TestServeRadio(t *testing.T) {
 	cn.Receive(ip)
 	if st := cn.Stats(); st.RadioUp.Enqueued != 1 {
 		t.Errorf("radio up stats %+v, want the packet enqueued", st.RadioUp)
+	}
+}
+
+// TestSimServeFCCLockAndSIMPIN: sim serve -fcc-lock -sim-pin serves a
+// T99W175 whose radio stays off until the host runs the unlock and whose
+// SIM asks for the PIN; mhictl status over vfio-user reports each lock in
+// turn, naming the flag that lifts it, and comes online with both. Without
+// -fcc-lock the same profile serves unlocked, and -fcc-lock on a profile
+// whose ID ships unlocked is a usage error.
+func TestSimServeFCCLockAndSIMPIN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	serve := func(args ...string) string {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "modem.sock")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		var errb syncBuilder
+		go func() {
+			done <- run(ctx, append([]string{"sim", "serve", "-socket", path, "-log-level", "warn"}, args...), io.Discard, &errb)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			if code := <-done; code != 0 {
+				t.Errorf("sim serve %q: exit %d: %s", args, code, errb.String())
+			}
+		})
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(path); err == nil {
+				return "vfio-user:" + path
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sim serve %q: no socket: %s", args, errb.String())
+			}
+		}
+	}
+	status := func(dev string, wantCode int, want *regexp.Regexp, args ...string) {
+		t.Helper()
+		var out bytes.Buffer
+		code := run(context.Background(), append([]string{"status", "-device", dev}, args...), &out, &out)
+		if code != wantCode || !want.MatchString(out.String()) {
+			t.Errorf("status %q: exit %d, want %d and %v:\n%s", args, code, wantCode, want, out.String())
+		}
+	}
+	t.Setenv(stack.PINEnv, "")
+	locked := serve("-profile", "foxconn-t99w175", "-fcc-lock", "-sim-pin", "2580")
+	status(locked, 1, regexp.MustCompile(`(?s)radio\s+fcc-locked.*-fcc-unlock`))
+	status(locked, 1, regexp.MustCompile(`PIN required \(3 attempts left\).*-pin`), "-fcc-unlock")
+	status(locked, 0, regexp.MustCompile(`radio\s+on`), "-fcc-unlock", "-pin", "2580")
+
+	status(serve("-profile", "foxconn-t99w175"), 0, regexp.MustCompile(`radio\s+on`))
+
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"sim", "serve", "-socket", filepath.Join(t.TempDir(), "s"), "-fcc-lock"}, &out, &out); code != 2 ||
+		!strings.Contains(out.String(), "does not ship FCC-locked") {
+		t.Errorf("-fcc-lock on qcom-sdx55m: exit %d, want 2:\n%s", code, out.String())
 	}
 }

@@ -870,3 +870,96 @@ func TestQuirkVerdictsTellTheEmulatorFromLinux(t *testing.T) {
 		t.Errorf("Linux failed otherwise: %+v (%d failed)", c, r.failed())
 	}
 }
+
+// fakeLockTools are mbimcli and qmicli answering as the guest's did
+// against a locked modem (6.1/qcom-sdx55m+locks), with the software radio
+// state, PIN state and QMI mode from RADIO, PIN and MODE.
+const fakeMbimcliLocks = `#!/bin/busybox sh
+case "$3" in
+--query-radio-state) printf "[/dev/wwan0mbim0] Radio state retrieved:\n\t     Hardware radio state: 'on'\n\t     Software radio state: '%s'\n" "$RADIO" ;;
+--query-subscriber-ready-status) printf "[/dev/wwan0mbim0] Subscriber ready status retrieved:\n\t      Ready state: 'device-locked'\n" ;;
+--query-pin-state) printf "[/dev/wwan0mbim0] PIN info:\n\t         PIN state: '%s'\n\t          PIN type: 'pin1'\n\tRemaining attempts: '3'\n" "$PIN" ;;
+esac
+`
+
+const fakeQmicliLocks = `#!/bin/busybox sh
+case "$3" in
+--dms-get-operating-mode) printf "[/dev/wwan0qmi0] Operating mode retrieved:\n\tMode: '%s'\n\tHW restricted: 'no'\n" "$MODE" ;;
+--uim-get-card-status) printf "Slot [1]:\n\tApplication [1]:\n\t\tApplication type:  'usim (2)'\n\t\tApplication state: 'pin1-or-upin-pin-required'\n\t\tPIN1 state: 'enabled-not-verified'\n\t\t\tPIN1 retries: '3'\n\t\tPIN2 state: 'enabled-not-verified'\n" ;;
+esac
+`
+
+// TestLockSectionReadsTheLocksAsMhictlStatusReportsThem: the lock run's
+// guest checks pass on what mbimcli and qmicli printed against the
+// locked modem, and fail when the radio is on although the modem should
+// be FCC-locked, or the PIN is not locked.
+func TestLockSectionReadsTheLocksAsMhictlStatusReportsThem(t *testing.T) {
+	bb := hostBusybox(t)
+	dir := t.TempDir()
+	tool := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Replace(body, "/bin/busybox", bb, 1)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mbimcli, qmicli := tool("mbimcli", fakeMbimcliLocks), tool("qmicli", fakeQmicliLocks)
+	mdev, qdev := tool("wwan0mbim0", ""), tool("wwan0qmi0", "")
+	run := func(l lockRun, env ...string) map[string]check {
+		t.Helper()
+		e := expectFor(profile(t, l.profile), fakeKO(nil, "DIAG", "MBIM", "QMI", "IP_HW0", "IP_HW0_MBIM"))
+		s, err := lockScript(e, 10, &l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`@[A-Z]+@`).FindString(s); m != "" {
+			t.Fatalf("placeholder %s left in the script", m)
+		}
+		sec := s[strings.Index(s, "# ---- locks as mbimcli"):strings.Index(s, "# ---- end of the lock section")]
+		sec = strings.NewReplacer("/dev/wwan0mbim0", mdev, "/dev/wwan0qmi0", qdev, "/usr/bin/mbimcli", mbimcli, "/usr/bin/qmicli", qmicli).Replace(sec)
+		cmd := exec.Command(bb, "sh", "-c", `check() { echo "MHISTACK-CHECK $1 $2 $3"; }; wait_for() { shift; "$@"; }`+"\n"+sec)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the lock section failed (%v): %s", err, out)
+		}
+		r := &result{}
+		for _, line := range strings.Split(string(out), "\n") {
+			if name, st, detail, ok := qh.ParseCheck(line); ok {
+				r.add(name, st != qh.Fail, detail)
+				if st == qh.Skip {
+					r.skipped(name)
+				}
+			}
+		}
+		if !slices.Equal(r.order, lockChecks) {
+			t.Fatalf("checks %v, want %v; output:\n%s", r.order, lockChecks, out)
+		}
+		return r.checks
+	}
+	fcc, pin := lockRuns[0], lockRuns[1]
+	if !fcc.fcc || pin.fcc {
+		t.Fatalf("lockRuns %+v: want the FCC-locked run first", lockRuns)
+	}
+	for name, c := range run(pin, "RADIO=on", "PIN=locked", "MODE=online") {
+		if !c.pass {
+			t.Errorf("PIN-locked SDX55: %s FAIL %q", name, c.detail)
+		}
+	}
+	c := run(fcc, "RADIO=on", "PIN=locked", "MODE=online")
+	if c["lock-mbim-radio"].pass {
+		t.Errorf("an FCC-locked run passed a radio that is on: %q", c["lock-mbim-radio"].detail)
+	}
+	if !c["lock-qmi-operating-mode"].skip || !c["lock-qmi-card-status"].skip {
+		t.Errorf("the T99W175 has no QMI port, yet the QMI checks ran: %+v", c)
+	}
+	if c = run(fcc, "RADIO=off", "PIN=locked", "MODE=low-power"); !c["lock-mbim-radio"].pass {
+		t.Errorf("FCC-locked, radio off: %q", c["lock-mbim-radio"].detail)
+	}
+	if c = run(lockRun{profile: "qcom-sdx55m", fcc: true}, "RADIO=off", "PIN=locked", "MODE=online"); c["lock-qmi-operating-mode"].pass {
+		t.Errorf("an FCC-locked QMI modem passed mode online: %q", c["lock-qmi-operating-mode"].detail)
+	}
+	if c = run(pin, "RADIO=on", "PIN=unlocked", "MODE=online"); c["lock-mbim-pin"].pass {
+		t.Errorf("an unlocked PIN passed: %q", c["lock-mbim-pin"].detail)
+	}
+}

@@ -11,7 +11,8 @@
 // (planned per kernel and profile, run, reported); runone.go one run
 // (image, modem, boot, verdicts); image.go the initramfs; guest.go the
 // init script and what the guest should find, with its sections in
-// tcp.go, mbim.go and qmi.go; profiles.go the profiles a kernel drives;
+// tcp.go, mbim.go and qmi.go; quirks.go and locks.go the quirk and lock
+// runs; profiles.go the profiles a kernel drives;
 // firmware.go the PBL runs' firmware; dmesg.go the kernel's complaints;
 // result.go a run's verdicts. What hack/qemuvfio and hack/vfiomhi share
 // with it (QEMU command line and boot loop, modem process, initramfs
@@ -56,6 +57,7 @@ type config struct {
 	profiles              []string
 	pbl                   []string
 	quirks                []string // behaviours the quirk runs judge (quirks.go)
+	locks                 []string // profiles of the lock runs (locks.go)
 	timeout               time.Duration
 	checkTimeout          time.Duration
 	wait                  int
@@ -79,6 +81,9 @@ func main() {
 	flag.StringVar(&pbl, "pbl", "qcom-sdx55m", "comma-separated profiles (with a firmware image) also booted from PBL: the kernel downloads a firmware file over BHI at power-up and again after SYS_ERR")
 	var quirks string
 	flag.StringVar(&quirks, "quirks", "all", "quirk runs: Linux against the emulated modem playing real modems' behaviours (docs/QUIRKS.md), one kernel and profile each, one verdict per behaviour: \"all\", a comma-separated list of slow-ready, no-inband-wake, one-msi, syserr-at-powerup, d3cold, or \"\" for none")
+	var locks string
+	flag.StringVar(&locks, "locks", "all", "lock runs: mbimcli and qmicli read an FCC-locked, PIN-locked modem (mhictl sim serve -fcc-lock -sim-pin), one kernel each:\n"+
+		"\"all\", a comma-separated list of foxconn-t99w175 (FCC lock and PIN, mbimcli), qcom-sdx55m (PIN, mbimcli and qmicli), or \"\" for none")
 	flag.DurationVar(&c.timeout, "timeout", 6*time.Minute, "limit for one guest run")
 	flag.DurationVar(&c.checkTimeout, "check-timeout", 150*time.Second, "stop a guest when no check reported for this long (the first one counts from QEMU's start): a hung check fails the run in minutes, with the guest's kernel log tail its stall watcher printed; 0 turns it off")
 	flag.IntVar(&c.wait, "wait", 60, "seconds the guest waits for mission mode and for SYS_ERR recovery")
@@ -91,7 +96,7 @@ func main() {
 	flag.String("repo", ".", "mhistack checkout (unused; accepted for the script)")
 	flag.String("cache", "", "cache directory (unused; accepted for the script)")
 	flag.Parse()
-	c.profiles, c.pbl, c.quirks = qh.SplitList(profiles), qh.SplitList(pbl), qh.SplitList(quirks)
+	c.profiles, c.pbl, c.quirks, c.locks = qh.SplitList(profiles), qh.SplitList(pbl), qh.SplitList(quirks), qh.SplitList(locks)
 	if c.initFile != "" {
 		b, err := os.ReadFile(c.initFile)
 		if err != nil {

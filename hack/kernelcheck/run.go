@@ -18,6 +18,7 @@ type job struct {
 	p     string
 	pbl   bool
 	quirk *quirkRun // a quirk run (quirks.go), nil for the checks
+	lock  *lockRun  // a lock run (locks.go), nil for the checks
 }
 
 // run checks the prerequisites, runs every job (c.jobs at once) and
@@ -77,10 +78,10 @@ func planJobs(c config) ([]job, error) {
 			}
 		}
 		for _, p := range profiles {
-			jobs = append(jobs, job{k, p, false, nil})
+			jobs = append(jobs, job{k: k, p: p})
 		}
 		for _, p := range c.pbl {
-			jobs = append(jobs, job{k, p, true, nil})
+			jobs = append(jobs, job{k: k, p: p, pbl: true})
 		}
 	}
 	// The quirk runs: one kernel each (docs/KERNEL-CROSSCHECK.md §8).
@@ -90,7 +91,15 @@ func planJobs(c config) ([]job, error) {
 	}
 	for i := range qs {
 		q := &qs[i]
-		jobs = append(jobs, job{q.pickKernel(c.kernels), q.profile, q.pbl, q})
+		jobs = append(jobs, job{k: q.pickKernel(c.kernels), p: q.profile, pbl: q.pbl, quirk: q})
+	}
+	// The lock runs: the first kernel given.
+	ls, err := lockRunsFor(c.locks)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ls {
+		jobs = append(jobs, job{k: c.kernels[0], p: ls[i].profile, lock: &ls[i]})
 	}
 	return jobs, nil
 }

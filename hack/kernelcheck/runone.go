@@ -26,7 +26,8 @@ type guestRun struct {
 	dir            string // the run's logs and image
 	kernel, modDir string
 	exp            expect
-	quirk          *quirkRun // a quirk run (quirks.go), nil for the checks
+	quirk          *quirkRun // a quirk run (quirks.go)
+	lock           *lockRun  // a lock run (locks.go), nil for the checks
 	fw             []byte    // PBL runs: the image the kernel downloads
 	modemArgs      []string  // mhictl sim serve … (without -socket)
 	blobs          *qh.BlobServer
@@ -50,7 +51,7 @@ type guestOutput struct {
 // its behaviours instead of the checks.
 func runOne(ctx context.Context, c config, j job) (*result, error) {
 	t0 := time.Now()
-	g, err := newGuestRun(c, j.k, j.p, j.pbl, j.quirk)
+	g, err := newGuestRun(c, j.k, j.p, j.pbl, j.quirk, j.lock)
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +83,12 @@ func runOne(ctx context.Context, c config, j job) (*result, error) {
 		g.r.wall = time.Since(t0)
 		return g.r, nil
 	}
+	if g.lock != nil {
+		g.judgeLocks()
+		g.judgeKernel(out.dmesg)
+		g.r.wall = time.Since(t0)
+		return g.r, nil
+	}
 	g.judgeGuest(out)
 	g.judgeModem(modem.Log(), modemLogPath, out.crashes)
 	g.judgeKernel(out.dmesg)
@@ -91,7 +98,7 @@ func runOne(ctx context.Context, c config, j job) (*result, error) {
 
 // newGuestRun finds the kernel, makes the run's directory and starts the
 // blob server the TCP checks use (tcp.go); the caller closes it.
-func newGuestRun(c config, k kernelDir, profile string, pbl bool, quirk *quirkRun) (*guestRun, error) {
+func newGuestRun(c config, k kernelDir, profile string, pbl bool, quirk *quirkRun, lock *lockRun) (*guestRun, error) {
 	p, _ := mhi.Lookup(profile)
 	g := &guestRun{c: c, k: k, p: p, pbl: pbl, r: &result{kernel: k.label, profile: profile},
 		modemArgs: []string{"sim", "serve", "-profile", profile, "-once", "-strict", "-no-profile-quirks"}, quirk: quirk}
@@ -109,6 +116,11 @@ func newGuestRun(c config, k kernelDir, profile string, pbl bool, quirk *quirkRu
 	}
 	if quirk != nil {
 		g.r.profile += "+" + quirk.name
+	}
+	if lock != nil {
+		g.lock = lock
+		g.r.profile += "+locks"
+		g.modemArgs = append(g.modemArgs, lock.serveArgs()...)
 	}
 	g.dir = filepath.Join(c.work, k.label+"-"+g.r.profile)
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
@@ -145,6 +157,10 @@ func (g *guestRun) buildImage() (string, error) {
 		case g.quirk != nil:
 			var s string
 			s, scriptErr = quirkScript(g.exp, g.c.wait, g.quirk.steps)
+			return s
+		case g.lock != nil:
+			var s string
+			s, scriptErr = lockScript(g.exp, g.c.wait, g.lock)
 			return s
 		}
 		return script(g.exp, g.c.wait)

@@ -38,8 +38,13 @@ var (
 )
 
 // TestName is the name the carrier's DNS resolves to TestAddr4 and
-// TestAddr6.
-const TestName = "test.mhistack"
+// TestAddr6; TestName4 has only TestAddr4, an IPv4-only name: on an
+// IPv6-only APN its DNS64 answers AAAA questions for it with a synthesised
+// address, which reaches the host through the NAT64.
+const (
+	TestName  = "test.mhistack"
+	TestName4 = "test4.mhistack"
+)
 
 // CarrierOptions configure a CarrierNetwork.
 type CarrierOptions struct {

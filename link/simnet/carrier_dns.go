@@ -40,7 +40,7 @@ const ipv4onlyName = "ipv4only.arpa"
 var ipv4onlyAddrs = []netip.Addr{netip.AddrFrom4([4]byte{192, 0, 0, 170}), netip.AddrFrom4([4]byte{192, 0, 0, 171})}
 
 // answerDNS builds the response to one query: A and AAAA from Hosts
-// (and TestName, and ipv4only.arpa), otherwise from the host's resolver.
+// (and TestName, TestName4 and ipv4only.arpa), otherwise from the host's resolver.
 // With a valid dns64 an AAAA question for a name with A records but no
 // AAAA records is answered with AAAA records synthesised under dns64
 // (RFC 6147 §5.1.7), except for an IPv4 address the Well-Known Prefix
@@ -67,6 +67,8 @@ func (cn *CarrierNetwork) answerDNS(q []byte, dns64 siit.Prefix) []byte {
 	switch {
 	case name == TestName:
 		addrs, known = []netip.Addr{TestAddr4, TestAddr6}, true
+	case name == TestName4:
+		addrs, known = []netip.Addr{TestAddr4}, true
 	case strings.EqualFold(name, ipv4onlyName):
 		addrs, known = ipv4onlyAddrs, true
 	}

@@ -148,6 +148,9 @@ func TestDNS64SynthesisesAAAAForNamesWithOnlyA(t *testing.T) {
 		{ns, "doc.test.", dnsmessage.TypeAAAA, []string{"2001:db8:46:0:cb:71:500:0"}},
 		{wkp, TestName + ".", dnsmessage.TypeAAAA, []string{TestAddr6.String()}},
 		{siit.Prefix{}, "v4only.test.", dnsmessage.TypeAAAA, nil},
+		{ns, TestName4 + ".", dnsmessage.TypeAAAA, []string{"2001:db8:46:0:c6:1200:100:0"}},
+		{ns, TestName4 + ".", dnsmessage.TypeA, []string{TestAddr4.String()}},
+		{siit.Prefix{}, TestName4 + ".", dnsmessage.TypeAAAA, nil},
 	} {
 		got := dnsAnswers(t, cn.answerDNS(dnsQuery(t, c.name, c.typ), c.pfx))
 		var want []netip.Addr
