@@ -638,8 +638,8 @@ func (c *config) altTable() (*table, error) {
 		"the carrier network's own stack and relay (simnet.CarrierStats: a flow's full receive buffer, bad checksums, failed "+
 		"relay writes); receiving socket = the kernel's SO_MEMINFO drops at the peer socket (a package stack's "+
 		"UDPReceiveBufferErrors for the two-stack paths); elsewhere = the loss no stage counted: datagrams in flight at the "+
-		"window's edges, and stages a path does not count (channel.Endpoint's full queue, the wire between two modems, a "+
-		"veth's backlog). TestUDPDatagramsAreDeliveredOrCountedWhereDropped checks that on the mhistack path every datagram "+
+		"window's edges, and stages a path does not count (a "+
+		"veth's backlog); for the two modems back to back, modem = the sending modem's UL and the receiving modem's DL, and carrier = the wire between them (its 1024-transfer queue). TestUDPDatagramsAreDeliveredOrCountedWhereDropped checks that on the mhistack path every datagram "+
 		"sent is delivered or counted and that the host and the modem drop none. Medians of delivered Mbit/s: mhistack %.0f, "+
 		"channel pair %.0f, ideal ring %.0f", at(0, 2).med("mbps"), at(ch, 2).med("mbps"), at(ring, 2).med("mbps"))
 	if len(paths) > linux {
@@ -656,8 +656,9 @@ func (c *config) altTable() (*table, error) {
 // side never stalls the other side's device goroutine; its queue holds
 // 1024 transfers, beyond which the wire drops, as a link would.
 type wire struct {
-	peer *wire
-	q    chan []byte
+	peer    *wire
+	q       chan []byte
+	dropped atomic.Uint64 // transfers the peer's queue had no room for
 }
 
 func newWires() (*wire, *wire) {
@@ -684,6 +685,7 @@ func (w *wire) Receive(td []byte) {
 	select {
 	case w.peer.q <- append([]byte(nil), td...):
 	default:
+		w.dropped.Add(1)
 	}
 }
 
@@ -704,7 +706,20 @@ func modemPairEnv() (*altEnv, error) {
 		ra.close()
 		return nil, err
 	}
-	return stackPairEnv(ra.ep, rb.ep, func() {}, func() error {
+	e, err := stackPairEnv(ra.ep, rb.ep, func() {}, func() error {
 		return errors.Join(ra.close(), rb.close())
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The wire is this path's network; the sending modem's UL and the
+	// receiving modem's DL are its modem stage.
+	stacks := e.stages
+	e.stages = func() [nStages]uint64 {
+		v := stacks()
+		v[stageModem] = ra.m.Stats().ULDrops + rb.m.Stats().DLDrops
+		v[stageCarrier] = wa.dropped.Load()
+		return v
+	}
+	return e, nil
 }
