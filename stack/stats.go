@@ -53,6 +53,12 @@ type Stats struct {
 	TCPFailedConnectionAttempts                                                                         uint64
 	// UDP datagrams dropped for a full receive buffer.
 	UDPReceiveBufferErrors uint64
+	// UDPPacketsSent counts the UDP datagrams handed to the NIC;
+	// UDPSendErrors those it refused, each an error returned to its
+	// writer (a full transmit queue: TXDroppedNoBufferSpace). A writer
+	// whose send buffer is full waits (or fails at its deadline) and
+	// sends nothing, so neither counts it.
+	UDPPacketsSent, UDPSendErrors uint64
 
 	// Link is the link endpoint's statistics (nil for other endpoints).
 	Link *link.Stats
@@ -88,6 +94,7 @@ func (s *Stack) Stats() Stats {
 	st.TCPResetsSent, st.TCPResetsReceived = t.ResetsSent.Value(), t.ResetsReceived.Value()
 	st.TCPFailedConnectionAttempts = t.FailedConnectionAttempts.Value()
 	st.UDPReceiveBufferErrors = gs.UDP.ReceiveBufferErrors.Value()
+	st.UDPPacketsSent, st.UDPSendErrors = gs.UDP.PacketsSent.Value(), gs.UDP.PacketSendErrors.Value()
 	if ep := linkEndpointOf(s.tap.Child()); ep != nil {
 		ls := ep.Stats()
 		st.Link = &ls

@@ -1,13 +1,18 @@
 package stack_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/internal/sockstat"
+	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -85,4 +90,96 @@ func TestUDPWriterWaitsForItsSendBuffer(t *testing.T) {
 	if d := r.s.Stats().TXDroppedNoBufferSpace; d != 0 {
 		t.Errorf("%d datagrams dropped by the transmit queue", d)
 	}
+}
+
+// TestUDPDatagramsAreDeliveredOrCountedWhereDropped: a writer sends
+// datagrams as fast as writes return, through the stack, the link, the
+// emulated modem and the carrier network to a host socket. Every datagram
+// a write accepted is delivered or counted at the stage that dropped it;
+// the host's stages (the socket, the transmit queue, the link) drop
+// nothing the writer was not told about (a write error), and the modem
+// drops nothing.
+func TestUDPDatagramsAreDeliveredOrCountedWhereDropped(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the receiving socket's drops are counted by Linux only (SO_MEMINFO)")
+	}
+	r := newRig(t, stack.Config{})
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	var delivered atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+			delivered.Add(1)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.s.DialUDP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(peer.LocalAddr().(*net.UDPAddr).Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 4000
+	var sent, told uint64
+	b := make([]byte, 1400-28)
+	c.SetWriteDeadline(time.Now().Add(time.Minute))
+	for range n {
+		if _, err := c.Write(b); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			told++
+			continue
+		}
+		sent++
+	}
+	drops := func() (carrier, receiver uint64) {
+		cs := r.cn.Stats()
+		carrier = cs.BadChecksums + cs.UDPReceiveBufferErrors + cs.UDPRelayErrors
+		receiver, err := sockstat.Drops(peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return carrier, receiver
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cd, rd := drops()
+		if delivered.Load()+cd+rd == sent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sent %d, after 30 s delivered %d + dropped by the carrier %d + by the receiving socket %d: %d unaccounted",
+				sent, delivered.Load(), cd, rd, int64(sent)-int64(delivered.Load()+cd+rd))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := r.s.Stats()
+	if st.UDPPacketsSent != sent || st.UDPSendErrors != told {
+		t.Errorf("the stack sent %d datagrams and refused %d; the writer was told %d sent, %d failed",
+			st.UDPPacketsSent, st.UDPSendErrors, sent, told)
+	}
+	if st.TXDroppedNoBufferSpace != told {
+		t.Errorf("the transmit queue dropped %d, the writer was told of %d", st.TXDroppedNoBufferSpace, told)
+	}
+	if d := st.Link.TXDrops; d != (link.TXDrops{}) {
+		t.Errorf("the link dropped silently: %+v", d)
+	}
+	if d := r.modem.Stats().ULDrops; d != 0 {
+		t.Errorf("the modem dropped %d UL transfers", d)
+	}
+	cd, rd := drops()
+	t.Logf("written %d: sent %d, refused %d; delivered %d, dropped by the carrier %d (%d in its receive buffer), by the receiving socket %d",
+		n, sent, told, delivered.Load(), cd, r.cn.Stats().UDPReceiveBufferErrors, rd)
+	peer.Close()
+	<-done
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mhistack/mhistack/internal/chanpair"
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/simnet"
+	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
 	mstack "github.com/mhistack/mhistack/stack"
 )
@@ -34,6 +35,11 @@ type altEnv struct {
 	pollNanos func() uint64
 	// stats are the system under test's stack counters (mhistack only).
 	stats func() mstack.Stats
+	// stages are the drop counts of the UDP path's stages so far, in
+	// udpStages order (zero where a path has no such stage or does not
+	// count it); udpStream sets measureStages to have window take them.
+	stages        func() [nStages]uint64
+	measureStages bool
 	// serverPID is the process serving the modem, when it is another
 	// process (table 8): the window records its CPU (server_ms) and
 	// run-queue wait (server_wait).
@@ -128,6 +134,38 @@ func openedEnv(s *mstack.Stack, check func() error) (*altEnv, error) {
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return s.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return s.DialUDP(ctx, netip.AddrPort{}, udpTo) }
 	e.stats = s.Stats
+	var modem *sim.Modem
+	var carrier *simnet.CarrierNetwork
+	if d, ok := s.Controller().Device().(*vpci.Device); ok {
+		modem, _ = d.Model().(*sim.Modem)
+	}
+	if modem != nil {
+		if dp, err := s.Controller().Profile().DataPath("", ""); err == nil {
+			carrier, _ = modem.Function(dp.Channel).(*simnet.CarrierNetwork)
+		}
+	}
+	e.stages = func() [nStages]uint64 {
+		var v [nStages]uint64
+		st := s.Stats()
+		// The transmit queue's drops beyond those its writers were told
+		// of (UDPSendErrors), and the link's.
+		v[stageHost] = st.TXDroppedNoBufferSpace - min(st.TXDroppedNoBufferSpace, st.UDPSendErrors)
+		if l := st.Link; l != nil {
+			d := l.TXDrops
+			v[stageHost] += d.TooBig + d.Timeout + d.LinkDown + d.Closed + d.Held
+		}
+		if modem != nil {
+			v[stageModem] = modem.Stats().ULDrops
+		}
+		if carrier != nil {
+			cs := carrier.Stats()
+			r := cs.RadioUp
+			v[stageRadio] = r.DroppedQueue + r.DroppedAQM + r.DroppedLoss + r.DroppedGap
+			v[stageCarrier] = cs.BadChecksums + cs.UDPReceiveBufferErrors + cs.UDPRelayErrors
+		}
+		v[stageReceiver] = socketDrops(e.peerUDP)
+		return v
+	}
 	e.pollNanos = func() uint64 {
 		if l := s.Stats().Link; l != nil {
 			return l.PollNanos
@@ -184,6 +222,17 @@ func stackPairEnv(a, b gstack.LinkEndpoint, closeLinks func(), after ...func() e
 	udpTo := netip.MustParseAddrPort(e.peerUDP.LocalAddr().String())
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return sa.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return sa.DialUDP(ctx, netip.AddrPort{}, udpTo) }
+	e.stages = func() [nStages]uint64 {
+		var v [nStages]uint64
+		st := sa.Stats()
+		v[stageHost] = st.TXDroppedNoBufferSpace - min(st.TXDroppedNoBufferSpace, st.UDPSendErrors)
+		if l := st.Link; l != nil {
+			d := l.TXDrops
+			v[stageHost] += d.TooBig + d.Timeout + d.LinkDown + d.Closed + d.Held
+		}
+		v[stageReceiver] = sb.Stats().UDPReceiveBufferErrors
+		return v
+	}
 	return e, nil
 }
 
@@ -219,6 +268,11 @@ func kernelEnv(v *vethNS) (*altEnv, error) {
 	}
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) {
 		return d.DialContext(ctx, "udp4", e.peerUDP.LocalAddr().String())
+	}
+	e.stages = func() [nStages]uint64 {
+		var v [nStages]uint64
+		v[stageReceiver] = socketDrops(e.peerUDP)
+		return v
 	}
 	return e, nil
 }
@@ -279,7 +333,7 @@ func (e *altEnv) udpStream(d, w time.Duration) (sample, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	var got, rcvd, sent atomic.Uint64
+	var got, rcvd, sent, told atomic.Uint64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -303,12 +357,27 @@ func (e *altEnv) udpStream(d, w time.Duration) (sample, error) {
 				sent.Add(1)
 			} else if errors.Is(err, net.ErrClosed) {
 				return
+			} else {
+				told.Add(1)
 			}
 		}
 	}()
-	s, n := e.window(d, w, &got, &sent, &rcvd)
+	e.measureStages = e.stages != nil
+	s, n := e.window(d, w, &got, &sent, &rcvd, &told)
 	if n[0] > 0 {
 		s["loss"] = 100 * max(0, 1-float64(n[1])/float64(n[0]))
+		s["told"] = 100 * float64(n[2]) / float64(n[0])
+		known := 0.0
+		for _, name := range udpStages {
+			if v, ok := s["drops_"+name]; ok {
+				s["drop_"+name] = 100 * v / float64(n[0])
+				known += s["drop_"+name]
+				delete(s, "drops_"+name)
+			}
+		}
+		// In flight at the window's edges, and stages a path does not
+		// count (a veth's backlog, a channel's full queue).
+		s["drop_elsewhere"] = s["loss"] - known
 	}
 	stop.Store(true)
 	c.Close()
@@ -341,9 +410,17 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 		hw0 = schedWait(os.Getpid())
 	}
 	busy0 := cpuBusy(e.busyCPUs)
+	var st0 [nStages]uint64
+	if e.measureStages {
+		st0 = e.stages()
+	}
 	b0, c0, t0 := got.Load(), processCPU(), time.Now()
 	time.Sleep(d)
 	b1, c1, t1 := got.Load(), processCPU(), time.Now()
+	var st1 [nStages]uint64
+	if e.measureStages {
+		st1 = e.stages()
+	}
 	for i, c := range other {
 		o0[i] = c.Load() - o0[i]
 	}
@@ -364,6 +441,11 @@ func (e *altEnv) window(d, w time.Duration, got *atomic.Uint64, other ...*atomic
 	}
 	for i, b := range cpuBusy(e.busyCPUs) {
 		s[fmt.Sprintf("busy%d", i)] = float64(b-busy0[i]) / 1e6 / el
+	}
+	if e.measureStages {
+		for i, name := range udpStages {
+			s["drops_"+name] = float64(st1[i] - st0[i])
+		}
 	}
 	return s, o0
 }
@@ -462,6 +544,7 @@ func (c *config) altTable() (*table, error) {
 			"Mbit/s of payload delivered and the share of written datagrams lost. CPU is the whole process's (user + system) " +
 			"per Gbit/s of TCP send; the modem's emulation and the carrier are inside it for mhistack.",
 		header: []string{"path", "TCP send Mbit/s", "TCP receive Mbit/s", "UDP send Mbit/s delivered", "UDP loss %",
+			"UDP drops, % of sent: host / modem / radio / carrier / receiving socket / elsewhere", "UDP writes refused, % of sent",
 			"process CPU ms/s per Gbit/s (TCP send)", "mhistack ÷ this (TCP send)"},
 	}
 	ref := at(0, 0).med("mbps")
@@ -475,7 +558,15 @@ func (c *config) altTable() (*table, error) {
 			v := s.values("mbps")
 			vals[pi], lo[pi], hi[pi] = append(vals[pi], median(v)), append(lo[pi], minOf(v)), append(hi[pi], maxOf(v))
 		}
-		row = append(row, at(pi, 2).medRange("loss", 1), at(pi, 0).medRange("cpu_gbit", 0),
+		u := at(pi, 2)
+		stages := ""
+		for _, name := range append(udpStages[:], "elsewhere") {
+			if stages != "" {
+				stages += " / "
+			}
+			stages += fmt.Sprintf("%.1f", u.med("drop_"+name))
+		}
+		row = append(row, u.medRange("loss", 1), stages, fmt.Sprintf("%.1f", u.med("told")), at(pi, 0).medRange("cpu_gbit", 0),
 			fmt.Sprintf("%.2f", ref/at(pi, 0).med("mbps")))
 		t.rows = append(t.rows, row)
 	}
@@ -537,12 +628,25 @@ func (c *config) altTable() (*table, error) {
 	if skipped != "" {
 		t.notes = append(t.notes, skipped)
 	}
-	t.notes = append(t.notes, fmt.Sprintf("UDP: writes that return are counted as sent. A package stack UDP socket's datagrams "+
-		"count against its send buffer (212 KiB, as Linux's SO_SNDBUF) until the link takes them from the transmit queue "+
-		"(Config.TXQueueLen, gVisor's fifo qdisc), so one fast writer waits for the link (TestUDPWriterWaitsForItsSendBuffer); "+
-		"the queue drops only what many sockets together send beyond its length. channel.Endpoint drops when its queue is "+
-		"full without slowing the writer. Loss shows where each path sheds load. Medians of delivered Mbit/s: mhistack %.0f, channel pair %.0f, ideal ring %.0f.",
-		at(0, 2).med("mbps"), at(ch, 2).med("mbps"), at(ring, 2).med("mbps")))
+	udp := fmt.Sprintf("UDP: writes that return are counted as sent; writes that fail are refused (the writer is told). "+
+		"A package stack UDP socket's datagrams count against its send buffer (212 KiB, as Linux's SO_SNDBUF) until the link "+
+		"takes them from the transmit queue (Config.TXQueueLen, gVisor's fifo qdisc), so one fast writer waits for the link "+
+		"as a Linux UDP writer does (TestUDPWriterWaitsForItsSendBuffer); the queue refuses, with an error to the writer, only "+
+		"what many sockets together send beyond its length. Drops by stage, medians of the window's counts as a share of "+
+		"sent: host = the sending stack's transmit queue beyond what writers were told of, and its link endpoint (link.TXDrops); "+
+		"modem = UL transfers the emulated modem did not deliver; radio = the carrier's radio model (none here); carrier = "+
+		"the carrier network's own stack and relay (simnet.CarrierStats: a flow's full receive buffer, bad checksums, failed "+
+		"relay writes); receiving socket = the kernel's SO_MEMINFO drops at the peer socket (a package stack's "+
+		"UDPReceiveBufferErrors for the two-stack paths); elsewhere = the loss no stage counted: datagrams in flight at the "+
+		"window's edges, and stages a path does not count (a "+
+		"veth's backlog); for the two modems back to back, modem = the sending modem's UL and the receiving modem's DL, and carrier = the wire between them (its 1024-transfer queue). TestUDPDatagramsAreDeliveredOrCountedWhereDropped checks that on the mhistack path every datagram "+
+		"sent is delivered or counted and that the host and the modem drop none. Medians of delivered Mbit/s: mhistack %.0f, "+
+		"channel pair %.0f, ideal ring %.0f", at(0, 2).med("mbps"), at(ch, 2).med("mbps"), at(ring, 2).med("mbps"))
+	if len(paths) > linux {
+		udp += fmt.Sprintf(", Linux %.0f: mhistack delivers %.2f× Linux's rate, loses %.1f%% of what it sends to Linux's %.1f%%",
+			at(linux, 2).med("mbps"), at(0, 2).med("mbps")/at(linux, 2).med("mbps"), at(0, 2).med("loss"), at(linux, 2).med("loss"))
+	}
+	t.notes = append(t.notes, udp+".")
 	return t, nil
 }
 
@@ -552,8 +656,9 @@ func (c *config) altTable() (*table, error) {
 // side never stalls the other side's device goroutine; its queue holds
 // 1024 transfers, beyond which the wire drops, as a link would.
 type wire struct {
-	peer *wire
-	q    chan []byte
+	peer    *wire
+	q       chan []byte
+	dropped atomic.Uint64 // transfers the peer's queue had no room for
 }
 
 func newWires() (*wire, *wire) {
@@ -580,6 +685,7 @@ func (w *wire) Receive(td []byte) {
 	select {
 	case w.peer.q <- append([]byte(nil), td...):
 	default:
+		w.dropped.Add(1)
 	}
 }
 
@@ -600,7 +706,20 @@ func modemPairEnv() (*altEnv, error) {
 		ra.close()
 		return nil, err
 	}
-	return stackPairEnv(ra.ep, rb.ep, func() {}, func() error {
+	e, err := stackPairEnv(ra.ep, rb.ep, func() {}, func() error {
 		return errors.Join(ra.close(), rb.close())
 	})
+	if err != nil {
+		return nil, err
+	}
+	// The wire is this path's network; the sending modem's UL and the
+	// receiving modem's DL are its modem stage.
+	stacks := e.stages
+	e.stages = func() [nStages]uint64 {
+		v := stacks()
+		v[stageModem] = ra.m.Stats().ULDrops + rb.m.Stats().DLDrops
+		v[stageCarrier] = wa.dropped.Load()
+		return v
+	}
+	return e, nil
 }

@@ -209,10 +209,19 @@ type CarrierStats struct {
 	// translator (RFC 7915, RFC 6052 §3.1) or for a pool address with no
 	// binding.
 	NAT64Translated, NAT64Refused uint64
+	// The UL datagrams of forwarded UDP flows, stage by stage after the
+	// modem: UDPReceiveBufferErrors counts those the network's own stack
+	// dropped because the flow's receive buffer was full (the relay had
+	// not read them yet; gVisor's UDP ReceiveBufferErrors); UDPRelayed
+	// those the relay wrote to the host's socket, UDPRelayErrors those
+	// whose write failed. What the host's kernel then drops at the
+	// receiving socket is the receiver's to count (SO_MEMINFO drops).
+	UDPReceiveBufferErrors, UDPRelayed, UDPRelayErrors uint64
 }
 
 type carrierCounters struct {
 	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused, unknownSession atomic.Uint64
+	udpRelayed, udpRelayErrors                                                                             atomic.Uint64
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -384,7 +393,9 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	st := CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
-		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes()}
+		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes(),
+		UDPReceiveBufferErrors: cn.s.Stats().UDP.ReceiveBufferErrors.Value(),
+		UDPRelayed:             c.udpRelayed.Load(), UDPRelayErrors: c.udpRelayErrors.Load()}
 	if cn.radio != nil {
 		st.RadioDown, st.RadioUp = cn.radio.Stats(radio.Down), cn.radio.Stats(radio.Up)
 	}

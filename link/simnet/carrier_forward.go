@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -161,17 +162,19 @@ func (cn *CarrierNetwork) forwardUDP(r *udp.ForwarderRequest) bool {
 		}
 		go func() {
 			defer cn.wg.Done()
-			cn.copyUDP(gc, hc)
+			cn.copyUDP(gc, hc, nil, nil)
 			gc.Close()
 		}()
-		cn.copyUDP(hc, gc)
+		cn.copyUDP(hc, gc, &cn.stats.udpRelayed, &cn.stats.udpRelayErrors)
 		cn.untrack(hc)
 	}()
 	return true
 }
 
-// copyUDP copies datagrams until src has been idle for UDPIdle or fails.
-func (cn *CarrierNetwork) copyUDP(dst, src net.Conn) {
+// copyUDP copies datagrams until src has been idle for UDPIdle or fails;
+// relayed and failed, if set, count the datagrams written and the one
+// whose write failed.
+func (cn *CarrierNetwork) copyUDP(dst, src net.Conn, relayed, failed *atomic.Uint64) {
 	buf := make([]byte, 65535)
 	for {
 		src.SetReadDeadline(time.Now().Add(cn.opts.UDPIdle))
@@ -180,7 +183,13 @@ func (cn *CarrierNetwork) copyUDP(dst, src net.Conn) {
 			return
 		}
 		if _, err := dst.Write(buf[:n]); err != nil {
+			if failed != nil {
+				failed.Add(1)
+			}
 			return
+		}
+		if relayed != nil {
+			relayed.Add(1)
 		}
 	}
 }
