@@ -245,9 +245,9 @@ func removeHopHeaders(h http.Header) {
 // Transfer-Encoding (RFC 9112 §6.1): a chunked body goes to it as is,
 // ended by the close. Persistence toward the origin is the pool's: the
 // client's "close" ends the client's connection, not the origin's.
-func (s *Server) httpForward(c net.Conn, pr *proxyRequest) bool {
+func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	req := pr.req
-	keepAlive := !req.Close // what net/http parsed: 1.1 unless "close", 1.0 only with "keep-alive"
+	keepAlive = !req.Close // what net/http parsed: 1.1 unless "close", 1.0 only with "keep-alive"
 	client10 := !req.ProtoAtLeast(1, 1)
 	s.stats.HTTPForwards.Add(1)
 

@@ -215,3 +215,28 @@ func TestPoolClosedWithServer(t *testing.T) {
 	o.Close()
 	goleak.VerifyNone(t, before)
 }
+
+// TestForwardEndsTheClientConnectionWhenTheOriginAnswersBeforeTheBody:
+// the rest of an unread body must not be taken for the client's next
+// request, nor may the proxy wait for it.
+func TestForwardEndsTheClientConnectionWhenTheOriginAnswersBeforeTheBody(t *testing.T) {
+	r := newRig(t, nil)
+	o := newCountingOrigin(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+	})
+	c := r.raw()
+	fmt.Fprintf(c, "POST %s/ HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000000\r\n\r\nthe start", o.URL, o.Listener.Addr())
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("status %d, want 413", resp.StatusCode)
+	}
+	if rest, err := io.ReadAll(br); err != nil && !strings.Contains(err.Error(), "reset") || len(rest) > 0 {
+		t.Errorf("want the proxy to close the client connection; got %q, %v", rest, err)
+	}
+}
