@@ -61,6 +61,22 @@ type config struct {
 	cpuProf   string
 	dumpDir   string
 	logLevel  slog.Level
+	pool      poolConfig
+}
+
+// poolConfig is the HTTP forward proxy's pool of origin connections, as
+// the proxy.Server fields of the same names.
+type poolConfig struct {
+	maxIdlePerOrigin, maxIdle, maxConnsPerOrigin int
+	idleTimeout                                  time.Duration
+}
+
+// apply sets the pool limits on srv.
+func (p poolConfig) apply(srv *proxy.Server) {
+	srv.MaxIdleConnsPerOrigin = p.maxIdlePerOrigin
+	srv.MaxIdleConns = p.maxIdle
+	srv.MaxConnsPerOrigin = p.maxConnsPerOrigin
+	srv.PoolIdleTimeout = p.idleTimeout
 }
 
 const usageText = `Usage: mhiproxy [flags]
@@ -126,6 +142,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile (runtime/pprof, for go tool pprof) of the whole run to `file`; it is complete at exit")
 	fs.StringVar(&c.dumpDir, "dump-dir", "", "write the RAM dump of every modem firmware crash (RDDM, collected before the modem is reset)\n"+
 		"to this existing `directory`, as DEVICE-YYYYMMDDTHHMMSS.mmmZ.rddm (UTC); the log names each file")
+	fs.IntVar(&c.pool.maxIdlePerOrigin, "pool-idle-per-origin", proxy.DefaultMaxIdleConnsPerOrigin,
+		"HTTP forwarding (absolute http:// URIs) keeps origin connections open for the next request: at most `n` idle\n"+
+			"ones per origin (host:port); -1 turns the pool off (a new origin connection per request)")
+	fs.IntVar(&c.pool.maxIdle, "pool-idle", proxy.DefaultMaxIdleConns, "at most `n` idle pooled origin connections in all (per listener)")
+	fs.IntVar(&c.pool.maxConnsPerOrigin, "pool-conns-per-origin", proxy.DefaultMaxConnsPerOrigin,
+		"at most `n` connections to one origin, busy or idle, per listener; further requests wait for one to be free")
+	fs.DurationVar(&c.pool.idleTimeout, "pool-idle-timeout", proxy.DefaultPoolIdleTimeout, "close a pooled origin connection idle this `long`")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn or error (logs go to stderr)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
@@ -138,6 +161,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q (all options are flags; see -help)", fs.Arg(0))
 	}
 	var err error
+	if c.pool.maxIdlePerOrigin == 0 || c.pool.maxIdle <= 0 || c.pool.maxConnsPerOrigin <= 0 || c.pool.idleTimeout <= 0 {
+		return nil, errors.New("-pool-idle-per-origin (or -1 for no pool), -pool-idle, -pool-conns-per-origin and -pool-idle-timeout must be positive")
+	}
 	if c.open.Stack.PIN, err = stack.ReadPIN(*pin, *pinFile); err != nil {
 		return nil, err
 	}
@@ -381,6 +407,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 // serve brings the modem up, serves until ctx ends, then shuts down.
 func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger, open opener) error {
 	srv := &proxy.Server{Logger: log}
+	cfg.pool.apply(srv)
 	switch cfg.auth {
 	case "":
 	case "random":
@@ -454,6 +481,7 @@ func serve(ctx context.Context, cfg *config, stdout io.Writer, log *slog.Logger,
 		defer snw.Close()
 		snws[i] = snw
 		ssrvs[i] = &proxy.Server{Logger: log, Credentials: srv.Credentials}
+		cfg.pool.apply(ssrvs[i])
 		useNetwork(ssrvs[i], snw)
 		metrics = append(metrics, sessionMetrics(snw, ssrvs[i], ss.device, slns[i].Addr(), m == nil)...)
 	}

@@ -125,6 +125,9 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 		{[]string{"-control", "mbim", "-qmi-proxy"}, "-qmi-proxy needs a QMI data session"},
 		{[]string{"-mbim-proxy", "-qmi-proxy=x"}, "the data session runs on one control protocol"},
 		{[]string{"-qmi-proxy=a/b"}, "without '/'"},
+		{[]string{"-pool-idle", "0"}, "must be positive"},
+		{[]string{"-pool-idle-per-origin", "0"}, "or -1 for no pool"},
+		{[]string{"-pool-idle-timeout", "-1s"}, "must be positive"},
 	} {
 		var stderr syncBuffer
 		code := run(context.Background(), tc.args, io.Discard, &stderr, nil)

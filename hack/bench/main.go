@@ -67,6 +67,7 @@ var tables = []tableFunc{
 	{"host", "8", (*config).hostTable},
 	{"host-variants", "9", (*config).hostVariantsTable},
 	{"radio", "10", (*config).radioTable},
+	{"proxy", "11", (*config).proxyTable},
 }
 
 func main() {
@@ -80,7 +81,7 @@ func main() {
 	}
 	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
-	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants,radio or 1–10)")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants,radio,proxy or 1–11)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md, and its data to bench/NAME.json beside it (docs/bench/BENCHMARKS.json)")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")

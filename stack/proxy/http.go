@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
 	"sync"
@@ -230,9 +231,9 @@ func removeHopHeaders(h http.Header) {
 	}
 }
 
-// httpForward sends one absolute-URI request to its origin and the
-// response back. It reports whether the client connection may carry
-// another request.
+// httpForward sends one absolute-URI request to its origin over the
+// server's pool (pool.go) and the response back. It reports whether the
+// client connection may carry another request.
 //
 // Persistence toward the client follows RFC 9112 §9.3: an HTTP/1.1
 // client keeps the connection unless it or the response says "close"; an
@@ -242,39 +243,38 @@ func removeHopHeaders(h http.Header) {
 // own length: a body that ends only when the origin closes is delimited
 // toward the client by closing too. An HTTP/1.0 client never gets
 // Transfer-Encoding (RFC 9112 §6.1): a chunked body goes to it as is,
-// ended by the close.
-func (s *Server) httpForward(c net.Conn, pr *proxyRequest) bool {
+// ended by the close. Persistence toward the origin is the pool's: the
+// client's "close" ends the client's connection, not the origin's.
+func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	req := pr.req
-	keepAlive := !req.Close // what net/http parsed: 1.1 unless "close", 1.0 only with "keep-alive"
+	keepAlive = !req.Close // what net/http parsed: 1.1 unless "close", 1.0 only with "keep-alive"
 	client10 := !req.ProtoAtLeast(1, 1)
-	target, err := s.dial(s.context(), pr.target)
-	if err != nil {
-		s.stats.DialErrors.Add(1)
-		s.logger().Info("proxy: http forward failed", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
-		s.httpError(c, dialStatus(err), err)
-		return false
-	}
-	defer target.Close()
 	s.stats.HTTPForwards.Add(1)
-
-	idle := s.idleTimeout()
-	up := &idleConn{Conn: target, idle: idle, counter: &s.stats.BytesUp}
-	down := &idleConn{Conn: c, idle: idle, counter: &s.stats.BytesDown}
 
 	removeHopHeaders(req.Header)
 	req.RequestURI = ""
-	req.Close = true // one request per target connection: no pool to manage
-	if err := req.Write(up); err != nil {
-		s.logger().Info("proxy: http forward request", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
-		s.httpError(c, http.StatusBadGateway, err)
-		return false
+	req.URL.Scheme = "http" // the Transport wants it in lower case
+	req.Close = false
+	// The Transport streams the body from the client on its own
+	// goroutine and may still read it after the response is back (an
+	// origin that answers early); body stops that before the client's
+	// reader is reused or recycled.
+	body := &clientBody{r: req.Body}
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = body
+	} else {
+		body.eof = true
 	}
-	tr := readers.Get().(*bufio.Reader)
-	tr.Reset(&idleConn{Conn: target, idle: idle})
-	defer func() { tr.Reset(nil); readers.Put(tr) }()
-	resp, err := http.ReadResponse(tr, req)
+	defer func() {
+		if !body.stop(c) {
+			// The next request would start inside this one's body.
+			keepAlive = false
+		}
+	}()
+	ctx := httptrace.WithClientTrace(s.context(), &httptrace.ClientTrace{GotConn: s.gotConn})
+	resp, err := s.transport().RoundTrip(req.WithContext(ctx))
 	if err != nil {
-		s.logger().Info("proxy: http forward response", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
+		s.logger().Info("proxy: http forward failed", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
 		s.httpError(c, dialStatus(err), err)
 		return false
 	}
@@ -301,6 +301,7 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) bool {
 	// the client that was a system call each. The head and each body
 	// piece are gathered and sent once; nothing waits in the buffer
 	// while the origin is read (a streamed body streams on).
+	down := &idleConn{Conn: c, idle: s.idleTimeout(), counter: &s.stats.BytesDown}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(down)
 	defer func() { bw.Reset(nil); writers.Put(bw) }()
@@ -314,6 +315,46 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) bool {
 		return false
 	}
 	return keepAlive
+}
+
+// clientBody is a forwarded request's body, read from the client by the
+// Transport's writer goroutine. stop ends that: once it returns, no read
+// reaches the client's connection.
+type clientBody struct {
+	mu      sync.Mutex
+	r       io.ReadCloser
+	eof     bool // the body was read to its end
+	stopped bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return 0, net.ErrClosed
+	}
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// Close is the Transport's: the body stays readable for stop's check.
+func (b *clientBody) Close() error { return nil }
+
+// stop forbids further reads and reports whether the body was read to
+// its end, so that the client's next request starts where it should. A
+// read in progress on c is cut short by an expired read deadline (the
+// connection is not kept then).
+func (b *clientBody) stop(c net.Conn) (complete bool) {
+	if !b.mu.TryLock() {
+		c.SetReadDeadline(time.Unix(1, 0))
+		b.mu.Lock()
+	}
+	defer b.mu.Unlock()
+	b.stopped = true
+	return b.eof
 }
 
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}

@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"sync"
@@ -100,6 +101,14 @@ type Server struct {
 	IdleTimeout      time.Duration // a relayed TCP connection with no data either way
 	UDPIdleTimeout   time.Duration // an association or flow with no datagram either way
 
+	// The pool of origin connections that absolute-URI HTTP requests
+	// reuse (see newTransport). A negative MaxIdleConnsPerOrigin turns
+	// it off (one origin connection per request).
+	MaxIdleConnsPerOrigin int           // idle connections kept per origin (host:port)
+	MaxIdleConns          int           // idle connections kept in all
+	MaxConnsPerOrigin     int           // connections per origin, busy or idle; more requests wait
+	PoolIdleTimeout       time.Duration // an idle pooled connection is closed after this
+
 	Logger *slog.Logger // nil: slog.Default()
 
 	stats counters
@@ -112,7 +121,8 @@ type Server struct {
 	conns     map[net.Conn]struct{}
 	served    int // conns being served (not refusals being answered)
 	assocs    int
-	wg        sync.WaitGroup // every goroutine the server started
+	pool      *http.Transport // made on the first forwarded request
+	wg        sync.WaitGroup  // every goroutine the server started
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -302,6 +312,13 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	// No request runs any more: every pooled connection is idle.
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	if pool != nil {
+		pool.CloseIdleConnections()
+	}
 	return nil
 }
 

@@ -13,6 +13,8 @@ type Stats struct {
 	SOCKSConnects     uint64 // SOCKS5 CONNECTs relayed (target dialed)
 	HTTPConnects      uint64 // HTTP CONNECTs relayed
 	HTTPForwards      uint64 // absolute-URI HTTP requests forwarded
+	HTTPPoolHits      uint64 // forwarded requests sent on an idle pooled origin connection
+	HTTPPoolMisses    uint64 // forwarded requests that dialed a new origin connection
 	DialErrors        uint64 // targets that could not be resolved or dialed
 	AuthFailures      uint64 // wrong credentials or no acceptable method
 	BadRequests       uint64 // malformed or unsupported requests (each answered and logged)
@@ -37,6 +39,7 @@ type Stats struct {
 type counters struct {
 	ConnsAccepted, ConnsActive, ConnsRejected                          atomic.Uint64
 	SOCKSConnects, HTTPConnects, HTTPForwards                          atomic.Uint64
+	HTTPPoolHits, HTTPPoolMisses                                       atomic.Uint64
 	DialErrors, AuthFailures, BadRequests, HandshakeTimeouts           atomic.Uint64
 	BytesUp, BytesDown                                                 atomic.Uint64
 	UDPAssociations, UDPAssociationsActive, UDPAssociationsRejected    atomic.Uint64
@@ -56,6 +59,8 @@ func (s *Server) Stats() Stats {
 		SOCKSConnects:           c.SOCKSConnects.Load(),
 		HTTPConnects:            c.HTTPConnects.Load(),
 		HTTPForwards:            c.HTTPForwards.Load(),
+		HTTPPoolHits:            c.HTTPPoolHits.Load(),
+		HTTPPoolMisses:          c.HTTPPoolMisses.Load(),
 		DialErrors:              c.DialErrors.Load(),
 		AuthFailures:            c.AuthFailures.Load(),
 		BadRequests:             c.BadRequests.Load(),

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/mhistack/mhistack/link/simnet"
+	mstack "github.com/mhistack/mhistack/stack"
+	"github.com/mhistack/mhistack/stack/proxy"
+)
+
+// A page is pageObjects objects of 2–200 KB (sizes from a fixed seed),
+// fetched over pageConns keep-alive connections, as a browser fetches a
+// page from one origin (6 connections per origin).
+const (
+	pageObjects = 50
+	pageConns   = 6
+	pagesWarm   = 3 // pages fetched on open connections after the first
+)
+
+// pageSizes are the objects' sizes, the same in every run.
+func pageSizes() []int {
+	r := rand.New(rand.NewPCG(1, 2))
+	sizes := make([]int, pageObjects)
+	for i := range sizes {
+		sizes[i] = 2000 + r.IntN(198001)
+	}
+	return sizes
+}
+
+// proxyPaths are the ways to the origin that proxyTable compares.
+var proxyPaths = []string{"direct (stack.Dial)", "mhiproxy SOCKS5", "mhiproxy HTTP"}
+
+// proxyTable fetches a page over the emulated modem directly through the
+// stack and through the proxy that mhiproxy serves (package proxy on
+// the same stack), and runs ab -k through the HTTP proxy.
+func (c *config) proxyTable() (*table, error) {
+	res, err := c.runAll(proxyPaths, func(i int) (sample, error) { return pageRun(i) })
+	if err != nil {
+		return nil, err
+	}
+	total := 0
+	for _, s := range pageSizes() {
+		total += s
+	}
+	t := &table{
+		title: "11. Proxy: a page of 50 objects through mhiproxy against direct",
+		intro: fmt.Sprintf("stack.Open on the emulated modem (qcom-sdx55m, no radio model); a net/http server on the host's "+
+			"loopback (198.18.0.1 through the carrier) serves %d objects of 2–200 KB (fixed seeded sizes, %.1f MB in all). "+
+			"A net/http client fetches them over %d keep-alive connections: directly through the stack (its DialContext), "+
+			"through package proxy's server on that stack as mhiproxy runs it, by SOCKS5 (CONNECT per connection) and as an "+
+			"HTTP proxy (absolute URIs, origin connections pooled). Cold: the first page, connections opened on the way; "+
+			"warm: the median of %d more pages on the open connections. Median of the runs (range).",
+			pageObjects, float64(total)/1e6, pageConns, pagesWarm),
+		header: []string{"path", "cold page ms", "warm page ms", "warm / direct"},
+	}
+	direct := res[0].med("warm")
+	for i, n := range proxyPaths {
+		t.rows = append(t.rows, []string{n, res[i].medRange("cold", 1), res[i].medRange("warm", 1),
+			fmt.Sprintf("%.2f", res[i].med("warm")/direct)})
+	}
+	for i := 1; i < len(proxyPaths); i++ {
+		r := res[i].med("warm") / direct
+		verdict := "meets"
+		if r > 1.2 {
+			verdict = "misses"
+		}
+		t.notes = append(t.notes, fmt.Sprintf("%s: a warm page takes %.2f× direct; %s the target of ≤ 1.2×.", proxyPaths[i], r, verdict))
+	}
+	ab, err := c.abRatio()
+	if err != nil {
+		t.notes = append(t.notes, "ab -k: not measured: "+err.Error())
+	} else {
+		t.notes = append(t.notes, ab)
+	}
+	return t, nil
+}
+
+// pageEnv is a stack, a host origin and a proxy on the stack.
+type pageEnv struct {
+	st     *mstack.Stack
+	origin *http.Server
+	srv    *proxy.Server
+	port   int    // the origin's port on the host's loopback
+	paddr  string // the proxy's address
+	done   chan struct{}
+}
+
+func openPageEnv(sizes []int) (*pageEnv, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := mstack.Open(ctx, mstack.Options{Device: "sim"})
+	if err != nil {
+		return nil, err
+	}
+	blob := bytes.Repeat([]byte("mhistack"), 200001/8+1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/obj/{i}", func(w http.ResponseWriter, r *http.Request) {
+		i, err := strconv.Atoi(r.PathValue("i"))
+		if err != nil || i < 0 || i >= len(sizes) {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(sizes[i]))
+		w.Write(blob[:sizes[i]])
+	})
+	e := &pageEnv{st: st, origin: &http.Server{Handler: mux}, done: make(chan struct{}, 2)}
+	oln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		oln.Close()
+		st.Close()
+		return nil, err
+	}
+	e.port = oln.Addr().(*net.TCPAddr).Port
+	e.paddr = pln.Addr().String()
+	e.srv = &proxy.Server{Dialer: st, Resolver: st}
+	go func() { e.origin.Serve(oln); e.done <- struct{}{} }()
+	go func() { e.srv.Serve(pln); e.done <- struct{}{} }()
+	return e, nil
+}
+
+func (e *pageEnv) close() error {
+	e.srv.Close()
+	e.origin.Close()
+	<-e.done
+	<-e.done
+	return e.st.Close()
+}
+
+// client is a keep-alive HTTP client taking path i of proxyPaths.
+func (e *pageEnv) client(i int) *http.Transport {
+	tr := &http.Transport{MaxConnsPerHost: pageConns, MaxIdleConnsPerHost: pageConns, DisableCompression: true}
+	switch i {
+	case 0:
+		tr.DialContext = e.st.DialContext
+	case 1:
+		tr.DialContext = (&proxy.Client{Proxy: e.paddr}).DialContext
+	case 2:
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: e.paddr})
+	}
+	return tr
+}
+
+// fetchPage fetches every object over pageConns workers.
+func fetchPage(c *http.Client, base string, sizes []int) error {
+	next := make(chan int, len(sizes))
+	for i := range sizes {
+		next <- i
+	}
+	close(next)
+	errc := make(chan error, pageConns)
+	for range pageConns {
+		go func() {
+			for i := range next {
+				resp, err := c.Get(base + strconv.Itoa(i))
+				if err != nil {
+					errc <- err
+					return
+				}
+				n, err := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && n != int64(sizes[i]) {
+					err = fmt.Errorf("object %d: %d bytes, want %d", i, n, sizes[i])
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var first error
+	for range pageConns {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// pageRun is one run of proxyTable for path i.
+func pageRun(i int) (sample, error) {
+	sizes := pageSizes()
+	e, err := openPageEnv(sizes)
+	if err != nil {
+		return nil, err
+	}
+	tr := e.client(i)
+	c := &http.Client{Transport: tr, Timeout: time.Minute}
+	base := fmt.Sprintf("http://%s/obj/", net.JoinHostPort(simnet.TestAddr4.String(), strconv.Itoa(e.port)))
+	smp := sample{}
+	t0 := time.Now()
+	err = fetchPage(c, base, sizes)
+	smp["cold"] = ms(time.Since(t0))
+	var warm []float64
+	for range pagesWarm {
+		if err != nil {
+			break
+		}
+		t0 = time.Now()
+		err = fetchPage(c, base, sizes)
+		warm = append(warm, ms(time.Since(t0)))
+	}
+	tr.CloseIdleConnections()
+	if cerr := e.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	smp["warm"] = median(warm)
+	return smp, nil
+}
+
+var abRate = regexp.MustCompile(`Requests per second:\s+([0-9.]+)`)
+
+// abRatio runs ApacheBench with keep-alive (HTTP/1.0 with Connection:
+// Keep-Alive, 100 clients, a 16 KiB object) directly against the host
+// origin and through the HTTP proxy on the emulated modem, interleaved,
+// c.runs times, and reports the ratio of the medians.
+func (c *config) abRatio() (string, error) {
+	if _, err := exec.LookPath("ab"); err != nil {
+		return "", errors.New("ab is not installed (apt-get install apache2-utils)")
+	}
+	const obj = 16384
+	e, err := openPageEnv([]int{obj})
+	if err != nil {
+		return "", err
+	}
+	defer e.close()
+	n := "20000"
+	if c.quick {
+		n = "2000"
+	}
+	run := func(args ...string) (float64, error) {
+		out, err := exec.Command("ab", append([]string{"-q", "-k", "-s", "30", "-n", n, "-c", "100"}, args...)...).CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("ab %v: %v: %s", args, err, out)
+		}
+		m := abRate.FindSubmatch(out)
+		if m == nil {
+			return 0, fmt.Errorf("ab %v: no rate in %s", args, out)
+		}
+		return strconv.ParseFloat(string(m[1]), 64)
+	}
+	var direct, proxied []float64
+	for range c.runs {
+		d, err := run(fmt.Sprintf("http://127.0.0.1:%d/obj/0", e.port))
+		if err != nil {
+			return "", err
+		}
+		p, err := run("-X", e.paddr, fmt.Sprintf("http://%s:%d/obj/0", simnet.TestAddr4, e.port))
+		if err != nil {
+			return "", err
+		}
+		direct, proxied = append(direct, d), append(proxied, p)
+	}
+	st := e.srv.Stats()
+	r := median(proxied) / median(direct)
+	verdict := "meets"
+	if r < 0.5 {
+		verdict = "misses"
+	}
+	return fmt.Sprintf("ab -k -n %s -c 100, 16 KiB: %.0f requests/s direct (ab → host origin), %.0f through the HTTP proxy "+
+		"(ab → proxy → stack → emulated modem → carrier → origin), %.2f× direct (median of %d runs each, interleaved; "+
+		"the proxy's pool: %d hits, %d misses); %s the target of ≥ 0.5×.",
+		n, median(direct), median(proxied), r, len(direct), st.HTTPPoolHits, st.HTTPPoolMisses, verdict), nil
+}

@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// countingOrigin is an HTTP origin that counts the connections it
+// accepted and closed; handler may be nil (it answers "ok").
+type countingOrigin struct {
+	*httptest.Server
+	accepted, closed atomic.Int64
+}
+
+func newCountingOrigin(t testing.TB, handler http.HandlerFunc) *countingOrigin {
+	t.Helper()
+	if handler == nil {
+		handler = func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	}
+	o := &countingOrigin{}
+	o.Server = httptest.NewUnstartedServer(handler)
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			o.accepted.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			o.closed.Add(1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	return o
+}
+
+func TestPoolSequentialKeepAliveRequestsUseOneOriginConnection(t *testing.T) {
+	r := newRig(t, nil)
+	o := newCountingOrigin(t, nil)
+	c := proxiedClient(t, r.addr, nil)
+	const n = 20
+	for range n {
+		if code, body := get(t, c, "GET", o.URL+"/", ""); code != 200 || body != "ok" {
+			t.Fatalf("got %d %q", code, body)
+		}
+	}
+	if got := o.accepted.Load(); got != 1 {
+		t.Errorf("origin accepted %d connections for %d sequential requests, want 1", got, n)
+	}
+	s := r.srv.Stats()
+	if s.HTTPPoolMisses != 1 || s.HTTPPoolHits != n-1 || s.ConnsAccepted != 1 {
+		t.Errorf("want 1 pool miss, %d hits, 1 client connection: %+v", n-1, s)
+	}
+}
+
+func TestPoolOffDialsPerRequest(t *testing.T) {
+	r := newRig(t, func(s *Server) { s.MaxIdleConnsPerOrigin = -1 })
+	o := newCountingOrigin(t, nil)
+	c := proxiedClient(t, r.addr, nil)
+	for range 3 {
+		get(t, c, "GET", o.URL+"/", "")
+	}
+	if got := o.accepted.Load(); got != 3 {
+		t.Errorf("without a pool the origin accepted %d connections for 3 requests, want 3", got)
+	}
+}
+
+// parallelGets sends n requests at once, each on its own client
+// connection to the proxy, and waits for their answers.
+func parallelGets(t *testing.T, proxyAddr, u string, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := proxiedClient(t, proxyAddr, nil)
+			c.Transport.(*http.Transport).DisableKeepAlives = true
+			req, _ := http.NewRequest("GET", u, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("GET %s: %v", u, err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+func TestPoolHonoursMaxConnsPerOrigin(t *testing.T) {
+	r := newRig(t, func(s *Server) { s.MaxConnsPerOrigin = 2 })
+	var inFlight, most atomic.Int64
+	release := make(chan struct{})
+	o := newCountingOrigin(t, func(w http.ResponseWriter, _ *http.Request) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		inFlight.Add(-1)
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); parallelGets(t, r.addr, o.URL+"/", 5) }()
+	waitFor(t, "two requests at the origin", func() bool { return inFlight.Load() == 2 })
+	for range 5 {
+		release <- struct{}{}
+	}
+	<-done
+	if m, a := most.Load(), o.accepted.Load(); m != 2 || a > 2 {
+		t.Errorf("MaxConnsPerOrigin 2: %d requests at the origin at once, %d connections accepted", m, a)
+	}
+}
+
+func TestPoolHonoursMaxIdleConnsPerOrigin(t *testing.T) {
+	r := newRig(t, func(s *Server) { s.MaxIdleConnsPerOrigin = 1 })
+	var arrived sync.WaitGroup
+	arrived.Add(3)
+	gate := make(chan struct{})
+	first := atomic.Int64{}
+	o := newCountingOrigin(t, func(w http.ResponseWriter, _ *http.Request) {
+		if first.Add(1) <= 3 {
+			arrived.Done()
+			<-gate
+		}
+		io.WriteString(w, "ok")
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); parallelGets(t, r.addr, o.URL+"/", 3) }()
+	arrived.Wait() // three origin connections at once
+	close(gate)
+	<-done
+	waitFor(t, "the pool to close the idle connections beyond one", func() bool { return o.closed.Load() == 2 })
+	parallelGets(t, r.addr, o.URL+"/", 1)
+	if a, c := o.accepted.Load(), o.closed.Load(); a != 3 || c != 2 {
+		t.Errorf("MaxIdleConnsPerOrigin 1: %d accepted, %d closed; want the kept one reused (3, 2)", a, c)
+	}
+	if s := r.srv.Stats(); s.HTTPPoolHits != 1 || s.HTTPPoolMisses != 3 {
+		t.Errorf("want 3 misses and 1 hit: %+v", s)
+	}
+}
+
+func TestForwardStripsHopByHopHeaders(t *testing.T) {
+	r := newRig(t, nil)
+	o := newCountingOrigin(t, func(w http.ResponseWriter, req *http.Request) {
+		var names []string
+		for k := range req.Header {
+			names = append(names, k)
+		}
+		w.Header().Set("Connection", "X-Origin-Hop")
+		w.Header().Set("X-Origin-Hop", "1")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-End", "kept")
+		fmt.Fprintf(w, "%d %s", len(names), strings.Join(names, ","))
+	})
+	c := r.raw()
+	fmt.Fprintf(c, "GET %s/ HTTP/1.1\r\nHost: %s\r\nConnection: X-Client-Hop, keep-alive\r\nX-Client-Hop: 1\r\n"+
+		"Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X-T\r\nUpgrade: websocket\r\n"+
+		"X-End-To-End: 1\r\n\r\n", o.URL, o.Listener.Addr())
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, h := range []string{"X-Client-Hop", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade", "Connection"} {
+		if strings.Contains(string(body), h) {
+			t.Errorf("origin got hop-by-hop %s: %s", h, body)
+		}
+	}
+	if !strings.Contains(string(body), "X-End-To-End") {
+		t.Errorf("origin did not get X-End-To-End: %s", body)
+	}
+	if resp.Header.Get("X-Origin-Hop") != "" || resp.Header.Get("Keep-Alive") != "" || resp.Header.Get("X-End") != "kept" {
+		t.Errorf("response headers: %v", resp.Header)
+	}
+}
+
+func TestForwardToDeadOriginGets502(t *testing.T) {
+	r := newRig(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	c := proxiedClient(t, r.addr, nil)
+	code, body := get(t, c, "GET", "http://"+dead+"/", "")
+	if code != http.StatusBadGateway || !strings.Contains(body, "refused") {
+		t.Errorf("dead origin: %d %q, want 502 naming the refusal", code, body)
+	}
+	if s := r.srv.Stats(); s.DialErrors != 1 {
+		t.Errorf("DialErrors %d, want 1", s.DialErrors)
+	}
+}
+
+// TestPoolClosedWithServer: the pool's connections and their
+// goroutines end with Server.Close.
+func TestPoolClosedWithServer(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	o := newCountingOrigin(t, nil)
+	r := newRig(t, nil)
+	c := proxiedClient(t, r.addr, nil)
+	get(t, c, "GET", o.URL+"/", "")
+	c.Transport.(*http.Transport).CloseIdleConnections()
+	r.srv.Close()
+	waitFor(t, "the origin to see the pooled connection closed", func() bool { return o.closed.Load() == 1 })
+	o.Close()
+	goleak.VerifyNone(t, before)
+}
+
+// TestForwardEndsTheClientConnectionWhenTheOriginAnswersBeforeTheBody:
+// the rest of an unread body must not be taken for the client's next
+// request, nor may the proxy wait for it.
+func TestForwardEndsTheClientConnectionWhenTheOriginAnswersBeforeTheBody(t *testing.T) {
+	r := newRig(t, nil)
+	o := newCountingOrigin(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+	})
+	c := r.raw()
+	fmt.Fprintf(c, "POST %s/ HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000000\r\n\r\nthe start", o.URL, o.Listener.Addr())
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("status %d, want 413", resp.StatusCode)
+	}
+	if rest, err := io.ReadAll(br); err != nil && !strings.Contains(err.Error(), "reset") || len(rest) > 0 {
+		t.Errorf("want the proxy to close the client connection; got %q, %v", rest, err)
+	}
+}
