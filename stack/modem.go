@@ -298,7 +298,11 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		lo.Logger = m.log
 	}
 	if mtu := mtuOf(ip); mtu != 0 && lo.MTU == 0 {
-		lo.MTU = mtu
+		// The link's buffers are sized for at least the default MTU: a
+		// network that first gives a smaller one (IPv6's 1280) may
+		// raise it later, and the NIC follows (Config.MTU is the
+		// session's).
+		lo.MTU = max(mtu, link.DefaultMTU)
 	}
 	ep, err := m.endpointFor(ctx, id, lo)
 	if err != nil {

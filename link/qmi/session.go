@@ -183,6 +183,10 @@ type Session struct {
 	calls   []*call          // the running calls (session goroutine only, read under mu)
 	refused *simlock.Refused // SessionConfig.Refused or the session's own
 	cids    []ClientID       // allocated by this session
+	// reconfigure is set by a Packet Service Status indication of a
+	// connected call with "reconfiguration required" (the network
+	// changed its settings): the session goroutine reads them again.
+	reconfigure bool
 }
 
 // call is one started WDS call.
@@ -300,6 +304,11 @@ func (s *Session) indication(m *Message) {
 			s.loop.SetLost(fmt.Errorf("qmi: the network ended the call (%v): %w", ps.End, ErrDisconnect))
 			return
 		}
+		if err == nil && ps.Status == StatusConnected && ps.Reconfigure {
+			s.mu.Lock()
+			s.reconfigure = true
+			s.mu.Unlock()
+		}
 	case m.Service == ServiceNAS && m.ID == NASGetServingSystem:
 		ss, err := ParseServingSystem(m)
 		if err == nil && s.isConnected() && ss.Registration != Registered {
@@ -338,6 +347,8 @@ func (s *Session) run() {
 }
 
 // connected waits until the call is lost (the cause) or closed (nil).
+// A call the network reconfigured (new addresses, DNS servers or MTU)
+// has its runtime settings read again and reported (OnAddress).
 func (s *Session) connected() error {
 	for {
 		select {
@@ -347,6 +358,17 @@ func (s *Session) connected() error {
 		}
 		if err := s.loop.TakeLost(); err != nil {
 			return err
+		}
+		s.mu.Lock()
+		again := s.reconfigure
+		s.reconfigure = false
+		s.mu.Unlock()
+		if again {
+			ip, err := s.configure()
+			if err != nil {
+				return err
+			}
+			s.setIP(ip)
 		}
 	}
 }

@@ -864,8 +864,27 @@ func (f *QMIFunction) wdaLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 // packet service or carrier is reported as networkChangedLocked says.
 func (f *QMIFunction) networkEventLocked(ev netEvent, _ mbim.NwError) {
 	switch ev {
-	case evRegistration, evPacketService, evCarrier:
+	case evRegistration, evPacketService:
 		f.networkChangedLocked()
+	case evCarrier:
+		f.networkChangedLocked()
+		f.reconfiguredLocked()
+	}
+}
+
+// reconfiguredLocked tells each connected call that its settings changed
+// (addresses, DNS servers, MTU): a Packet Service Status indication,
+// still connected, with "reconfiguration required" set, after which the
+// host reads them again (WDS Get Runtime Settings).
+func (f *QMIFunction) reconfiguredLocked() {
+	if f.out == nil {
+		return
+	}
+	for id, c := range f.clients {
+		if id.Service == qmi.ServiceWDS && c.handle != 0 {
+			ps := qmi.PacketStatus{Status: qmi.StatusConnected, Reconfigure: true, Family: c.family}
+			f.sendLocked(ps.Indication(id.Client))
+		}
 	}
 }
 

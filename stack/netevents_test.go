@@ -1,0 +1,91 @@
+package stack_test
+
+import (
+	"bytes"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/mhistack/mhistack/link/simnet"
+	"github.com/mhistack/mhistack/stack"
+)
+
+// netProfiles are the control protocols the network events are tested
+// on: MBIM (NTB framing) and QMI (QMAP).
+var netProfiles = []struct{ name, profile string }{
+	{"mbim", "quectel-rm5xx"},
+	{"qmi", "telit-fn980-hwv1"},
+}
+
+// bulkEcho sends n bytes on a new TCP connection to a host echo server
+// through s and checks they come back.
+func bulkEcho(t *testing.T, s *stack.Stack, n int) {
+	t.Helper()
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	c, err := s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := bytes.Repeat([]byte("mtu!"), n/4)
+	go c.Write(msg)
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("bulk echo of %d bytes: %v", len(msg), err)
+	}
+}
+
+// The MTU the network gives the session (MBIM IP_CONFIGURATION IPv4Mtu
+// and IPv6Mtu, QMI WDS Get Runtime Settings TLV 0x29) is the NIC's, so
+// TCP's MSS follows it: the largest packet the carrier sees is exactly
+// the MTU, before and after the network changes it.
+func TestMTUFromTheSessionBoundsWhatTheCarrierSees(t *testing.T) {
+	for _, p := range netProfiles {
+		t.Run(p.name, func(t *testing.T) {
+			car := simnet.DefaultCarrier()
+			car.MTU = 1280
+			nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car})
+			s := openOn(t, p.profile, nw, car)
+			if s.MTU() != 1280 {
+				t.Fatalf("MTU %d, want the session's 1280", s.MTU())
+			}
+			bulkEcho(t, s, 64<<10)
+			checkLargestUL(t, s, 1280)
+
+			car.MTU = 1400
+			nw.SetCarrier(car)
+			waitEvent(t, s.Events(), "mtu-changed", func(e stack.Event) bool { return e.Kind == stack.EventMTUChanged && e.MTU == 1400 })
+			bulkEcho(t, s, 64<<10)
+			checkLargestUL(t, s, 1400)
+		})
+	}
+}
+
+// checkLargestUL checks the largest UL packet the carrier saw is a full
+// segment of a link of MTU mtu: at most mtu, and less only by TCP options
+// (timestamps, 12 bytes, and the rounding of the segment's payload).
+func checkLargestUL(t *testing.T, s *stack.Stack, mtu uint32) {
+	t.Helper()
+	if got := stack.CarrierStatsForTest(s).ULLargest; got > mtu || got+64 < mtu {
+		t.Fatalf("largest UL packet %d bytes, want a full segment of MTU %d", got, mtu)
+	}
+}
+
+// An MTU no IPv6 link may have (below 1280, RFC 8200 §5) is the modem's
+// error: the stack keeps a usable one.
+func TestMTUBelowTheIPv6MinimumIsIgnored(t *testing.T) {
+	for _, p := range netProfiles {
+		t.Run(p.name, func(t *testing.T) {
+			car := simnet.DefaultCarrier()
+			car.MTU = 600
+			nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car})
+			s := openOn(t, p.profile, nw, car)
+			if s.MTU() < 1280 {
+				t.Fatalf("MTU %d from a network reporting 600", s.MTU())
+			}
+			bulkEcho(t, s, 16<<10)
+		})
+	}
+}
