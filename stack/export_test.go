@@ -45,3 +45,7 @@ func (s *Stack) RestoreBearerForTest() { s.setLinkUp(true, true) }
 // CarrierStatsForTest is what the emulated carrier network under s's
 // modem saw (Open with Device "sim").
 func CarrierStatsForTest(s *Stack) simnet.CarrierStats { return s.modem.opts.simCarrier.Stats() }
+
+// CarrierForTest is the emulated carrier network under s's modem, for
+// tests that reach s's listeners from the network (Dial).
+func CarrierForTest(s *Stack) *simnet.CarrierNetwork { return s.modem.opts.simCarrier }

@@ -2,8 +2,11 @@ package stack_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,5 +90,90 @@ func TestMTUBelowTheIPv6MinimumIsIgnored(t *testing.T) {
 			}
 			bulkEcho(t, s, 16<<10)
 		})
+	}
+}
+
+// A session that comes back with other addresses (a new IPv4 address,
+// a new IPv6 prefix, as after a PDN re-establishment) takes the
+// connections of the old ones with it: they fail with ECONNABORTED, new
+// dials use the new addresses and a listener keeps accepting, on them.
+func TestReaddressAfterReconnectAbortsOldConnectionsAndKeepsListeners(t *testing.T) {
+	for _, p := range netProfiles {
+		t.Run(p.name, func(t *testing.T) {
+			car := simnet.DefaultCarrier()
+			nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car})
+			s := openOn(t, p.profile, nw, car)
+			ctx := ctxT(t, 20*time.Second)
+			port := hostEcho(t, "tcp4", "127.0.0.1:0")
+			dst := netip.AddrPortFrom(simnet.TestAddr4, port).String()
+			old, err := s.DialContext(ctx, "tcp4", dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			echoOnce(t, old, "before")
+			ln, err := s.Listen("tcp", ":7007")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go serveEcho(ln)
+
+			// Out of service; the network gives the session other
+			// addresses when it comes back.
+			nw.Configure(func(c *simnet.NetworkConfig) { c.NotRegistered = true })
+			nw.NetworkLost()
+			waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+			next := car
+			next.IPv4 = netip.MustParsePrefix("10.0.0.6/30")
+			next.IPv6 = netip.MustParsePrefix("2001:db8:64:1::2/64")
+			nw.SetCarrier(next)
+			nw.Configure(func(c *simnet.NetworkConfig) { c.NotRegistered = false })
+			nw.Reregister()
+			waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))
+
+			old.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := old.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNABORTED) {
+				t.Errorf("read on a connection from the old address: %v, want ECONNABORTED", err)
+			}
+			for _, q := range []struct {
+				network string
+				dst     netip.Addr
+				from    netip.Addr
+			}{{"tcp4", simnet.TestAddr4, next.IPv4.Addr()}, {"tcp6", simnet.TestAddr6, next.IPv6.Addr()}} {
+				port := hostEcho(t, q.network, map[string]string{"tcp4": "127.0.0.1:0", "tcp6": "[::1]:0"}[q.network])
+				c, err := s.DialContext(ctx, q.network, netip.AddrPortFrom(q.dst, port).String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if la := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr(); la != q.from {
+					t.Errorf("new %s connection from %v, want %v", q.network, la, q.from)
+				}
+				echoOnce(t, c, "after, "+q.network)
+				c.Close()
+			}
+			for _, a := range []netip.Addr{next.IPv4.Addr(), next.IPv6.Addr()} {
+				c, err := stack.CarrierForTest(s).Dial(ctx, "tcp", netip.AddrPortFrom(a, 7007))
+				if err != nil {
+					t.Fatalf("dial the listener on %v from the network: %v", a, err)
+				}
+				echoOnce(t, c, "to the listener")
+				c.Close()
+			}
+		})
+	}
+}
+
+// serveEcho echoes every connection ln accepts until ln is closed.
+func serveEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
 	}
 }
