@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -175,5 +178,57 @@ func serveEcho(ln net.Listener) {
 			defer c.Close()
 			io.Copy(c, c)
 		}()
+	}
+}
+
+// Out of coverage for a while (the network stops carrying packets and
+// reports the modem deregistered, then registers it again): the stack
+// reports the loss with its cause and the return, and a connection
+// survives an outage shorter than TCP's timeouts, both one the stack
+// bridges (under 5 s) and one it does not.
+func TestCoverageLostForAWhileKeepsConnections(t *testing.T) {
+	for _, p := range netProfiles {
+		for _, o := range []struct {
+			name   string
+			bridge time.Duration // 0: the stack's
+		}{{"bridged", 0}, {"beyond-the-bridge", 50 * time.Millisecond}} {
+			t.Run(p.name+"/"+o.name, func(t *testing.T) {
+				if o.bridge != 0 {
+					defer stack.SetBridgeTimeForTest(o.bridge)()
+				}
+				car := simnet.DefaultCarrier()
+				nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car})
+				s := openOn(t, p.profile, nw, car)
+				port := hostEcho(t, "tcp4", "127.0.0.1:0")
+				c, err := s.DialContext(ctxT(t, 10*time.Second), "tcp4", netip.AddrPortFrom(simnet.TestAddr4, port).String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				echoOnce(t, c, "before")
+
+				nw.OutOfCoverage(time.Second)
+				seen := waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+				if _, err := c.Write([]byte("during")); err != nil {
+					t.Fatal(err)
+				}
+				seen = append(seen, waitEvent(t, s.Events(), "link-up", kindIs(stack.EventLinkUp))...)
+				i := slices.IndexFunc(seen, func(e stack.Event) bool {
+					return e.Kind == stack.EventSession && e.Session == "disconnected" && (errors.Is(e.Err, mbim.ErrNoService) || errors.Is(e.Err, qmi.ErrNoService))
+				})
+				if i < 0 {
+					t.Errorf("no disconnected session event with the registration's loss: %v", seen)
+				}
+				got := make([]byte, len("during"))
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.ReadFull(c, got); err != nil || string(got) != "during" {
+					t.Fatalf("echo of what was written out of coverage: %q, %v", got, err)
+				}
+				echoOnce(t, c, "after")
+				if o.bridge != 0 && s.Stats().BridgeExpiries == 0 {
+					t.Error("the outage did not outlast the bridge")
+				}
+			})
+		}
 	}
 }

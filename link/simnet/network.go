@@ -180,6 +180,10 @@ type networkState struct {
 	ps         mbim.PacketServiceState
 	signal     mbim.SignalState
 	regPending bool // a registration timer is armed
+	// noCoverage: the modem is out of coverage (OutOfCoverage): no
+	// registration until it is back.
+	noCoverage  bool
+	coverageGen uint64 // the newest OutOfCoverage's; older timers do nothing
 }
 
 // A netEvent is a change of the network a function reports to its host.
@@ -294,6 +298,9 @@ func (n *Network) radioChangedLocked() {
 	}
 	cfg := &n.cfg
 	switch {
+	case s.noCoverage:
+		n.setRegisterLocked(mbim.RegisterSearching, 0)
+		return
 	case cfg.RegisterDenied:
 		n.setRegisterLocked(mbim.RegisterDenied, cfg.RegisterNwError)
 		return
@@ -467,6 +474,32 @@ func (n *Network) NetworkLost() {
 		return
 	}
 	n.radioChangedLocked()
+}
+
+// OutOfCoverage takes the modem out of coverage for d, as a train in a
+// tunnel: the network stops carrying the session's packets — the data
+// calls end and packet service detaches, indicated — and registration
+// goes to deregistered (MBIM REGISTER_STATE, QMI NAS Serving System),
+// then searching; after d the modem registers and attaches again (plus
+// RegisterDelay), and the host may reconnect. Another OutOfCoverage
+// meanwhile extends the outage to its own d.
+func (n *Network) OutOfCoverage(d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := &n.st
+	s.noCoverage = true
+	// The registration goes first: the host learns why its calls end.
+	n.setRegisterLocked(mbim.RegisterDeregistered, 0)
+	n.dropNetworkLocked(mbim.RegisterSearching, 0)
+	s.coverageGen++
+	gen := s.coverageGen
+	n.afterLocked(d, func() {
+		if s.coverageGen != gen {
+			return // a later outage holds it
+		}
+		s.noCoverage = false
+		n.radioChangedLocked()
+	})
 }
 
 // Reregister retries registration now (after a knob changed).

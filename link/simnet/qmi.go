@@ -897,23 +897,22 @@ func (f *QMIFunction) networkChangedLocked() {
 		return
 	}
 	st := &f.net.st
+	// Serving System first: a host that lost its call learns why.
+	if ss := f.servingSystemLocked(); !f.ssSent || ss.Registration != f.lastSS.Registration || ss.PSAttach != f.lastSS.PSAttach {
+		f.lastSS, f.ssSent = ss, true
+		for id := range f.clients {
+			if id.Service == qmi.ServiceNAS {
+				m := &qmi.Message{Service: qmi.ServiceNAS, Client: id.Client, FromModem: true, Kind: qmi.Indication,
+					ID: qmi.NASGetServingSystem, TLVs: ss.TLVs()}
+				f.sendLocked(m)
+			}
+		}
+	}
 	up := st.radioOn() && st.reg.Registered() && st.ps == mbim.PacketServiceAttached
 	for id, c := range f.clients {
 		if id.Service == qmi.ServiceWDS && c.handle != 0 && !up {
 			c.handle = 0
 			f.indicateStatusLocked(id.Client, c, qmi.StatusDisconnected, callEnd(st.regNw))
-		}
-	}
-	ss := f.servingSystemLocked()
-	if f.ssSent && ss.Registration == f.lastSS.Registration && ss.PSAttach == f.lastSS.PSAttach {
-		return
-	}
-	f.lastSS, f.ssSent = ss, true
-	for id := range f.clients {
-		if id.Service == qmi.ServiceNAS {
-			m := &qmi.Message{Service: qmi.ServiceNAS, Client: id.Client, FromModem: true, Kind: qmi.Indication,
-				ID: qmi.NASGetServingSystem, TLVs: ss.TLVs()}
-			f.sendLocked(m)
 		}
 	}
 }
