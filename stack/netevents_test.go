@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -230,5 +231,51 @@ func TestCoverageLostForAWhileKeepsConnections(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A roaming modem gets no data session unless Options.AllowRoaming: Open
+// fails with ErrRoaming, naming the option; with it the session comes up
+// and carries traffic. A session up at home is dropped when the network
+// reports roaming.
+func TestRoamingNeedsAllowRoaming(t *testing.T) {
+	for _, p := range netProfiles {
+		t.Run(p.name, func(t *testing.T) {
+			cfg := simnet.NetworkConfig{APN: "internet", Roaming: true}
+			_, err := stack.Open(ctxT(t, 20*time.Second), stack.Options{APN: "internet", Profile: p.profile, FCCUnlock: true,
+				Sim: stack.SimOptions{NetworkConfig: cfg}})
+			if !errors.Is(err, stack.ErrRoaming) || !strings.Contains(err.Error(), "Options.AllowRoaming") {
+				t.Fatalf("Open on a roaming modem: %v, want ErrRoaming naming Options.AllowRoaming", err)
+			}
+
+			s, err := stack.Open(ctxT(t, 20*time.Second), stack.Options{APN: "internet", Profile: p.profile, FCCUnlock: true, AllowRoaming: true,
+				Sim: stack.SimOptions{NetworkConfig: cfg}})
+			if err != nil {
+				t.Fatalf("Open with AllowRoaming: %v", err)
+			}
+			defer s.Close()
+			bulkEcho(t, s, 4<<10)
+		})
+	}
+}
+
+func TestRoamingStartedMidSessionDropsIt(t *testing.T) {
+	for _, p := range netProfiles {
+		t.Run(p.name, func(t *testing.T) {
+			nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet"})
+			s := openOn(t, p.profile, nw, simnet.DefaultCarrier())
+			nw.Configure(func(c *simnet.NetworkConfig) { c.Roaming = true })
+			nw.Reregister()
+			// The session is lost (MBIM: for roaming; QMI: first for the
+			// search before the new registration) and each attempt to
+			// bring it back fails for roaming.
+			waitEvent(t, s.Events(), "link-down", kindIs(stack.EventLinkDown))
+			waitEvent(t, s.Events(), "a session event with the roaming cause", func(e stack.Event) bool {
+				return e.Kind == stack.EventSession && (errors.Is(e.Err, mbim.ErrRoaming) || errors.Is(e.Err, qmi.ErrRoaming))
+			})
+			if s.LinkUp() {
+				t.Error("link up while roaming without AllowRoaming")
+			}
+		})
 	}
 }

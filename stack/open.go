@@ -66,6 +66,14 @@ type Options struct {
 	// with ErrFCCLocked (docs/GETTING-ONLINE.md, "FCC lock").
 	FCCUnlock bool
 
+	// AllowRoaming lets data sessions come up, and stay up, while the
+	// modem is registered on a visited network. Off by default, as
+	// ModemManager's allow-roaming: roaming data can be costly, so a
+	// session on a roaming modem fails Open with ErrRoaming, and one
+	// already up is dropped when the modem starts roaming (and retried,
+	// failing, until it is home again).
+	AllowRoaming bool
+
 	// Config configures the stack; Open fills in the addresses, DNS
 	// servers and MTU the session reports.
 	Config Config

@@ -18,6 +18,7 @@ var (
 	ErrSIM        = errors.New("qmi: SIM not ready")
 	ErrNoService  = errors.New("qmi: not registered")
 	ErrDisconnect = errors.New("qmi: data call disconnected")
+	ErrRoaming    = errors.New("qmi: roaming not allowed (SessionConfig.AllowRoaming)")
 )
 
 // SessionState is a step of data-session bring-up.
@@ -89,6 +90,11 @@ type SessionConfig struct {
 	// Refused, if set, is shared by the sessions of one modem (package
 	// stack does): a code one session saw refused, no other sends.
 	Refused *simlock.Refused
+	// AllowRoaming lets the session come up, and stay up, while NAS
+	// reports the modem roaming (Serving System roaming indicator 0);
+	// without it such a registration fails the attempt with ErrRoaming,
+	// as ModemManager's allow-roaming bearer property does.
+	AllowRoaming bool
 
 	// Aggregation is the QMAP version to ask WDA for (default
 	// AggregationQMAPv5; the modem may answer QMAP, which the session
@@ -313,6 +319,10 @@ func (s *Session) indication(m *Message) {
 		ss, err := ParseServingSystem(m)
 		if err == nil && s.isConnected() && ss.Registration != Registered {
 			s.loop.SetLost(fmt.Errorf("qmi: registration lost (%v): %w", ss.Registration, ErrNoService))
+			return
+		}
+		if err == nil && s.isConnected() && s.refusesRoaming(ss) {
+			s.loop.SetLost(fmt.Errorf("qmi: registered roaming: %w", ErrRoaming))
 			return
 		}
 	}
@@ -602,6 +612,9 @@ func (s *Session) register() error {
 		if ss.Registration == RegistrationDenied {
 			return false, fmt.Errorf("qmi: registration denied: %w", ErrNoService)
 		}
+		if ss.Registration == Registered && s.refusesRoaming(ss) {
+			return false, fmt.Errorf("qmi: registered roaming: %w", ErrRoaming)
+		}
 		return ss.Registration == Registered && ss.PSAttach == Attached, nil
 	}, func() error {
 		return fmt.Errorf("qmi: not registered after %v (%v, PS attach %d): %w", s.cfg.RegisterTimeout, last.Registration, last.PSAttach, ErrNoService)
@@ -721,4 +734,10 @@ func (s *Session) configure() (IPConfig, error) {
 		}
 	}
 	return ip, nil
+}
+
+// refusesRoaming reports a Serving System that says roaming (indicator
+// 0, TLV 0x10) to a session that does not allow it.
+func (s *Session) refusesRoaming(ss ServingSystem) bool {
+	return !s.cfg.AllowRoaming && ss.HasRoaming && ss.Roaming == 0
 }

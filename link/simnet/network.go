@@ -93,6 +93,11 @@ type NetworkConfig struct {
 	// RegisterDelay is how long registration takes after the radio
 	// comes on.
 	RegisterDelay time.Duration
+	// Roaming registers the modem on a visited network (MBIM
+	// REGISTER_STATE roaming, QMI Serving System roaming indicator 0)
+	// instead of at home. Changed with Configure, it takes effect at the
+	// next registration (Reregister).
+	Roaming bool
 	// NoAutoAttach leaves packet service detached until the host attaches
 	// (MBIM PACKET_SERVICE; otherwise registration attaches).
 	NoAutoAttach bool
@@ -322,10 +327,15 @@ func (n *Network) radioChangedLocked() {
 	n.registeredLocked()
 }
 
-// registeredLocked registers at home and, unless NoAutoAttach, attaches.
+// registeredLocked registers (at home, or roaming) and, unless
+// NoAutoAttach, attaches.
 func (n *Network) registeredLocked() {
 	n.st.signal.RSSI, n.st.signal.ErrorRate = 20, 0 // −73 dBm
-	n.setRegisterLocked(mbim.RegisterHome, 0)
+	reg := mbim.RegisterHome
+	if n.cfg.Roaming {
+		reg = mbim.RegisterRoaming
+	}
+	n.setRegisterLocked(reg, 0)
 	if !n.cfg.NoAutoAttach {
 		n.setPacketServiceLocked(mbim.PacketServiceAttached, 0)
 	}
