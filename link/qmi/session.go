@@ -116,8 +116,9 @@ type SessionConfig struct {
 	SIMTimeout, RegisterTimeout, ConfigTimeout time.Duration
 	// PollInterval is how often a waiting step asks again (default 1 s).
 	PollInterval time.Duration
-	// RetryInterval is the pause after a failed attempt (default 5 s,
-	// doubling up to 1 min). A lost call is retried at once.
+	// RetryInterval is the first pause after a failed attempt (default 5 s,
+	// doubling up to 1 min with jitter; sessionloop.Supervise). A lost
+	// call is retried at once.
 	RetryInterval time.Duration
 
 	// OnProgress is told every step; OnAddress every change of the

@@ -16,7 +16,7 @@ import (
 // functions see it — SIM and PIN, radio, registration, packet service,
 // signal, the rules a data call must pass and the carrier's addresses —
 // and the events a test plays on it (NetworkDetach, NetworkLost,
-// SetCarrier, Configure, Reregister, SetSignal). It is one per modem,
+// OutOfCoverage, SetCarrier, Configure, Reregister, SetSignal). It is one per modem,
 // created once (NewNetwork) and shared by the modem's MBIM and QMI
 // functions (MBIMConfig.Network, QMIConfig.Network): a PIN entered over
 // QMI unlocks the SIM for MBIM, NetworkDetach ends the data calls of both,
