@@ -18,6 +18,13 @@ import (
 // *qmi.CallError, and errors.Is(err, qmi.ErrCallFailed) holds).
 var ErrUnknownAPN = errors.New("stack: missing or unknown APN")
 
+// ErrRoaming matches (errors.Is) an Open or OpenSession refused because
+// the modem is roaming and Options.AllowRoaming is not set (mbim.ErrRoaming
+// or qmi.ErrRoaming also matches). A session that was up and is dropped
+// because the modem started roaming reports it in an EventSession whose
+// Err matches mbim.ErrRoaming or qmi.ErrRoaming.
+var ErrRoaming = errors.New("stack: the modem is roaming and Options.AllowRoaming is not set")
+
 // PINError is a SIM that stayed locked (errors.As finds it in an Open or
 // OpenSession error): Need is the code it asks for ("PIN" or "PUK"),
 // Remaining the tries left of it (-1 when the modem did not say),
@@ -40,6 +47,9 @@ const PINEnv = "MHISTACK_PIN"
 type sessionError struct{ err error }
 
 func (e *sessionError) Error() string {
+	if errors.Is(e, ErrRoaming) {
+		return e.err.Error() + "; set Options.AllowRoaming to use data while roaming"
+	}
 	var pe *PINError
 	if !errors.As(e.err, &pe) {
 		return e.err.Error()
@@ -62,6 +72,9 @@ func (e *sessionError) Error() string {
 func (e *sessionError) Unwrap() error { return e.err }
 
 func (e *sessionError) Is(target error) bool {
+	if target == ErrRoaming {
+		return errors.Is(e.err, mbim.ErrRoaming) || errors.Is(e.err, qmi.ErrRoaming)
+	}
 	if target != ErrUnknownAPN {
 		return false
 	}

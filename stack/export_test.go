@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"github.com/mhistack/mhistack/link/simnet"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -40,3 +41,11 @@ func (s *Stack) LoseBearerForTest() { s.bearerDown() }
 
 // RestoreBearerForTest is the session back with the same addresses.
 func (s *Stack) RestoreBearerForTest() { s.setLinkUp(true, true) }
+
+// CarrierStatsForTest is what the emulated carrier network under s's
+// modem saw (Open with Device "sim").
+func CarrierStatsForTest(s *Stack) simnet.CarrierStats { return s.modem.opts.simCarrier.Stats() }
+
+// CarrierForTest is the emulated carrier network under s's modem, for
+// tests that reach s's listeners from the network (Dial).
+func CarrierForTest(s *Stack) *simnet.CarrierNetwork { return s.modem.opts.simCarrier }

@@ -259,8 +259,9 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		sess := qmi.NewSession(m.qmi, qmi.SessionConfig{
 			APN: so.APN, User: so.User, Password: so.Password, Auth: qmiAuth(so.Auth),
 			Families: qmiFamilies(so.IPType), PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused, MuxID: id, Logger: m.log,
-			OnProgress: func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
-			OnAddress:  func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
+			AllowRoaming: opts.AllowRoaming,
+			OnProgress:   func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
+			OnAddress:    func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
 		})
 		closers = append(closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -282,6 +283,7 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		sess := mbim.NewSession(m.mbim, mbim.SessionConfig{
 			APN: so.APN, User: so.User, Password: so.Password, Auth: so.Auth, IPType: so.IPType, PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused,
 			RadioRefused: m.fccRelocked, SessionID: uint32(id), OnProgress: f.progress, OnAddress: f.address, Logger: m.log,
+			AllowRoaming: opts.AllowRoaming,
 		})
 		closers = append(closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -298,7 +300,11 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		lo.Logger = m.log
 	}
 	if mtu := mtuOf(ip); mtu != 0 && lo.MTU == 0 {
-		lo.MTU = mtu
+		// The link's buffers are sized for at least the default MTU: a
+		// network that first gives a smaller one (IPv6's 1280) may
+		// raise it later, and the NIC follows (Config.MTU is the
+		// session's).
+		lo.MTU = max(mtu, link.DefaultMTU)
 	}
 	ep, err := m.endpointFor(ctx, id, lo)
 	if err != nil {

@@ -20,6 +20,8 @@ import (
 	"github.com/mhistack/mhistack/mhi/pci/vfiouserclient"
 	"github.com/mhistack/mhistack/mhi/pci/vpci"
 	"github.com/mhistack/mhistack/mhi/sim"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // Options configure Open.
@@ -64,6 +66,14 @@ type Options struct {
 	// with ErrFCCLocked (docs/GETTING-ONLINE.md, "FCC lock").
 	FCCUnlock bool
 
+	// AllowRoaming lets data sessions come up, and stay up, while the
+	// modem is registered on a visited network. Off by default, as
+	// ModemManager's allow-roaming: roaming data can be costly, so a
+	// session on a roaming modem fails Open with ErrRoaming, and one
+	// already up is dropped when the modem starts roaming (and retried,
+	// failing, until it is home again).
+	AllowRoaming bool
+
 	// Config configures the stack; Open fills in the addresses, DNS
 	// servers and MTU the session reports.
 	Config Config
@@ -91,6 +101,10 @@ type Options struct {
 	DMASize int
 	// Logger receives diagnostics (nil: Config.Logger).
 	Logger *slog.Logger
+
+	// simCarrier is the emulated carrier network openDevice started
+	// (Device "sim"), for tests that read what it saw.
+	simCarrier *simnet.CarrierNetwork
 }
 
 // SimOptions configure the emulated modem Open builds.
@@ -389,6 +403,7 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 			cn.Close()
 			return nil, nil, mhi.DataPath{}, "", nil, fmt.Errorf("stack: emulated %s: %w", name, err)
 		}
+		opts.simCarrier = cn
 		return dev, p, dp, fcc, []func() error{cn.Close, dev.Close}, nil
 	}
 	// The arena is mapped at open, so it is sized from the profile the
@@ -444,10 +459,25 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 	return dev, p, dp, fcc, []func() error{dev.Close}, nil
 }
 
+// mtuOf is the link MTU a session's IP configuration asks for (MBIM
+// IP_CONFIGURATION's IPv4Mtu and IPv6Mtu, QMI WDS Get Runtime Settings
+// TLV 0x29), 0 for none. The smaller of the two wins: one NIC carries
+// both families. The modem's values are checked: one below what the
+// session's families must carry (IPv4 68, RFC 791; IPv6 1280, RFC 8200
+// §5: on a session with an IPv6 address, both values must reach it) or
+// above the largest IP packet is ignored, as Linux refuses such an MTU
+// on an interface with IPv6.
 func mtuOf(ip mbim.IPConfig) uint32 {
-	m := ip.IPv4MTU
-	if ip.IPv6MTU != 0 && (m == 0 || ip.IPv6MTU < m) {
-		m = ip.IPv6MTU
+	const maxIPPacket = 65535 // IPv4 Total Length, RFC 791 §3.1
+	least := uint32(header.IPv4MinimumMTU)
+	if len(ip.IPv6) > 0 {
+		least = header.IPv6MinimumMTU
+	}
+	var m uint32
+	for _, v := range []uint32{ip.IPv4MTU, ip.IPv6MTU} {
+		if v >= least && v <= maxIPPacket && (m == 0 || v < m) {
+			m = v
+		}
 	}
 	return m
 }

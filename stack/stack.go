@@ -540,6 +540,8 @@ func (s *Stack) SetMTU(mtu uint32) {
 		return
 	}
 	s.gs.SetNICMTU(nicID, mtu)
+	// The link caps it at what its TX buffers carry.
+	mtu = s.tap.MTU()
 	s.mu.Lock()
 	if s.clatLink != nil {
 		s.gs.SetNICMTU(clatNIC, s.clatMTU(mtu))

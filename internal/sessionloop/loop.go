@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -72,6 +73,11 @@ type Loop struct {
 
 	mu   sync.Mutex
 	lost error
+
+	// testSleep and testJitter replace the clock and the randomness of
+	// Supervise's back-off in tests.
+	testSleep  func(d time.Duration, wake bool) bool
+	testJitter func() float64
 }
 
 // NewLoop returns a running loop.
@@ -119,11 +125,16 @@ type Hooks struct {
 }
 
 // Supervise keeps a session up until the loop stops: an attempt, and
-// after a failure another one after retry (doubling up to a minute, and
-// sooner on a Signal); after a loss, at once. A loss recorded before an
-// attempt is dropped: it belongs to an earlier connection.
+// after a failure another one after a back-off (retryDelay: from retry,
+// doubling up to MaxRetry, with jitter); after a loss, at once. A Signal
+// (an indication: the SIM, registration or packet service changed)
+// cuts a back-off short, but never before its first part (retry, or the
+// whole back-off when jitter made it shorter: at least 3/4 of retry)
+// has passed, so a network that refuses the PDN and keeps indicating
+// gets at most one attempt per 3/4 of retry. A loss recorded before an attempt is
+// dropped: it belongs to an earlier connection.
 func (l *Loop) Supervise(retry time.Duration, h Hooks) {
-	backoff := retry
+	failures := 0
 	for {
 		l.TakeLost()
 		err := h.Up()
@@ -133,14 +144,17 @@ func (l *Loop) Supervise(retry time.Duration, h Hooks) {
 		}
 		if err != nil {
 			h.Failed(err)
-			if !l.Sleep(backoff, true) {
+			d := retryDelay(retry, failures, l.jitter())
+			failures++
+			// The floor ignores Signals; the rest of the back-off
+			// does not.
+			if !l.sleep(min(retry, d), false) || (d > retry && !l.sleep(d-retry, true)) {
 				h.Shutdown()
 				return
 			}
-			backoff = min(2*backoff, time.Minute)
 			continue
 		}
-		backoff = retry
+		failures = 0
 		h.Connected()
 		cause := h.Watch()
 		if cause == nil {
@@ -149,6 +163,40 @@ func (l *Loop) Supervise(retry time.Duration, h Hooks) {
 		}
 		h.Lost(cause)
 	}
+}
+
+// MaxRetry bounds Supervise's back-off: a modem refused for a long time
+// is still retried, about once a minute (a library cannot ask the user
+// whether to go on).
+const MaxRetry = time.Minute
+
+// retryDelay is the back-off after the n-th consecutive failure (0 for
+// the first): retry·2^n, at most MaxRetry (and at least retry), less up
+// to a quarter of it by jitter (0 ≤ jitter < 1), so that modems refused
+// together (a network failure, 3GPP cause 38) do not retry in step.
+func retryDelay(retry time.Duration, n int, jitter float64) time.Duration {
+	d := retry
+	for i := 0; i < n && d < MaxRetry; i++ {
+		d *= 2
+	}
+	d = max(min(d, MaxRetry), retry)
+	return d - time.Duration(jitter*float64(d)/4)
+}
+
+// sleep is Sleep, or a test's clock.
+func (l *Loop) sleep(d time.Duration, wake bool) bool {
+	if l.testSleep != nil {
+		return l.testSleep(d, wake)
+	}
+	return l.Sleep(d, wake)
+}
+
+// jitter is a uniform number in [0, 1).
+func (l *Loop) jitter() float64 {
+	if l.testJitter != nil {
+		return l.testJitter()
+	}
+	return rand.Float64()
 }
 
 // Context is cancelled by Stop.

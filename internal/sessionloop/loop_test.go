@@ -53,3 +53,79 @@ func TestLoopLostSleepUntil(t *testing.T) {
 		t.Fatal("Until after Stop returned nil")
 	}
 }
+
+// A network that refuses every attempt (an activation rejected with
+// 3GPP cause 38, network failure) and indicates all the while: the
+// back-off doubles from retry to MaxRetry with jitter, and the
+// indications never cut a pause below its floor, so the attempts over
+// the fake clock stay bounded.
+func TestSuperviseBacksOffARefusingNetworkWithJitterAndNoTightLoop(t *testing.T) {
+	const retry = 5 * time.Second
+	for _, jitter := range []float64{0, 0.5, 0.999} {
+		l := NewLoop()
+		var now time.Duration // the fake clock
+		var pauses []time.Duration
+		var pause time.Duration
+		attempts := 0
+		l.testJitter = func() float64 { return jitter }
+		l.testSleep = func(d time.Duration, wake bool) bool {
+			if wake {
+				// An indication arrives at once: the rest is cut.
+				return true
+			}
+			now += d
+			pause += d
+			return true
+		}
+		l.Supervise(retry, Hooks{
+			Up: func() error {
+				if attempts > 0 {
+					pauses = append(pauses, pause)
+				}
+				pause = 0
+				attempts++
+				if attempts == 40 {
+					l.Stop()
+				}
+				for range 10 {
+					l.Signal() // the network's indications
+				}
+				return errors.New("activation rejected: network failure (38)")
+			},
+			Failed:   func(error) {},
+			Shutdown: func() {},
+		})
+		for i, p := range pauses {
+			full := min(retry<<min(i, 20), MaxRetry)
+			floor := min(retry, full-time.Duration(jitter*float64(full)/4))
+			if p < floor || p < retry*3/4 || p > retry {
+				t.Errorf("jitter %v: pause %d is %v, want the floor %v (at least 3/4 of %v) however often the network indicates", jitter, i, p, floor, retry)
+			}
+		}
+		if min := time.Duration(len(pauses)) * retry * 3 / 4; now < min {
+			t.Errorf("jitter %v: %d attempts in %v of fake time: a tight loop", jitter, attempts, now)
+		}
+	}
+}
+
+// Without indications, the pauses are the whole back-off: doubling from
+// retry, bounded by MaxRetry, shortened by at most a quarter by jitter.
+func TestRetryDelayDoublesToMaxRetryWithJitter(t *testing.T) {
+	const retry = 5 * time.Second
+	for _, c := range []struct {
+		n      int
+		jitter float64
+		want   time.Duration
+	}{
+		{0, 0, retry}, {1, 0, 2 * retry}, {3, 0, 8 * retry}, {4, 0, MaxRetry}, {1000, 0, MaxRetry},
+		{0, 0.5, retry * 7 / 8}, {2, 0.999, 20*time.Second - time.Duration(0.999*float64(20*time.Second)/4)},
+		{1000, 0.999, MaxRetry - time.Duration(0.999*float64(MaxRetry)/4)},
+	} {
+		if got := retryDelay(retry, c.n, c.jitter); got != c.want {
+			t.Errorf("retryDelay(%v, %d, %v) = %v, want %v", retry, c.n, c.jitter, got, c.want)
+		}
+	}
+	if got := retryDelay(2*MaxRetry, 3, 0); got != 2*MaxRetry {
+		t.Errorf("a retry above MaxRetry: %v, want it kept", got)
+	}
+}

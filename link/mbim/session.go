@@ -75,6 +75,11 @@ type SessionConfig struct {
 	// returns nil, radio on is asked for once more; its error fails the
 	// attempt. Package stack runs the model's FCC unlock here.
 	RadioRefused func(context.Context) error
+	// AllowRoaming lets the session come up, and stay up, while the
+	// modem is registered on a visited network (REGISTER_STATE roaming
+	// or partner); without it such a registration fails the attempt with
+	// ErrRoaming, as ModemManager's allow-roaming bearer property does.
+	AllowRoaming bool
 
 	// Step limits: how long to wait for the SIM (default 30 s), the
 	// radio (10 s), registration (60 s), attach (60 s) and an address
@@ -83,8 +88,9 @@ type SessionConfig struct {
 	// PollInterval is how often a waiting step queries again when no
 	// indication arrives (default 1 s).
 	PollInterval time.Duration
-	// RetryInterval is the pause after a failed attempt (default 5 s,
-	// doubling up to 1 min). A lost connection is retried at once.
+	// RetryInterval is the first pause after a failed attempt (default 5 s,
+	// doubling up to 1 min with jitter; sessionloop.Supervise). A lost
+	// connection is retried at once.
 	RetryInterval time.Duration
 
 	// OnProgress is told every step; OnAddress every change of the
@@ -231,6 +237,10 @@ func (s *Session) indication(m *Message) {
 		}
 	case CIDRegisterState:
 		rs, err := ParseRegisterState(m.Buffer)
+		if err == nil && roaming(rs.State) && !s.cfg.AllowRoaming {
+			s.setLost(fmt.Errorf("mbim: registered %v: %w", rs.State, ErrRoaming))
+			return
+		}
 		if err == nil && (rs.State == RegisterDeregistered || rs.State == RegisterDenied) {
 			s.setLost(fmt.Errorf("mbim: network registration lost (%v): %w", rs.State, ErrNoService))
 			return
@@ -508,6 +518,9 @@ func (s *Session) register(ctx context.Context) error {
 		}
 		last = rs
 		if rs.State.Registered() {
+			if roaming(rs.State) && !s.cfg.AllowRoaming {
+				return false, fmt.Errorf("mbim: registered %v: %w", rs.State, ErrRoaming)
+			}
 			return true, nil
 		}
 		if rs.State == RegisterDenied {
@@ -589,3 +602,10 @@ func (s *Session) configure(ctx context.Context) (IPConfig, error) {
 	})
 	return ip, err
 }
+
+// ErrRoaming is a session refused because the modem is registered on a
+// visited network and SessionConfig.AllowRoaming is off.
+var ErrRoaming = errors.New("mbim: roaming not allowed (SessionConfig.AllowRoaming)")
+
+// roaming reports a registration on a visited network.
+func roaming(v RegisterStateValue) bool { return v == RegisterRoaming || v == RegisterPartner }

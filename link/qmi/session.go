@@ -18,6 +18,7 @@ var (
 	ErrSIM        = errors.New("qmi: SIM not ready")
 	ErrNoService  = errors.New("qmi: not registered")
 	ErrDisconnect = errors.New("qmi: data call disconnected")
+	ErrRoaming    = errors.New("qmi: roaming not allowed (SessionConfig.AllowRoaming)")
 )
 
 // SessionState is a step of data-session bring-up.
@@ -89,6 +90,11 @@ type SessionConfig struct {
 	// Refused, if set, is shared by the sessions of one modem (package
 	// stack does): a code one session saw refused, no other sends.
 	Refused *simlock.Refused
+	// AllowRoaming lets the session come up, and stay up, while NAS
+	// reports the modem roaming (Serving System roaming indicator 0);
+	// without it such a registration fails the attempt with ErrRoaming,
+	// as ModemManager's allow-roaming bearer property does.
+	AllowRoaming bool
 
 	// Aggregation is the QMAP version to ask WDA for (default
 	// AggregationQMAPv5; the modem may answer QMAP, which the session
@@ -110,8 +116,9 @@ type SessionConfig struct {
 	SIMTimeout, RegisterTimeout, ConfigTimeout time.Duration
 	// PollInterval is how often a waiting step asks again (default 1 s).
 	PollInterval time.Duration
-	// RetryInterval is the pause after a failed attempt (default 5 s,
-	// doubling up to 1 min). A lost call is retried at once.
+	// RetryInterval is the first pause after a failed attempt (default 5 s,
+	// doubling up to 1 min with jitter; sessionloop.Supervise). A lost
+	// call is retried at once.
 	RetryInterval time.Duration
 
 	// OnProgress is told every step; OnAddress every change of the
@@ -183,6 +190,10 @@ type Session struct {
 	calls   []*call          // the running calls (session goroutine only, read under mu)
 	refused *simlock.Refused // SessionConfig.Refused or the session's own
 	cids    []ClientID       // allocated by this session
+	// reconfigure is set by a Packet Service Status indication of a
+	// connected call with "reconfiguration required" (the network
+	// changed its settings): the session goroutine reads them again.
+	reconfigure bool
 }
 
 // call is one started WDS call.
@@ -300,10 +311,19 @@ func (s *Session) indication(m *Message) {
 			s.loop.SetLost(fmt.Errorf("qmi: the network ended the call (%v): %w", ps.End, ErrDisconnect))
 			return
 		}
+		if err == nil && ps.Status == StatusConnected && ps.Reconfigure {
+			s.mu.Lock()
+			s.reconfigure = true
+			s.mu.Unlock()
+		}
 	case m.Service == ServiceNAS && m.ID == NASGetServingSystem:
 		ss, err := ParseServingSystem(m)
 		if err == nil && s.isConnected() && ss.Registration != Registered {
 			s.loop.SetLost(fmt.Errorf("qmi: registration lost (%v): %w", ss.Registration, ErrNoService))
+			return
+		}
+		if err == nil && s.isConnected() && s.refusesRoaming(ss) {
+			s.loop.SetLost(fmt.Errorf("qmi: registered roaming: %w", ErrRoaming))
 			return
 		}
 	}
@@ -338,6 +358,8 @@ func (s *Session) run() {
 }
 
 // connected waits until the call is lost (the cause) or closed (nil).
+// A call the network reconfigured (new addresses, DNS servers or MTU)
+// has its runtime settings read again and reported (OnAddress).
 func (s *Session) connected() error {
 	for {
 		select {
@@ -347,6 +369,17 @@ func (s *Session) connected() error {
 		}
 		if err := s.loop.TakeLost(); err != nil {
 			return err
+		}
+		s.mu.Lock()
+		again := s.reconfigure
+		s.reconfigure = false
+		s.mu.Unlock()
+		if again {
+			ip, err := s.configure()
+			if err != nil {
+				return err
+			}
+			s.setIP(ip)
 		}
 	}
 }
@@ -580,6 +613,9 @@ func (s *Session) register() error {
 		if ss.Registration == RegistrationDenied {
 			return false, fmt.Errorf("qmi: registration denied: %w", ErrNoService)
 		}
+		if ss.Registration == Registered && s.refusesRoaming(ss) {
+			return false, fmt.Errorf("qmi: registered roaming: %w", ErrRoaming)
+		}
 		return ss.Registration == Registered && ss.PSAttach == Attached, nil
 	}, func() error {
 		return fmt.Errorf("qmi: not registered after %v (%v, PS attach %d): %w", s.cfg.RegisterTimeout, last.Registration, last.PSAttach, ErrNoService)
@@ -699,4 +735,10 @@ func (s *Session) configure() (IPConfig, error) {
 		}
 	}
 	return ip, nil
+}
+
+// refusesRoaming reports a Serving System that says roaming (indicator
+// 0, TLV 0x10) to a session that does not allow it.
+func (s *Session) refusesRoaming(ss ServingSystem) bool {
+	return !s.cfg.AllowRoaming && ss.HasRoaming && ss.Roaming == 0
 }

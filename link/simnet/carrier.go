@@ -76,7 +76,8 @@ type CarrierOptions struct {
 	FlushDelay time.Duration
 	// APNs are the further access point names of the network
 	// (NetworkConfig.APNs): their gateways and DNS servers are the
-	// network's too, and their MTU bounds its link's.
+	// network's too, and the largest of their MTUs and 1500 is its
+	// link's.
 	APNs []APN
 	// Hosts adds names to the DNS (TestName is always there). Names the
 	// carrier does not know are resolved with the host's resolver, like
@@ -180,6 +181,10 @@ type CarrierStats struct {
 	// the echo replies the network answers itself, outside DLPackets:
 	// they go back one UL transfer at a time.
 	ULPackets, DLPackets, DLFrames, Echoes uint64
+	// ULLargest is the largest UL IP packet the host sent, in bytes:
+	// what the host's MTU and TCP MSS allowed (at most the session's
+	// MTU, Carrier.MTU, on a host that follows it).
+	ULLargest uint32
 	// BadChecksums counts UL packets dropped for a wrong IPv4 header,
 	// TCP or UDP checksum (within ULPackets).
 	BadChecksums uint64
@@ -222,6 +227,19 @@ type CarrierStats struct {
 type carrierCounters struct {
 	tcp, udp, refused, dns, dropped, ul, dl, dlFrames, echoes, badChecksum, timeWaitReused, unknownSession atomic.Uint64
 	udpRelayed, udpRelayErrors                                                                             atomic.Uint64
+	ulLargest                                                                                              atomic.Uint32
+}
+
+// seeUL counts one UL packet of n bytes. The largest is raised only when
+// exceeded: after the first full-sized packet it is a load per packet.
+func (c *carrierCounters) seeUL(n int) {
+	c.ul.Add(1)
+	for {
+		old := c.ulLargest.Load()
+		if uint32(n) <= old || c.ulLargest.CompareAndSwap(old, uint32(n)) {
+			return
+		}
+	}
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
@@ -253,7 +271,11 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	}
 	cn := &CarrierNetwork{opts: opts, log: opts.Logger, flows: map[io.Closer]struct{}{},
 		rx: make(chan *stack.PacketBuffer, 512), quit: make(chan struct{})}
-	mtu := opts.Carrier.MTU
+	// The carrier's side is the Internet's, whose servers sit on
+	// Ethernet (MTU 1500, MSS 1460): a session whose MTU is smaller is
+	// bounded by the MSS its host announces, and follows a change of it
+	// with no change here.
+	mtu := max(opts.Carrier.MTU, 1500)
 	for _, a := range opts.APNs {
 		mtu = max(mtu, a.Carrier.MTU)
 	}
@@ -391,7 +413,7 @@ func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 func (cn *CarrierNetwork) Stats() CarrierStats {
 	c := &cn.stats
 	st := CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
-		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
+		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), ULLargest: c.ulLargest.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
 		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes(),
 		UDPReceiveBufferErrors: cn.s.Stats().UDP.ReceiveBufferErrors.Value(),

@@ -57,7 +57,7 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 	default:
 		return
 	}
-	cn.stats.ul.Add(1)
+	cn.stats.seeUL(len(td))
 	cn.session.Store(uint32(session))
 	if !isRawIP(cn.opts.Framing) {
 		cn.learnRoute(session, td)

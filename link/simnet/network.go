@@ -17,7 +17,7 @@ import (
 // functions see it — SIM and PIN, radio, registration, packet service,
 // signal, the rules a data call must pass and the carrier's addresses —
 // and the events a test plays on it (NetworkDetach, NetworkLost,
-// SetCarrier, Configure, Reregister, SetSignal). It is one per modem,
+// OutOfCoverage, SetCarrier, Configure, Reregister, SetSignal). It is one per modem,
 // created once (NewNetwork) and shared by the modem's MBIM and QMI
 // functions (MBIMConfig.Network, QMIConfig.Network): a PIN entered over
 // QMI unlocks the SIM for MBIM, NetworkDetach ends the data calls of both,
@@ -94,6 +94,11 @@ type NetworkConfig struct {
 	// RegisterDelay is how long registration takes after the radio
 	// comes on.
 	RegisterDelay time.Duration
+	// Roaming registers the modem on a visited network (MBIM
+	// REGISTER_STATE roaming, QMI Serving System roaming indicator 0)
+	// instead of at home. Changed with Configure, it takes effect at the
+	// next registration (Reregister).
+	Roaming bool
 	// NoAutoAttach leaves packet service detached until the host attaches
 	// (MBIM PACKET_SERVICE; otherwise registration attaches).
 	NoAutoAttach bool
@@ -191,6 +196,10 @@ type networkState struct {
 	drift    float64
 	walk     *driftWalk
 	drifting bool
+	// noCoverage: the modem is out of coverage (OutOfCoverage): no
+	// registration until it is back.
+	noCoverage  bool
+	coverageGen uint64 // the newest OutOfCoverage's; older timers do nothing
 }
 
 // A netEvent is a change of the network a function reports to its host.
@@ -306,6 +315,9 @@ func (n *Network) radioChangedLocked() {
 	}
 	cfg := &n.cfg
 	switch {
+	case s.noCoverage:
+		n.setRegisterLocked(mbim.RegisterSearching, 0)
+		return
 	case cfg.RegisterDenied:
 		n.setRegisterLocked(mbim.RegisterDenied, cfg.RegisterNwError)
 		return
@@ -327,10 +339,15 @@ func (n *Network) radioChangedLocked() {
 	n.registeredLocked()
 }
 
-// registeredLocked registers at home and, unless NoAutoAttach, attaches.
+// registeredLocked registers (at home, or roaming) and, unless
+// NoAutoAttach, attaches.
 func (n *Network) registeredLocked() {
 	n.st.signal.RSSI, n.st.signal.ErrorRate = uint32(max(0, min(31, baseRSSI+int(math.Round(n.st.drift/2))))), 0
-	n.setRegisterLocked(mbim.RegisterHome, 0)
+	reg := mbim.RegisterHome
+	if n.cfg.Roaming {
+		reg = mbim.RegisterRoaming
+	}
+	n.setRegisterLocked(reg, 0)
 	n.startDriftLocked()
 	if !n.cfg.NoAutoAttach {
 		n.setPacketServiceLocked(mbim.PacketServiceAttached, 0)
@@ -480,6 +497,32 @@ func (n *Network) NetworkLost() {
 		return
 	}
 	n.radioChangedLocked()
+}
+
+// OutOfCoverage takes the modem out of coverage for d, as a train in a
+// tunnel: the network stops carrying the session's packets — the data
+// calls end and packet service detaches, indicated — and registration
+// goes to deregistered (MBIM REGISTER_STATE, QMI NAS Serving System),
+// then searching; after d the modem registers and attaches again (plus
+// RegisterDelay), and the host may reconnect. Another OutOfCoverage
+// meanwhile extends the outage to its own d.
+func (n *Network) OutOfCoverage(d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := &n.st
+	s.noCoverage = true
+	// The registration goes first: the host learns why its calls end.
+	n.setRegisterLocked(mbim.RegisterDeregistered, 0)
+	n.dropNetworkLocked(mbim.RegisterSearching, 0)
+	s.coverageGen++
+	gen := s.coverageGen
+	n.afterLocked(d, func() {
+		if s.coverageGen != gen {
+			return // a later outage holds it
+		}
+		s.noCoverage = false
+		n.radioChangedLocked()
+	})
 }
 
 // Reregister retries registration now (after a knob changed).

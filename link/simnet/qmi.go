@@ -955,8 +955,27 @@ func (f *QMIFunction) wdaLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 // packet service or carrier is reported as networkChangedLocked says.
 func (f *QMIFunction) networkEventLocked(ev netEvent, _ mbim.NwError) {
 	switch ev {
-	case evRegistration, evPacketService, evCarrier:
+	case evRegistration, evPacketService:
 		f.networkChangedLocked()
+	case evCarrier:
+		f.networkChangedLocked()
+		f.reconfiguredLocked()
+	}
+}
+
+// reconfiguredLocked tells each connected call that its settings changed
+// (addresses, DNS servers, MTU): a Packet Service Status indication,
+// still connected, with "reconfiguration required" set, after which the
+// host reads them again (WDS Get Runtime Settings).
+func (f *QMIFunction) reconfiguredLocked() {
+	if f.out == nil {
+		return
+	}
+	for id, c := range f.clients {
+		if id.Service == qmi.ServiceWDS && c.handle != 0 {
+			ps := qmi.PacketStatus{Status: qmi.StatusConnected, Reconfigure: true, Family: c.family}
+			f.sendLocked(ps.Indication(id.Client))
+		}
 	}
 }
 
@@ -969,23 +988,22 @@ func (f *QMIFunction) networkChangedLocked() {
 		return
 	}
 	st := &f.net.st
+	// Serving System first: a host that lost its call learns why.
+	if ss := f.servingSystemLocked(); !f.ssSent || ss.Registration != f.lastSS.Registration || ss.PSAttach != f.lastSS.PSAttach {
+		f.lastSS, f.ssSent = ss, true
+		for id := range f.clients {
+			if id.Service == qmi.ServiceNAS {
+				m := &qmi.Message{Service: qmi.ServiceNAS, Client: id.Client, FromModem: true, Kind: qmi.Indication,
+					ID: qmi.NASGetServingSystem, TLVs: ss.TLVs()}
+				f.sendLocked(m)
+			}
+		}
+	}
 	up := st.radioOn() && st.reg.Registered() && st.ps == mbim.PacketServiceAttached
 	for id, c := range f.clients {
 		if id.Service == qmi.ServiceWDS && c.handle != 0 && !up {
 			c.handle = 0
 			f.indicateStatusLocked(id.Client, c, qmi.StatusDisconnected, callEnd(st.regNw))
-		}
-	}
-	ss := f.servingSystemLocked()
-	if f.ssSent && ss.Registration == f.lastSS.Registration && ss.PSAttach == f.lastSS.PSAttach {
-		return
-	}
-	f.lastSS, f.ssSent = ss, true
-	for id := range f.clients {
-		if id.Service == qmi.ServiceNAS {
-			m := &qmi.Message{Service: qmi.ServiceNAS, Client: id.Client, FromModem: true, Kind: qmi.Indication,
-				ID: qmi.NASGetServingSystem, TLVs: ss.TLVs()}
-			f.sendLocked(m)
 		}
 	}
 }
