@@ -87,6 +87,9 @@ func radioChildRun(listen, dial, cc string, send bool, warm, dur time.Duration, 
 		}
 	}
 	defer c.Close()
+	// A sender whose receiver vanished (the bench killed, the namespaces
+	// gone) would otherwise block in Write for TCP's whole retry time.
+	c.SetDeadline(time.Now().Add(warm + dur + 20*time.Second))
 	var res childResult
 	if send {
 		var stop atomic.Bool
@@ -222,6 +225,7 @@ func linuxStream(p *tunPair, cc string, down bool, w, d time.Duration) (childRes
 	child := func(ns string, args []string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, bin, radioChildArg}, args...)...)
 		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // ip execs the helper, which keeps it
 		return cmd
 	}
 	srv := child(p.ns[netSide], srvArgs)
