@@ -47,7 +47,10 @@ type altEnv struct {
 	// busyCPUs are CPUs whose busy time (every process's, /proc/stat) the
 	// window records as busy0, busy1, … (table 8).
 	busyCPUs []int
-	close    func() error
+	// bins, if set, receives tcpStream's goodput (Mbit/s) per binEvery
+	// from the stream's start to the window's end (table 10).
+	bins  *[]float64
+	close func() error
 }
 
 // newAltEnv returns an environment whose peers listen with listenTCP and
@@ -315,7 +318,14 @@ func (e *altEnv) tcpStream(send bool, d, w time.Duration) (sample, error) {
 	wg.Add(2)
 	go func() { defer wg.Done(); pour(src, &stop) }()
 	go func() { defer wg.Done(); drain(dst, &got) }()
+	binned := make(chan struct{})
+	if e.bins != nil {
+		go func() { defer close(binned); _, *e.bins = measureBins(&got, w, d) }()
+	} else {
+		close(binned)
+	}
 	s, _ := e.window(d, w, &got)
+	<-binned
 	stop.Store(true)
 	c.Close()
 	p.Close()

@@ -13,7 +13,8 @@
 //	go run ./hack/bench -quick                           # CI smoke (~30 s)
 //	go run ./hack/bench -only host                       # table 8: the modem in another process (vfio-user), the host on one CPU
 //	go run ./hack/bench -only host-variants              # table 9: tables 1, 2, 4's link options in table 8's setting
-//	go run ./hack/bench -only radio                      # table 10: a TCP download over each radio preset (docs/RADIO.md)
+//	go run ./hack/bench -only radio                      # table 10: TCP down/up over each radio preset (docs/RADIO.md): mhistack, gVisor, Linux cubic/bbr (root)
+//	go run ./hack/bench -only radio -runs 1 -radio-seconds 3s  # the same, shorter
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
 // configuration, then run 2, …) so that a change of outside load affects
@@ -75,6 +76,10 @@ func main() {
 		hog()
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == radioChildArg {
+		radioChild(os.Args[2:])
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == hostChildArg {
 		hostChild(os.Args[2:])
 		return
@@ -89,6 +94,7 @@ func main() {
 	flag.IntVar(&benchTXQueueLen, "txqueuelen", 0, "package stack's Config.TXQueueLen for the stack.Open rows (0: its default)")
 	flag.DurationVar(&benchTXTimeout, "txtimeout", 0, "the link's Options.TXTimeout for the stack.Open rows (0: its default)")
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
+	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "table 10: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	renderOnly := flag.Bool("render", false, "measure nothing: re-render the -o report from its data (see -o; the plots are not redrawn)")

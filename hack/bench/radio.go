@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,15 +17,34 @@ import (
 // radioWindow and radioWarm bound a radio run from below: a round trip of
 // up to 160 ms and seconds of drop-tail queue need seconds of slow start
 // and queue filling before a window says anything about the steady state.
+// -radio-seconds replaces radioWindow.
 const (
 	radioWarm   = 2 * time.Second
 	radioWindow = 5 * time.Second
 )
 
-// radioTable downloads over stack.Open's emulated modem with each radio
-// preset on its carrier network (docs/RADIO.md): one TCP stream from a
-// host socket to the stack, pinging the carrier every 100 ms meanwhile,
-// after a few idle pings.
+// radioSeconds is -radio-seconds: the window of each table 10 stream (0:
+// radioWindow).
+var radioSeconds time.Duration
+
+// radioTrace is the preset whose goodput over time table 10 plots.
+const radioTrace = "handover-train"
+
+// radioStacks are table 10's systems, each measured down and up on every
+// preset: key prefixes of a run's sample.
+var radioStacks = []struct{ key, name string }{
+	{"mh", "mhistack"},
+	{"gv", "plain gVisor"},
+	{"cubic", "Linux cubic"},
+	{"bbr", "Linux bbr"},
+}
+
+// radioTable measures each radio preset (docs/RADIO.md) with one TCP
+// stream down and one up through mhistack on the emulated modem, through
+// two plain gVisor stacks joined by the model, and between two network
+// namespaces whose TUNs the model joins with Linux cubic and bbr; all in
+// the same run. It pings the network during mhistack's and cubic's
+// uploads.
 func (c *config) radioTable() (*table, error) {
 	infos := radio.Presets()
 	if c.quick {
@@ -38,38 +60,188 @@ func (c *config) radioTable() (*table, error) {
 		names[i], cfgs[i] = p.Name, cfg
 	}
 	d, w := max(c.dur, radioWindow), max(c.warm, radioWarm)
+	if radioSeconds > 0 {
+		d = radioSeconds
+	}
 	if c.quick {
 		d, w = c.dur, c.warm
 	}
-	res, err := c.runAll(names, func(i int) (sample, error) { return radioRun(cfgs[i], d, w) })
+	root := os.Geteuid() == 0
+	traces := map[string][]float64{} // stack key → bins of radioTrace's download, last run
+	var tmu sync.Mutex
+	res, err := c.runAll(names, func(i int) (sample, error) {
+		var tr map[string][]float64
+		if names[i] == radioTrace {
+			tr = map[string][]float64{}
+		}
+		s, err := radioRun(cfgs[i], d, w, root, tr)
+		tmu.Lock()
+		for k, v := range tr {
+			traces[k] = v
+		}
+		tmu.Unlock()
+		return s, err
+	})
 	if err != nil {
 		return nil, err
 	}
 	t := &table{
-		title: "10. Radio presets: a TCP download over the emulated modem's radio model",
-		intro: "stack.Open on the emulated modem (qcom-sdx55m, raw IP) with a link/radio preset on its carrier " +
-			"network, both ways (docs/RADIO.md). One TCP stream from a host socket down to the stack, measured for " +
-			fmt.Sprintf("%v after %v; five pings of the carrier before it (idle) and one every 100 ms during it "+
-				"(loaded). Median of the runs (range); ping ms are each run's median.", d, w),
-		header: []string{"preset", "DL rate Mbit/s", "round trip ms", "download Mbit/s", "of the DL rate",
-			"idle ping ms", "loaded ping ms"},
+		title: "10. Radio presets: TCP through the emulated modem's radio model, against gVisor and Linux on the same model",
+		intro: "One TCP stream down and one up per preset (docs/RADIO.md), measured for " +
+			fmt.Sprintf("%v after %v, each through a new instance of the model: ", d, w) +
+			"mhistack is stack.Open on the emulated modem (qcom-sdx55m, raw IP) with the preset on its carrier network, " +
+			"the peer a host socket; plain gVisor is two package stacks on channel.Endpoints joined by the model (no modem); " +
+			"Linux is the kernel's TCP between two network namespaces whose TUN devices a relay in the bench joins by the " +
+			"model, with TCP_CONGESTION cubic or bbr (`ip netns exec` helpers; needs root). Each cell: Mbit/s of payload and " +
+			"its share of the preset's rate in that direction. Ping: ICMP echo to the network's side every 100 ms during the " +
+			"upload (p50/p99 ms; a ping lost to a full queue or a gap is not counted), and five idle pings of mhistack " +
+			"before it. Median of the runs.",
+		header: []string{"preset", "DL/UL Mbit/s", "RTT ms"},
 	}
+	for _, st := range radioStacks {
+		t.header = append(t.header, st.name+" down", st.name+" up")
+	}
+	t.header = append(t.header, "idle ping ms", "mhistack upload ping p50/p99", "Linux cubic upload ping p50/p99")
 	for i, n := range names {
 		s, cfg := res[i], cfgs[i]
-		rate := float64(cfg.Down.Rate) / 1e6
+		down, up := float64(cfg.Down.Rate)/1e6, float64(cfg.Up.Rate)/1e6
 		rtt := (cfg.Down.Delay + cfg.Up.Delay).Seconds() * 1e3
-		t.rows = append(t.rows, []string{n, fmt.Sprintf("%.0f", rate), fmt.Sprintf("%.0f", rtt), s.medRange("mbps", 1),
-			fmt.Sprintf("%.0f %%", 100*s.med("mbps")/rate), s.medRange("ping_idle", 1), s.medRange("ping_load", 0)})
-		if idle, load := s.med("ping_idle"), s.med("ping_load"); idle > 0 && load > 3*idle {
-			t.notes = append(t.notes, fmt.Sprintf("%s: the loaded ping is %.0f× the idle one: the download keeps the "+
-				"preset's drop-tail queue standing (%.0f ms of it).", n, load/idle, load-idle))
+		row := []string{n, fmt.Sprintf("%.0f/%.0f", down, up), fmt.Sprintf("%.0f", rtt)}
+		for _, st := range radioStacks {
+			for _, dir := range []struct {
+				key  string
+				rate float64
+			}{{"_down", down}, {"_up", up}} {
+				k := st.key + dir.key
+				if len(s.values(k)) == 0 {
+					row = append(row, "needs root")
+					continue
+				}
+				row = append(row, fmt.Sprintf("%.1f (%.0f %%)", s.med(k), 100*s.med(k)/dir.rate))
+			}
 		}
+		row = append(row, fmt.Sprintf("%.0f", s.med("ping_idle")), pingCell(s, "mh"), pingCell(s, "cubic"))
+		t.rows = append(t.rows, row)
+	}
+	if len(traces) > 0 {
+		t.plots = append(t.plots, radioTracePlot(traces, d, w))
 	}
 	return t, nil
 }
 
-// radioRun is one run of radioTable for cfg.
-func radioRun(cfg radio.Config, d, w time.Duration) (sample, error) {
+// pingCell is stack key's upload ping p50/p99.
+func pingCell(s series, key string) string {
+	if len(s.values(key+"_ping50")) == 0 {
+		if key != "mh" {
+			return "needs root"
+		}
+		return "—"
+	}
+	return fmt.Sprintf("%.0f / %.0f", s.med(key+"_ping50"), s.med(key+"_ping99"))
+}
+
+// radioTracePlot draws radioTrace's download goodput per bin for
+// mhistack and Linux cubic.
+func radioTracePlot(traces map[string][]float64, d, w time.Duration) plot {
+	n := 0
+	for _, b := range traces {
+		n = max(n, len(b))
+	}
+	xs := make([]float64, n)
+	for i := range xs {
+		xs[i] = math.Round(float64(i+1)*binEvery.Seconds()*10) / 10
+	}
+	var names []string
+	var vals [][]float64
+	for _, st := range radioStacks {
+		b, ok := traces[st.key]
+		if !ok {
+			continue
+		}
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = math.NaN()
+			if i < len(b) {
+				v[i] = b[i]
+			}
+		}
+		names, vals = append(names, st.name), append(vals, v)
+	}
+	return plot{file: "radio-handover-train.svg",
+		alt: fmt.Sprintf("%s: download goodput per %v over %v (warm-up %v, then the window)", radioTrace, binEvery, w+d, w),
+		svg: lineChart(fmt.Sprintf("%s download, goodput per %v", radioTrace, binEvery), "seconds since the stream started",
+			"Mbit/s", xs, names, vals)}
+}
+
+// radioRun is one run of radioTable for cfg: every stack down and up. If
+// trace is set, it receives mhistack's and Linux cubic's download bins.
+func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string][]float64) (sample, error) {
+	smp := sample{}
+	for _, down := range []bool{true, false} {
+		dir := "_up"
+		if down {
+			dir = "_down"
+		}
+		var bins []float64
+		var binsP *[]float64
+		if trace != nil && down {
+			binsP = &bins
+		}
+		m, err := mhistackRadio(cfg, down, d, w, binsP)
+		if err != nil {
+			return nil, fmt.Errorf("mhistack%s: %w", dir, err)
+		}
+		smp["mh"+dir] = m["mbps"]
+		if down {
+			smp["ping_idle"] = m["ping_idle"]
+			if binsP != nil {
+				trace["mh"] = bins
+			}
+		} else {
+			smp["mh_ping50"], smp["mh_ping99"] = m["ping50"], m["ping99"]
+		}
+		e, err := radioPairEnv(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("gVisor pair: %w", err)
+		}
+		g, err := e.tcpStream(!down, d, w)
+		if cerr := e.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("gVisor pair%s: %w", dir, err)
+		}
+		smp["gv"+dir] = g["mbps"]
+		if !root {
+			continue
+		}
+		for _, cc := range []string{"cubic", "bbr"} {
+			p, err := newTunPair(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("linux %s: %w", cc, err)
+			}
+			r, err := linuxStream(p, cc, down, w, d)
+			p.close()
+			if err != nil {
+				return nil, err
+			}
+			smp[cc+dir] = r.Mbps
+			if down && cc == "cubic" && trace != nil {
+				trace["cubic"] = r.Bins
+			}
+			if !down && len(r.Pings) > 0 {
+				smp[cc+"_ping50"], smp[cc+"_ping99"] = quantile(r.Pings, 0.5), quantile(r.Pings, 0.99)
+			}
+		}
+	}
+	return smp, nil
+}
+
+// mhistackRadio is one stream over stack.Open's emulated modem with cfg
+// on its carrier network: down from a host socket to the stack, else up.
+// A download pings the carrier five times before (ping_idle); an upload
+// pings it every 100 ms during the stream (ping50, ping99).
+func mhistackRadio(cfg radio.Config, down bool, d, w time.Duration, bins *[]float64) (sample, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cn := simnet.CarrierOptions{Radio: &cfg}
@@ -81,43 +253,46 @@ func radioRun(cfg radio.Config, d, w time.Duration) (sample, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.bins = bins
 	var idle []float64
-	for range 5 {
-		rtt, err := s.Ping(ctx, simnet.TestAddr4)
-		if err != nil {
-			e.close()
-			return nil, fmt.Errorf("idle ping: %w", err)
+	if down {
+		for range 5 {
+			rtt, err := s.Ping(ctx, simnet.TestAddr4)
+			if err != nil {
+				e.close()
+				return nil, fmt.Errorf("idle ping: %w", err)
+			}
+			idle = append(idle, ms(rtt))
 		}
-		idle = append(idle, ms(rtt))
 	}
-	// Ping while the stream runs; a ping lost to a full queue or a gap
-	// times out and is not counted.
 	var mu sync.Mutex
 	var loaded []float64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
+	if !down {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Second)
+				rtt, err := s.Ping(pctx, simnet.TestAddr4)
+				pcancel()
+				if err == nil {
+					mu.Lock()
+					loaded = append(loaded, ms(rtt))
+					mu.Unlock()
+				}
 			}
-			pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Second)
-			rtt, err := s.Ping(pctx, simnet.TestAddr4)
-			pcancel()
-			if err == nil {
-				mu.Lock()
-				loaded = append(loaded, ms(rtt))
-				mu.Unlock()
-			}
-		}
-	}()
-	smp, err := e.tcpStream(false, d, w)
+		}()
+	}
+	smp, err := e.tcpStream(!down, d, w)
 	close(stop)
 	wg.Wait()
 	if cerr := e.close(); err == nil {
@@ -126,11 +301,21 @@ func radioRun(cfg radio.Config, d, w time.Duration) (sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	smp["ping_idle"] = median(idle)
+	if down {
+		smp["ping_idle"] = median(idle)
+	}
 	if len(loaded) > 0 {
-		smp["ping_load"] = median(loaded)
+		smp["ping50"], smp["ping99"] = quantile(loaded, 0.5), quantile(loaded, 0.99)
 	}
 	return smp, nil
+}
+
+// quantile is v's q-quantile (nearest rank).
+func quantile(v []float64, q float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
