@@ -129,12 +129,20 @@ func TestBrickedModemIsRecognisedAndReflashedThroughEDL(t *testing.T) {
 	}
 }
 
+// patchAMSS sets 4 bytes at byte 8 of the modem partition's last sector
+// to 0x12345678 (little-endian), as a patch*.xml does to a GPT.
+const patchAMSS = `<?xml version="1.0" ?>
+<patches>
+  <patch start_sector="271" byte_offset="8" physical_partition_number="0" size_in_bytes="4" value="305419896." filename="DISK" SECTOR_SIZE_IN_BYTES="4096" what="A stamp in the modem partition."/>
+</patches>
+`
+
 // TestBackupFlashReadBackOnOneServedModem runs what hack/vfio-mhi-e2e.sh's
 // flash run does in its guest, in-process: backup, flash with that
 // backup, and a second backup as the read-back, one after the other on
 // one modem behind a vfio-user server (each enters EDL again, the
 // second and third from the flash programmer's EE); the read-back is the
-// image byte for byte.
+// image with the patch applied, byte for byte.
 func TestBackupFlashReadBackOnOneServedModem(t *testing.T) {
 	p, _ := mhi.Lookup("foxconn-t99w175")
 	st, err := sim.NewStorage(sim.StorageUFS, 1024, 1024)
@@ -145,7 +153,7 @@ func TestBackupFlashReadBackOnOneServedModem(t *testing.T) {
 	defer off()
 	dir := t.TempDir()
 	img := bytes.Repeat([]byte("AMSS"), sim.AMSSSectors*4096/4)
-	for name, b := range map[string][]byte{"amss.mbn": img, "prog.mbn": []byte("programmer"), "rawprogram0.xml": []byte(rawprogramAMSS)} {
+	for name, b := range map[string][]byte{"amss.mbn": img, "prog.mbn": []byte("programmer"), "rawprogram0.xml": []byte(rawprogramAMSS), "patch0.xml": []byte(patchAMSS)} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +162,7 @@ func TestBackupFlashReadBackOnOneServedModem(t *testing.T) {
 	xml := filepath.Join(dir, "rawprogram0.xml")
 	for _, args := range [][]string{
 		append(append([]string{"backup"}, common...), "-o", filepath.Join(dir, "bk"), xml),
-		append(append([]string{"flash"}, common...), "-backup", filepath.Join(dir, "bk"), "-verify", xml),
+		append(append([]string{"flash"}, common...), "-backup", filepath.Join(dir, "bk"), "-verify", xml, filepath.Join(dir, "patch0.xml")),
 		append(append([]string{"backup"}, common...), "-o", filepath.Join(dir, "rb"), xml),
 	} {
 		var out, errb bytes.Buffer
@@ -162,8 +170,10 @@ func TestBackupFlashReadBackOnOneServedModem(t *testing.T) {
 			t.Fatalf("mhictl %s: exit %d: %s", args[0], code, errb.String())
 		}
 	}
+	want := bytes.Clone(img)
+	copy(want[15*4096+8:], []byte{0x78, 0x56, 0x34, 0x12})
 	got, err := os.ReadFile(filepath.Join(dir, "rb", "LUN0_modem.bin"))
-	if err != nil || !bytes.Equal(got, img) {
-		t.Errorf("read-back: %d bytes (err %v), want the %d-byte image", len(got), err, len(img))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("read-back: %d bytes (err %v), want the %d-byte image with the patch", len(got), err, len(img))
 	}
 }
