@@ -140,16 +140,17 @@ const patchAMSS = `<?xml version="1.0" ?>
 // TestBackupFlashReadBackOnOneServedModem runs what hack/vfio-mhi-e2e.sh's
 // flash run does in its guest, in-process: backup, flash with that
 // backup, and a second backup as the read-back, one after the other on
-// one modem behind a vfio-user server (each enters EDL again, the
-// second and third from the flash programmer's EE); the read-back is the
-// image with the patch applied, byte for byte.
+// one modem behind a vfio-user server (each enters EDL again: the server
+// resets the function when a client leaves, as vfio-pci does at release,
+// and that restarts the modem); the read-back is the image with the patch
+// applied, byte for byte.
 func TestBackupFlashReadBackOnOneServedModem(t *testing.T) {
 	p, _ := mhi.Lookup("foxconn-t99w175")
 	st, err := sim.NewStorage(sim.StorageUFS, 1024, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, _, off := bootModem(t, p, 0, st)
+	path, m, off := bootModem(t, p, 0, st)
 	defer off()
 	dir := t.TempDir()
 	img := bytes.Repeat([]byte("AMSS"), sim.AMSSSectors*4096/4)
@@ -169,6 +170,9 @@ func TestBackupFlashReadBackOnOneServedModem(t *testing.T) {
 		if code := run(context.Background(), args, &out, &errb); code != 0 {
 			t.Fatalf("mhictl %s: exit %d: %s", args[0], code, errb.String())
 		}
+	}
+	if n := m.EDLEntries(); n != 3 {
+		t.Errorf("%d EDL entries, want 3", n)
 	}
 	want := bytes.Clone(img)
 	copy(want[15*4096+8:], []byte{0x78, 0x56, 0x34, 0x12})
