@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/mhistack/mhistack/mhi"
@@ -59,4 +60,35 @@ func TestBootJudgesTheAMSSImageOnFlash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzCheckAMSS: whatever the host wrote into the modem partition, the
+// boot's verdict is good exactly when the partition starts with the
+// profile's image, none exactly when it is erased, and it never panics.
+func FuzzCheckAMSS(f *testing.F) {
+	p, _ := mhi.Lookup("foxconn-t99w175")
+	f.Add(AMSSImage(p))
+	f.Add([]byte(amssMagic))
+	f.Add([]byte{0})
+	f.Fuzz(func(t *testing.T, img []byte) {
+		st, err := NewStorage(StorageUFS, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, AMSSSectors*st.SectorSize())
+		copy(buf, img)
+		if err := st.WriteSectors(AMSSLUN, AMSSSector, buf); err != nil {
+			t.Fatal(err)
+		}
+		want := amssBad
+		switch {
+		case bytes.HasPrefix(buf, AMSSImage(p)):
+			want = amssGood
+		case allBytes(buf, 0):
+			want = amssNone
+		}
+		if got := checkAMSS(st, p); got != want {
+			t.Errorf("verdict %s, want %s", got, want)
+		}
+	})
 }
