@@ -7,7 +7,9 @@
 # downloaded and uploaded through the modem's carrier network to a server
 # on this host, a SYS_ERR mid-transfer, mhictl fw load -bhie from PBL,
 # kill -9 of mhiproxy and a new one, hot-unplug (QMP device_del, vfio-pci's
-# request interrupt). What it proves and what it cannot: docs/VFIO.md.
+# request interrupt), and in a flash run mhictl backup, flash and a
+# byte-exact read-back through EDL and Firehose. What it proves and what it
+# cannot: docs/VFIO.md.
 #
 # QEMU ≥ 10.1 and the kernel come from hack/kernel-crosscheck.sh (its
 # cache under $MHISTACK_CACHE, default /var/cache/mhistack: QEMU is built
@@ -15,7 +17,7 @@
 # download).
 #
 # Usage: hack/vfio-mhi-e2e.sh [harness flags]   (hack/vfiomhi -help:
-#   -profiles, -pbl, -size, -keep, -v, -timeout)
+#   -profiles, -pbl, -flash, -size, -keep, -v, -timeout)
 # Environment: QEMU=/path/to/qemu-system-x86_64 (≥ 10.1) skips the build;
 # KERNEL_SUITE=bookworm (6.1, default) or bookworm-backports (6.12).
 #

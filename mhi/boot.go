@@ -81,8 +81,10 @@ type BHIeOptions struct {
 // bootRun is the per-boot state: images waiting for a later step. Guarded
 // by c.mu.
 type bootRun struct {
-	fbcImage []byte // whole image for the SBL (full-boot-chain)
-	edlImage []byte // flash programmer for a device in EDL (EnterEDL)
+	fbcImage  []byte // whole image for the SBL (full-boot-chain)
+	edlImage  []byte // flash programmer for a device in EDL (EnterEDL)
+	fpSkipped bool   // the last EnterEDL found the programmer running (FPSkipped)
+	resumeFP  bool   // power-up may start from EE FP (startRunningProgrammer)
 }
 
 func (c *Controller) progress(fn func(Progress), p Progress) {
@@ -405,6 +407,11 @@ func (c *Controller) runBHIe(ctx context.Context, d bhieDir, v *bhieVector) (bhi
 // EE_EVENT(FP). It returns in mission mode with EE FP: the FIREHOSE
 // channels can be started. A running controller is powered down first.
 // Only profiles with EDLTrigger support it.
+//
+// A device found already running a flash programmer (BHI_EXECENV FP, not
+// in SYS_ERR: left there by an earlier session) is powered up as it is,
+// without the SoC reset and the download, which would only restart the
+// same programmer; edlImage is not used then (FPSkipped reports it).
 func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
 	if !c.prof.EDLTrigger {
 		return fmt.Errorf("mhi: %s: profile %s has no EDL trigger (doorbell 91); enter EDL with the modem's test point or vendor tool: %w", c.name, c.prof.Name, ErrState)
@@ -430,6 +437,16 @@ func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
 	if chdb%4 != 0 || chdb+MaxChannels*DoorbellStride > c.bar.Len() {
 		return fmt.Errorf("mhi: %s: CHDBOFF %#x leaves no room for the EDL doorbell: %w", c.name, chdb, ErrProtocol)
 	}
+	if c.programmerRunning() {
+		c.log.Info("flash programmer already running: no EDL entry", "dev", c.name)
+		c.mu.Lock()
+		c.boot.fpSkipped = true
+		c.mu.Unlock()
+		return c.startRunningProgrammer(ctx)
+	}
+	c.mu.Lock()
+	c.boot.fpSkipped = false
+	c.mu.Unlock()
 	c.doorbell(chdb+EDLDoorbellChannel*DoorbellStride, EDLCookie)
 	c.write(RegSOCResetReq, SOCResetCookie)
 	c.progress(nil, Progress{Phase: PhaseEDL})
@@ -471,6 +488,44 @@ func (c *Controller) EnterEDL(ctx context.Context, edlImage []byte) error {
 	}
 	c.progress(nil, Progress{Phase: PhaseFP, Complete: true})
 	return nil
+}
+
+// programmerRunning reports whether the device runs a flash programmer
+// now: BHI_EXECENV FP and MHISTATUS neither all-ones nor in SYS_ERR.
+func (c *Controller) programmerRunning() bool {
+	st := c.read(RegMHISTATUS)
+	if st == 0xFFFFFFFF || st&StatusSysErr != 0 || State(Field(st, StatusStateMask, StatusStateShift)) == StateSysErr {
+		return false
+	}
+	return EE(c.read(c.bhiOff+BHIExecEnv)) == EEFP
+}
+
+// startRunningProgrammer powers up a device whose flash programmer is
+// already running (EnterEDL).
+func (c *Controller) startRunningProgrammer(ctx context.Context) error {
+	c.mu.Lock()
+	c.boot.resumeFP = true
+	c.mu.Unlock()
+	err := c.PowerUp(ctx)
+	c.mu.Lock()
+	c.boot.resumeFP = false
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mhi: %s: power up the running flash programmer: %w", c.name, err)
+	}
+	if ee := c.currentEE(); ee != EEFP {
+		return fmt.Errorf("mhi: %s: the running flash programmer came up in EE %s, not FP: %w", c.name, ee, ErrProtocol)
+	}
+	c.progress(nil, Progress{Phase: PhaseFP, Complete: true})
+	return nil
+}
+
+// FPSkipped reports whether the last EnterEDL found the flash programmer
+// already running and so neither reset the device nor loaded edlImage.
+func (c *Controller) FPSkipped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.boot.fpSkipped
 }
 
 // sessionID returns a random non-zero 30-bit BHI session / BHIe sequence.

@@ -215,6 +215,35 @@ func TestEnterEDLFromAFreshControllerWithoutPowerUp(t *testing.T) {
 	l.exchange(t, rand.New(rand.NewPCG(1, 2)), 20, 3000)
 }
 
+// A second EnterEDL finds the programmer the first started still running
+// (EE FP, after the power-down between them) and powers it up as it is:
+// no SoC reset, no EDL entry, no download; FIREHOSE carries traffic.
+func TestEnterEDLSkipsTheProgrammerLoadWhenItAlreadyRuns(t *testing.T) {
+	r := newRig(t, "qcom-sdx55m", sim.Options{Functions: map[string]sim.Function{"FIREHOSE": &sim.Loopback{}}}, mhi.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.c.EnterEDL(ctx, bootImage(1000)); err != nil {
+		t.Fatalf("EnterEDL: %v", err)
+	}
+	if r.c.FPSkipped() {
+		t.Fatal("the first EnterEDL says it skipped the load")
+	}
+	if err := r.c.PowerDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.EnterEDL(ctx, bootImage(2000)); err != nil {
+		t.Fatalf("second EnterEDL: %v", err)
+	}
+	if n, got := r.m.EDLEntries(), len(r.m.BHIImage().Data); n != 1 || got != 1000 || !r.c.FPSkipped() {
+		t.Errorf("%d EDL entries, last image %d bytes, skipped %v; want 1, the first programmer's 1000, true", n, got, r.c.FPSkipped())
+	}
+	if st, ee, mission := r.c.State(); ee != mhi.EEFP || !mission || st != mhi.StateM0 {
+		t.Fatalf("host after the second EnterEDL: %s/%s mission %v, want M0/FP in mission mode", st, ee, mission)
+	}
+	l := newLoop(r, "FIREHOSE", 1024, 4, 4)
+	l.exchange(t, rand.New(rand.NewPCG(3, 4)), 20, 3000)
+}
+
 func TestEnterEDLRefusedWithoutTrigger(t *testing.T) {
 	r := newRig(t, "cinterion-mv31", sim.Options{}, mhi.Options{})
 	err := r.c.EnterEDL(context.Background(), []byte("prog"))

@@ -48,7 +48,7 @@ func (c *Controller) noteCrash(now time.Time) error {
 	if len(c.crashes) < limit {
 		return nil
 	}
-	c.recoveryStopped = fmt.Errorf("mhi: %s: firmware crashed %d times in %ss: recovery stopped; the modem may need a firmware flash (mhictl fw load / EDL): %w",
+	c.recoveryStopped = fmt.Errorf("mhi: %s: firmware crashed %d times in %ss: recovery stopped; the modem may need a firmware flash (mhictl flash, docs/FLASHING.md): %w",
 		c.name, len(c.crashes), strconv.FormatFloat(window.Seconds(), 'f', -1, 64), ErrCrashLoop)
 	return c.recoveryStopped
 }

@@ -25,7 +25,7 @@ func TestCrashLoopStopsRecovery(t *testing.T) {
 	if !errors.Is(e.Err, mhi.ErrCrashLoop) || !errors.Is(e.Err, mhi.ErrSysErr) {
 		t.Fatalf("EventRecoveryFailed carries %v, want ErrCrashLoop (and ErrSysErr)", e.Err)
 	}
-	for _, want := range []string{"firmware crashed 3 times in 10s", "recovery stopped", "mhictl fw load / EDL"} {
+	for _, want := range []string{"firmware crashed 3 times in 10s", "recovery stopped", "mhictl flash"} {
 		if !strings.Contains(e.Err.Error(), want) {
 			t.Errorf("error %q does not say %q", e.Err, want)
 		}

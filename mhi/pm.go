@@ -86,7 +86,10 @@ func (c *Controller) powerUp(ctx context.Context) error {
 			return fmt.Errorf("mhi: %s: %w", c.name, ErrRemoved)
 		}
 	}
-	if !ee.PowerUpCapable() {
+	c.mu.Lock()
+	resumeFP := c.boot.resumeFP
+	c.mu.Unlock()
+	if !ee.PowerUpCapable() && !(resumeFP && ee == EEFP) {
 		return fmt.Errorf("mhi: %s: device is in EE %s; power-up needs PBL or AMSS (reset the modem): %w", c.name, ee, ErrState)
 	}
 	c.mu.Lock()

@@ -165,6 +165,8 @@ func hint(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, mhi.ErrCrashLoop):
+		return fmt.Errorf("%w; the firmware crashes after every boot, as after a bad flash: write a good image through EDL with mhictl flash -programmer PROG -backup DIR rawprogram*.xml (docs/FLASHING.md, \"A bricked modem\")", err)
 	case errors.Is(err, mhi.ErrTimeout):
 		return fmt.Errorf("%w; the modem did not answer in time: check it is powered and not in a crash loop (dmesg), or raise -timeout", err)
 	case errors.Is(err, mhi.ErrFirmware):

@@ -202,6 +202,9 @@ func openFP(ctx context.Context, f *flashFlags, stderr io.Writer) (*fpSession, c
 	if err := t.c.EnterEDL(ctx, prog); err != nil {
 		return fail(hint(err))
 	}
+	if t.c.FPSkipped() {
+		fmt.Fprintln(stderr, "flash programmer already running (EE FP): not reloaded")
+	}
 	if _, _, ok := t.c.Profile().ChannelPair("FIREHOSE"); !ok {
 		return fail(fmt.Errorf("profile %s has no FIREHOSE channels; the programmer runs but cannot be talked to over MHI", t.c.Profile().Name))
 	}

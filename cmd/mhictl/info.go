@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
+	"time"
 
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/sim"
@@ -16,7 +18,10 @@ func init() {
 		Name:  "info",
 		Short: "Power the modem up and print its profile, MHI state, channels.",
 		Summary: `Power the modem up to mission mode and print its profile, MHI version,
-execution environment, MHI state, serial number, channels and event rings.`,
+execution environment, MHI state, serial number, channels and event rings.
+With -watch, keep it powered that long first and count its firmware crashes:
+a modem that crash-loops (a bad flash) fails with the command that reflashes
+it (docs/FLASHING.md, "A bricked modem").`,
 		Run: info,
 	})
 }
@@ -37,6 +42,8 @@ type infoOut struct {
 	EventRings   []ringInfo   `json:"event_rings"`
 	Stats        mhi.Stats    `json:"stats"`
 	Firmware     firmwareInfo `json:"firmware"`
+	// Crashes counts the firmware crashes (SYS_ERR) seen during -watch.
+	Crashes int `json:"crashes"`
 }
 
 type firmwareInfo struct {
@@ -67,8 +74,12 @@ func info(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := commands["info"]
 	fs := newFlagSet(c, "[-device sim|ADDRESS|vfio-user:PATH] [flags]", stderr)
 	df := addDeviceFlags(fs)
+	watch := fs.Duration("watch", 0, "after power-up, keep the modem up this `long` and count its firmware crashes; fail if they stop recovery (a crash loop); must be below -timeout")
 	if err := parseNoArgs(fs, args, df.check); err != nil {
 		return err
+	}
+	if *watch < 0 || (*watch > 0 && *watch >= df.timeout) {
+		return usagef("-watch %v: want 0 (off) or a duration below -timeout (%v)", *watch, df.timeout)
 	}
 	t, err := df.open(sim.Options{}, mhi.Options{Boot: waitProgress(stderr)}, mhi.DMAUse{}, 0)
 	if err != nil {
@@ -77,18 +88,51 @@ func info(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer t.close()
 	ctx, cancel := df.context(ctx)
 	defer cancel()
+	crashes, failed, unsubscribe := watchCrashes(t.c)
+	defer unsubscribe()
 	if err := t.c.PowerUp(ctx); err != nil {
 		return hint(fmt.Errorf("power up: %w", err))
+	}
+	if *watch > 0 {
+		timer := time.NewTimer(*watch)
+		defer timer.Stop()
+		select {
+		case err := <-failed:
+			return hint(fmt.Errorf("%s: %w", t.dev.Info(), err))
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	out, err := describe(df.device, t)
 	if err != nil {
 		return err
 	}
+	out.Crashes = int(crashes.Load())
 	if df.json {
 		return writeJSON(stdout, out)
 	}
 	printInfo(stdout, out)
 	return nil
+}
+
+// watchCrashes counts c's SYS_ERRs and delivers the error of a recovery
+// that gave up (a crash loop stops recovery: mhi.ErrCrashLoop).
+func watchCrashes(c *mhi.Controller) (crashes *atomic.Int32, failed <-chan error, cancel func()) {
+	crashes = new(atomic.Int32)
+	ch := make(chan error, 1)
+	cancel = c.Subscribe(func(e mhi.Event) {
+		switch e.Kind {
+		case mhi.EventSysErr:
+			crashes.Add(1)
+		case mhi.EventRecoveryFailed:
+			select {
+			case ch <- e.Err:
+			default:
+			}
+		}
+	})
+	return crashes, ch, cancel
 }
 
 // describe collects what info prints from a powered-up controller.
@@ -140,6 +184,7 @@ func printInfo(w io.Writer, o *infoOut) {
 	fmt.Fprintf(tw, "mission mode\t%v\n", o.MissionMode)
 	fmt.Fprintf(tw, "serial number\t%s\n", o.SerialNumber)
 	fmt.Fprintf(tw, "MRU\t%d\n", o.MRU)
+	fmt.Fprintf(tw, "crashes\t%d\n", o.Crashes)
 	tw.Flush()
 	fmt.Fprintln(w, "\nchannels:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -10,8 +10,9 @@ import (
 // pblChecks and checks are the guest's verdicts, in the order the init
 // script gives them; one that never reported fails as "not reached".
 var (
-	pblChecks = []string{"vfio-bind", "fw-load-bhie"}
-	checks    = []string{"vfio-bind", "list", "info", "selftest", "proxy-up", "download", "upload", "counters",
+	pblChecks   = []string{"vfio-bind", "fw-load-bhie"}
+	flashChecks = []string{"vfio-bind", "backup", "flash", "read-back"}
+	checks      = []string{"vfio-bind", "list", "info", "selftest", "proxy-up", "download", "upload", "counters",
 		"syserr-mid-transfer", "kill9-restart", "hot-unplug"}
 )
 
@@ -19,6 +20,7 @@ var (
 type guestVars struct {
 	vendor, device string // the modem's PCI IDs, 4 hex digits
 	pbl            bool
+	flash          bool // the flash run: /flash holds flashSet's files and /flash/want the read-backs
 	modules        []string
 	port           int    // the blob server's port on the host's 127.0.0.1
 	sum            string // its blob's SHA-256
@@ -79,6 +81,44 @@ if [ @PBL@ = 1 ]; then
 	else
 		show /tmp/fw.err
 		check fw-load-bhie FAIL "$(tail -n 2 /tmp/fw.err | tr '\n' ' ' | head -c 300)"
+	fi
+	echo "MHISTACK-DONE uptime=$(up)"
+	poweroff -f
+fi
+
+if [ @FLASH@ = 1 ]; then
+	# Each mhictl command enters EDL (doorbell-91 cookie, SoC reset), loads
+	# the programmer over BHI and talks Firehose on FIREHOSE; the second
+	# and third start from the programmer's EE.
+	FL="-device $ADDR -programmer /flash/prog_firehose.mbn -quiet -timeout 60s"
+	begin backup
+	if mhictl backup $FL -o /tmp/bk /flash/rawprogram0.xml > /tmp/bk.out 2>&1; then
+		show /tmp/bk.out
+		check backup PASS "$(head -n 1 /tmp/bk.out)"
+	else
+		show /tmp/bk.out
+		check backup FAIL "$(tail -n 2 /tmp/bk.out | tr '\n' ' ' | head -c 300)"
+	fi
+	begin flash
+	if mhictl flash $FL -backup /tmp/bk -verify -json /flash/rawprogram0.xml /flash/patch0.xml > /tmp/fl.json 2>/tmp/fl.err; then
+		show /tmp/fl.json
+		check flash PASS "$(tr -d '\n ' < /tmp/fl.json | head -c 240)"
+	else
+		show /tmp/fl.err
+		check flash FAIL "$(tail -n 2 /tmp/fl.err | tr '\n' ' ' | head -c 300)"
+	fi
+	begin read-back
+	if mhictl backup $FL -o /tmp/rb /flash/rawprogram0.xml > /tmp/rb.out 2>&1; then
+		bad=""
+		for w in /flash/want/*; do cmp -s "$w" "/tmp/rb/${w##*/}" || bad="$bad ${w##*/}"; done
+		if [ -z "$bad" ]; then
+			check read-back PASS "$(ls /flash/want | wc -l) partitions read back byte-exact (patch applied): $(cd /tmp/rb && sha256sum $(ls /flash/want) | cut -c1-12 | tr '\n' ' ')"
+		else
+			check read-back FAIL "differs from what was flashed:$bad"
+		fi
+	else
+		show /tmp/rb.out
+		check read-back FAIL "$(tail -n 2 /tmp/rb.out | tr '\n' ' ' | head -c 300)"
 	fi
 	echo "MHISTACK-DONE uptime=$(up)"
 	poweroff -f
@@ -260,13 +300,16 @@ poweroff -f
 
 // script fills in the init script.
 func script(v guestVars) string {
-	pbl := "0"
+	pbl, flash := "0", "0"
 	if v.pbl {
 		pbl = "1"
 	}
+	if v.flash {
+		flash = "1"
+	}
 	return strings.NewReplacer(
 		"@VENDOR@", v.vendor, "@DEVICE@", v.device,
-		"@PBL@", pbl,
+		"@PBL@", pbl, "@FLASH@", flash,
 		"@MODULES@", strings.Join(v.modules, " "),
 		"@PORT@", fmt.Sprint(v.port), "@SUM@", v.sum, "@SIZE@", fmt.Sprint(v.size),
 		"@SELFTESTCH@", v.selftestCh, "@FWSUM@", v.fwSum,

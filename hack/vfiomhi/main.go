@@ -27,6 +27,7 @@ import (
 
 	"github.com/mhistack/mhistack/hack/internal/initramfs"
 	qh "github.com/mhistack/mhistack/hack/internal/qemuharness"
+	"github.com/mhistack/mhistack/mhi"
 )
 
 type config struct {
@@ -34,6 +35,7 @@ type config struct {
 	kernel                          string // LABEL=DIR
 	profiles                        []string
 	pbl                             []string
+	flash                           []string
 	timeout                         time.Duration
 	mem                             string
 	smp                             int
@@ -44,7 +46,7 @@ type config struct {
 
 func main() {
 	var c config
-	var profiles, pbl string
+	var profiles, pbl, flash string
 	flag.StringVar(&c.qemu, "qemu", "", "QEMU ≥ 10.1 with the vfio-user-pci device (required)")
 	flag.StringVar(&c.mhictl, "mhictl", "", "statically linked mhictl (CGO_ENABLED=0; required): the guest's toolbox and the host's modem")
 	flag.StringVar(&c.mhiproxy, "mhiproxy", "", "statically linked mhiproxy (CGO_ENABLED=0; required)")
@@ -52,6 +54,7 @@ func main() {
 	flag.StringVar(&c.kernel, "kernel", "", "`LABEL=DIR` of an unpacked Debian linux-image package (required)")
 	flag.StringVar(&profiles, "profiles", "qcom-sdx55m,foxconn-t99w175,sierra-em919x", "comma-separated modem profiles: every check runs on each")
 	flag.StringVar(&pbl, "pbl", "qcom-sdx55m", "comma-separated profiles (with a firmware image) also booted in PBL for the mhictl fw load -bhie check")
+	flag.StringVar(&flash, "flash", "qcom-sdx55m", "comma-separated profiles (with the EDL trigger and a FIREHOSE pair) also booted for the flash run: mhictl backup, flash (rawprogram and patch) and a read-back through EDL and Firehose (empty: none)")
 	flag.DurationVar(&c.timeout, "timeout", 4*time.Minute, "limit for one guest run")
 	flag.StringVar(&c.mem, "mem", "1024M", "guest RAM")
 	flag.IntVar(&c.smp, "smp", 2, "guest CPUs")
@@ -59,7 +62,7 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the work directory (initramfs, serial, modem logs)")
 	flag.BoolVar(&c.verbose, "v", false, "echo the guest's serial console and the modem's log")
 	flag.Parse()
-	c.profiles, c.pbl = qh.SplitList(profiles), qh.SplitList(pbl)
+	c.profiles, c.pbl, c.flash = qh.SplitList(profiles), qh.SplitList(pbl), qh.SplitList(flash)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c)
 	stop()
@@ -80,6 +83,9 @@ func run(ctx context.Context, c config) error {
 	if !ok {
 		return qh.Prereqf("-kernel: want LABEL=DIR, got %q", c.kernel)
 	}
+	if err := checkFlashProfiles(c.flash); err != nil {
+		return err
+	}
 	work, cleanup, err := qh.Prepare("vfio-mhi-e2e", c.keep, c.profiles, c.pbl, false)
 	if err != nil {
 		return err
@@ -91,22 +97,25 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	type job struct {
-		profile string
-		pbl     bool
+		profile    string
+		pbl, flash bool
 	}
 	var jobs []job
 	for _, p := range c.pbl {
-		jobs = append(jobs, job{p, true})
+		jobs = append(jobs, job{profile: p, pbl: true})
+	}
+	for _, p := range c.flash {
+		jobs = append(jobs, job{profile: p, flash: true})
 	}
 	for _, p := range c.profiles {
-		jobs = append(jobs, job{p, false})
+		jobs = append(jobs, job{profile: p})
 	}
 	var rep qh.Report
 	for _, j := range jobs {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r := &runner{c: c, label: label, kernel: kernel, modDir: modDir, profile: j.profile, pbl: j.pbl, rep: &rep}
+		r := &runner{c: c, label: label, kernel: kernel, modDir: modDir, profile: j.profile, pbl: j.pbl, flash: j.flash, rep: &rep}
 		if err := r.run(ctx); err != nil {
 			if qh.IsPrereq(err) {
 				return err
@@ -123,12 +132,28 @@ func run(ctx context.Context, c config) error {
 	return nil
 }
 
+// checkFlashProfiles refuses a flash-run profile that cannot be flashed
+// over MHI: no EDL trigger, or no FIREHOSE pair.
+func checkFlashProfiles(names []string) error {
+	for _, n := range names {
+		p, ok := mhi.Lookup(n)
+		if !ok {
+			return qh.Prereqf("-flash: unknown profile %q (mhictl list -profiles)", n)
+		}
+		if _, _, fh := p.ChannelPair("FIREHOSE"); !fh || !p.EDLTrigger {
+			return qh.Prereqf("-flash: profile %s has no EDL trigger or no FIREHOSE pair", n)
+		}
+	}
+	return nil
+}
+
 // runner is one guest boot against one emulated profile.
 type runner struct {
 	c                     config
 	label, kernel, modDir string
 	profile               string
-	pbl                   bool
+	pbl                   bool // booted in PBL for mhictl fw load -bhie (pblChecks)
+	flash                 bool // the flash run (flashChecks)
 	rep                   *qh.Report
 
 	mu      sync.Mutex
@@ -139,8 +164,11 @@ type runner struct {
 }
 
 func (r *runner) scope() string {
-	if r.pbl {
+	switch {
+	case r.pbl:
 		return r.profile + "+pbl"
+	case r.flash:
+		return r.profile + "+flash"
 	}
 	return r.profile
 }

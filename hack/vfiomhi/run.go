@@ -99,10 +99,15 @@ func (r *runner) run(ctx context.Context) error {
 	modemArgs := []string{"sim", "serve", "-profile", r.profile, "-once", "-strict", "-no-profile-quirks", "-socket", sock, "-control", ctl}
 	stPair, stArgs := selftestPair(p)
 	var fw []byte
-	if r.pbl {
+	var flashFiles, flashWant map[string][]byte
+	switch {
+	case r.pbl:
 		modemArgs = append(modemArgs, "-boot", "pbl", "-full-boot-chain")
 		fw = qh.Firmware(p.FirmwareImage, 640<<10+321) // several BHIe segments, not a multiple of a page
-	} else {
+	case r.flash:
+		modemArgs = append(modemArgs, "-function", "FIREHOSE=firehose")
+		flashFiles, flashWant = flashSet()
+	default:
 		fn, err := carrierFunction(p)
 		if err != nil {
 			return err
@@ -126,6 +131,16 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		files[name] = initramfs.Entry{Mode: initramfs.Exec, Data: b}
 	}
+	if flashFiles != nil {
+		files["flash"] = initramfs.Entry{Mode: initramfs.Dir}
+		files["flash/want"] = initramfs.Entry{Mode: initramfs.Dir}
+	}
+	for name, b := range flashFiles {
+		files[name] = initramfs.Entry{Mode: initramfs.File, Data: b}
+	}
+	for name, b := range flashWant {
+		files["flash/want/"+name] = initramfs.Entry{Mode: initramfs.File, Data: b}
+	}
 	fwSum := ""
 	if fw != nil {
 		files["fw.img"] = initramfs.Entry{Mode: initramfs.File, Data: fw}
@@ -134,7 +149,7 @@ func (r *runner) run(ctx context.Context) error {
 	id := p.IDs[0]
 	files["init"] = initramfs.Entry{Mode: initramfs.Exec, Data: []byte(script(guestVars{
 		vendor: fmt.Sprintf("%04x", id.Vendor), device: fmt.Sprintf("%04x", id.Device),
-		pbl: r.pbl, modules: mods, port: blobs.Port(), sum: blobs.Sum, size: r.c.size,
+		pbl: r.pbl, flash: r.flash, modules: mods, port: blobs.Port(), sum: blobs.Sum, size: r.c.size,
 		selftestCh: stPair, fwSum: fwSum,
 	}))}
 	initrd := filepath.Join(dir, "initramfs.cpio.gz")
@@ -243,8 +258,11 @@ func (r *runner) run(ctx context.Context) error {
 	mlog := modem.Log()
 
 	names := checks
-	if r.pbl {
+	switch {
+	case r.pbl:
 		names = pblChecks
+	case r.flash:
+		names = flashChecks
 	}
 	for _, name := range names {
 		row, ok := guest[name]
@@ -263,10 +281,12 @@ func (r *runner) run(ctx context.Context) error {
 		r.rep.Add(row)
 	}
 	// The modem's side.
-	if r.pbl {
+	switch {
+	case r.pbl:
 		ok, detail := bhieImage(mlog, fw)
 		r.rep.Add(qh.Row{Scope: r.scope(), Name: "modem-got-image", Status: pass(ok), Detail: detail})
-	} else {
+	case r.flash:
+	default:
 		r.rep.Add(qh.Row{Scope: r.scope(), Name: "modem-syserr-cycle", Status: pass(qh.SysErrCycle(mlog)), Detail: qh.StateTrail(mlog, 24)})
 	}
 	if s := qh.SummaryRE.FindStringSubmatch(mlog); s == nil {

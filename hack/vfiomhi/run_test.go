@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/mhistack/mhistack/mhi"
+	"github.com/mhistack/mhistack/mhi/firehose"
 )
 
 // Only a refusal for bus mastering off, inside a window the harness
@@ -48,5 +51,27 @@ func TestCarrierFunctionFollowsTheDataPath(t *testing.T) {
 	q.Channels = nil
 	if got, err := carrierFunction(&q); err == nil {
 		t.Errorf("a profile without a data pair: %q", got)
+	}
+}
+
+// The flash run's read-backs are whole partitions of the set, and the
+// set parses as mhictl reads it.
+func TestFlashSetReadBacksCoverEachPartition(t *testing.T) {
+	files, want := flashSet()
+	progs, err := firehose.ParseRawprogram(files["flash/rawprogram0.xml"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := firehose.ParsePatches(files["flash/patch0.xml"]); err != nil {
+		t.Fatal(err)
+	}
+	if len(progs) != len(want) {
+		t.Fatalf("%d programs, %d read-backs", len(progs), len(want))
+	}
+	for _, p := range progs {
+		w, ok := want[fmt.Sprintf("LUN%d_%s.bin", p.LUN, p.Label)]
+		if !ok || uint64(len(w)) != p.NumSectors*uint64(p.SectorSize) || !bytes.HasPrefix(w[:16], files["flash/"+p.Filename][:16]) {
+			t.Errorf("%s: read-back of %d bytes (found %v), want %d starting like %s", p.Label, len(w), ok, p.NumSectors*uint64(p.SectorSize), p.Filename)
+		}
 	}
 }

@@ -162,6 +162,9 @@ type Options struct {
 	// again after each recovery, like a modem flashed with the wrong
 	// image (docs/RELIABILITY.md, "Crash loop").
 	CrashLoop time.Duration
+	// BadImageID is the PCI ID the modem enumerates with when the AMSS
+	// image on its flash is bad (amss.go); zero: 17cb:0306.
+	BadImageID mhi.PCIID
 }
 
 func (o *Options) setDefaults(p *mhi.Profile) {
@@ -263,11 +266,12 @@ type Modem struct {
 	// batchEvents holds back rp stores and MSIs of posted events until
 	// postBatch publishes them together.
 	batchEvents bool
-	crashAt     time.Time // when Options.CrashLoop crashes the firmware (faults.go)
-	readyAt     time.Time // QuirkSlowReady: when READY comes up (zero: not pending)
-	quirks      quirkSet  // the quirks played (quirks.go)
-	hung        bool      // Hang: MHICTRL ignored until an FLR or SoC reset
-	bootSysErr  bool      // a boot ROM's SYS_ERR (QuirkSysErrAtPowerUp, QuirkPBLSysErrTwice), until the reset: it keeps the EE
+	crashAt     time.Time   // when Options.CrashLoop crashes the firmware (faults.go)
+	amss        amssVerdict // the AMSS image on the flash at New (amss.go)
+	readyAt     time.Time   // QuirkSlowReady: when READY comes up (zero: not pending)
+	quirks      quirkSet    // the quirks played (quirks.go)
+	hung        bool        // Hang: MHICTRL ignored until an FLR or SoC reset
+	bootSysErr  bool        // a boot ROM's SYS_ERR (QuirkSysErrAtPowerUp, QuirkPBLSysErrTwice), until the reset: it keeps the EE
 	actions     []action
 	boot        bootState
 	evBuf       [mhi.ElementSize]byte
@@ -385,6 +389,22 @@ func New(p *mhi.Profile, opts Options) (*Modem, error) {
 		m.id.SubVendor, m.id.SubDev = id.SubVendor, id.SubDevice
 	}
 	m.id.BARSize[0] = barSize
+	if fh, ok := fns["FIREHOSE"].(*Firehose); ok {
+		m.amss = checkAMSS(fh.Storage, p)
+	}
+	if m.amss == amssBad {
+		bad := opts.BadImageID
+		if bad.Vendor == 0 {
+			bad = defaultBadImageID
+		}
+		m.id.Vendor, m.id.Device, m.id.SubVendor, m.id.SubDev = bad.Vendor, bad.Device, bad.Vendor, bad.Device
+		if bad.MatchSub {
+			m.id.SubVendor, m.id.SubDev = bad.SubVendor, bad.SubDevice
+		}
+		if m.opts.CrashLoop <= 0 {
+			m.opts.CrashLoop = badImageCrashLoop
+		}
+	}
 	m.buildPairs(fns)
 	for i := range m.ers {
 		m.ers[i].idx = i
