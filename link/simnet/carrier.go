@@ -411,7 +411,12 @@ func (cn *CarrierNetwork) Start(p *sim.Port) {
 }
 
 // Stop implements sim.Function.
-func (cn *CarrierNetwork) Stop() { cn.ep.port.Store(nil) }
+func (cn *CarrierNetwork) Stop() {
+	cn.ep.port.Store(nil)
+	if cn.tlp != nil {
+		cn.tlp.stopped()
+	}
+}
 
 // Dial opens a connection from the carrier network to the host's stack:
 // network is "tcp" or "udp", addr one of the host's addresses and a

@@ -51,7 +51,13 @@ import (
 // (carrierLink.WritePackets), but a PTO of milliseconds falls inside the
 // modem's recovery, and a radio network holds a probe's few packets for a
 // UE it cannot reach for a moment rather than making the server wait out
-// its RTO.
+// its RTO. For the same reason a probe that went out before the pair
+// stopped and drew no ACK of new data goes again when it starts: the
+// crash that stopped the pair took it (the modem's DL queue and ring are
+// cleared, and a probe sent between the pair's close and Stop meets a
+// closed port), and it was the tail's only one, so without this the
+// sender waits out its RTO after all (docs/RELIABILITY.md, "Tail loss
+// probe").
 //
 // Cost: WritePackets records each TCP data packet's tail (a map look-up
 // and a copy of at most tlpSegments MSS-sized segments into the flow's own
@@ -96,8 +102,10 @@ type tlpFlow struct {
 	timedAt         int64
 	recovering      bool // the sender retransmitted: no probe until ack ≥ recover
 	recover         seqnum.Value
-	probed          bool // the current tail was probed
-	started         bool // high and ack are set: the flow has sent data
+	probed          bool   // the current tail was probed
+	probeAt         int64  // prober clock: when it was probed
+	probeStops      uint64 // tailProber.stops when it was probed
+	started         bool   // high and ack are set: the flow has sent data
 	mss             int
 	slots           [tlpSegments][]byte // the newest segments, a ring
 	next, n         int
@@ -107,10 +115,13 @@ type tlpFlow struct {
 
 // tailProber runs the probes of one CarrierNetwork.
 type tailProber struct {
-	cn    *CarrierNetwork
-	base  time.Time
-	kick  chan struct{}
-	sent  atomic.Uint64 // probes sent (CarrierStats.TailLossProbes)
+	cn   *CarrierNetwork
+	base time.Time
+	kick chan struct{}
+	sent atomic.Uint64 // probes sent (CarrierStats.TailLossProbes)
+	// stops counts the data pair's stops (CarrierNetwork.Stop), so that
+	// a probe sent before one is known to have met it.
+	stops atomic.Uint64
 	mu    sync.Mutex
 	flows map[tlpKey]*tlpFlow
 	seg   segment.Segmenter // record's
@@ -397,6 +408,10 @@ func (t *tailProber) run() {
 // collect expires idle flows, appends the probes due now to probes (up to
 // tlpSegments packets per flow) and sets when to scan next.
 func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer {
+	// stops before the port: Stop clears the port, then counts, so a
+	// probe that finds the port set and is lost to a Stop records a
+	// count the Stop changes.
+	stops := t.stops.Load()
 	portUp := t.cn.ep.port.Load() != nil
 	now := t.now()
 	t.mu.Lock()
@@ -438,6 +453,7 @@ func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer
 			probes = append(probes, pkt)
 		}
 		f.probed, f.timing = true, false
+		f.probeAt, f.probeStops = now, stops
 		t.sent.Add(1)
 	}
 	if len(t.flows) > 0 {
@@ -447,11 +463,29 @@ func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer
 	return probes
 }
 
+// probeLost reports whether the flow's probe went out before a stop of
+// the data pair (stops is tailProber.stops now) and no ACK of new data
+// came after it.
+func (f *tlpFlow) probeLost(stops uint64) bool {
+	return f.probed && f.probeStops != stops && f.acked <= f.probeAt
+}
+
+// stopped is called when the data pair stops, after the port is cleared.
+func (t *tailProber) stopped() { t.stops.Add(1) }
+
 // started is called when the data pair starts: probes that fell due while
-// it was stopped go now.
+// it was stopped go now, and so do those sent before a stop that no ACK
+// of new data answered (they were lost with the pair).
 func (t *tailProber) started() {
+	stops := t.stops.Load()
 	t.mu.Lock()
 	w := t.waitPort
+	for _, f := range t.flows {
+		if f.probeLost(stops) {
+			f.probed = false
+			w = true
+		}
+	}
 	t.mu.Unlock()
 	if w {
 		t.wake()
