@@ -105,6 +105,7 @@ type tlpFlow struct {
 	probed          bool   // the current tail was probed
 	probeAt         int64  // prober clock: when it was probed
 	probeStops      uint64 // tailProber.stops when it was probed
+	again           bool   // the next probe repeats one lost with the pair
 	started         bool   // high and ack are set: the flow has sent data
 	mss             int
 	slots           [tlpSegments][]byte // the newest segments, a ring
@@ -115,10 +116,11 @@ type tlpFlow struct {
 
 // tailProber runs the probes of one CarrierNetwork.
 type tailProber struct {
-	cn   *CarrierNetwork
-	base time.Time
-	kick chan struct{}
-	sent atomic.Uint64 // probes sent (CarrierStats.TailLossProbes)
+	cn    *CarrierNetwork
+	base  time.Time
+	kick  chan struct{}
+	sent  atomic.Uint64 // probes sent (CarrierStats.TailLossProbes)
+	again atomic.Uint64 // of them, lost probes sent again (TailLossProbesAgain)
 	// stops counts the data pair's stops (CarrierNetwork.Stop), so that
 	// a probe sent before one is known to have met it.
 	stops atomic.Uint64
@@ -275,7 +277,7 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 		f.recovering, f.recover, f.timing = true, f.high, false
 		return
 	}
-	f.high, f.probed = end, false
+	f.high, f.probed, f.again = end, false, false
 	if !f.timing {
 		f.timing, f.timedEnd, f.timedAt = true, end, now
 	}
@@ -455,6 +457,10 @@ func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer
 		f.probed, f.timing = true, false
 		f.probeAt, f.probeStops = now, stops
 		t.sent.Add(1)
+		if f.again {
+			f.again = false
+			t.again.Add(1)
+		}
 	}
 	if len(t.flows) > 0 {
 		soonest(now + int64(tlpIdle))
@@ -482,7 +488,7 @@ func (t *tailProber) started() {
 	w := t.waitPort
 	for _, f := range t.flows {
 		if f.probeLost(stops) {
-			f.probed = false
+			f.probed, f.again = false, true
 			w = true
 		}
 	}

@@ -157,6 +157,9 @@ func TestCarrierTailLossProbeLostWithThePairGoesAgainOnStart(t *testing.T) {
 			if n := h.cn.Stats().TailLossProbes - probes; n != 2 {
 				t.Errorf("%d tail loss probes; want 2 (the lost one and one after Start)", n)
 			}
+			if n := h.cn.Stats().TailLossProbesAgain; n != 1 {
+				t.Errorf("%d tail loss probes counted as sent again; want 1", n)
+			}
 		})
 	}
 	goleak.VerifyNone(t, ignore)
