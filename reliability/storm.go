@@ -213,6 +213,10 @@ type Fault struct {
 	// CarrierProbesAgain are those of CarrierProbes that repeated a
 	// probe lost with the modem's data pair (simnet.CarrierStats).
 	CarrierProbesAgain uint64
+	// CarrierSACKDupAcks are the host's ACKs with new SACK information
+	// the emulated network's link made its TCP count as duplicates
+	// (simnet.CarrierStats.SACKDupAcks), same window.
+	CarrierSACKDupAcks uint64
 }
 
 // Outage is the fault's window, as the injector caused it.
@@ -383,6 +387,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 		cs := p.carrier.Stats()
 		fr.CarrierProbes = cs.TailLossProbes - cs0.TailLossProbes
 		fr.CarrierProbesAgain = cs.TailLossProbesAgain - cs0.TailLossProbesAgain
+		fr.CarrierSACKDupAcks = cs.SACKDupAcks - cs0.SACKDupAcks
 		res.Faults = append(res.Faults, fr)
 	}
 	g.release(per)

@@ -195,6 +195,11 @@ type CarrierStats struct {
 	// out before the pair stopped and drew no ACK of new data: lost with
 	// the pair.
 	TailLossProbesAgain uint64
+	// SACKDupAcks counts the host's ACKs that SACKed new data with a
+	// grown window, which the link gave the network's TCP with the
+	// window before so that it counts them as duplicate ACKs, as RFC
+	// 6675 §2 does (carrier_tlp.go says why).
+	SACKDupAcks uint64
 	// RelayChunks is how many 256 KiB relay chunks the forwarded TCP
 	// flows hold now: a direction holds one only while it has data to
 	// move, so idle flows hold none.
@@ -386,7 +391,7 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
 		RelayChunks: cn.chunks.held.Load()}
 	if cn.tlp != nil {
-		st.TailLossProbes, st.TailLossProbesAgain = cn.tlp.sent.Load(), cn.tlp.again.Load()
+		st.TailLossProbes, st.TailLossProbesAgain, st.SACKDupAcks = cn.tlp.sent.Load(), cn.tlp.again.Load(), cn.tlp.dups.Load()
 	}
 	if cn.radio != nil {
 		st.RadioDown, st.RadioUp = cn.radio.Stats(radio.Down), cn.radio.Stats(radio.Up)
