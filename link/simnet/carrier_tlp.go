@@ -57,8 +57,8 @@ import (
 // crash that stopped the pair took it (the modem's DL queue and ring are
 // cleared, and a probe sent between the pair's close and Stop meets a
 // closed port), and it was the tail's only one, so without this the
-// sender waits out its RTO after all (docs/RELIABILITY.md, "Tail loss
-// probe").
+// sender waits out its RTO after all (docs/RELIABILITY.md, "Why the
+// network's one probe did not repair the tail").
 //
 // A duplicate ACK is, in RFC 6675 §2, any ACK that SACKs data not SACKed
 // before. gVisor's sender adds RFC 5681's condition that the window be
@@ -398,9 +398,10 @@ func (t *tailProber) ack(p []byte) {
 	}
 }
 
-// sackDup gives a duplicate ACK (tcp: its TCP header and payload bytes
-// of data after it) that SACKs new data the window of the ACK before, if
-// its own grew; t.mu is held.
+// sackDup handles an ACK from the host that acknowledges nothing new
+// (tcp, carrying payload bytes of data): if it SACKs data not SACKed
+// before and its window grew, it gets the window of the ACK before, so
+// that the network's TCP counts it as a duplicate; t.mu is held.
 func (t *tailProber) sackDup(f *tlpFlow, tcp header.TCP, payload int) {
 	off := int(tcp.DataOffset())
 	if payload != 0 || off < header.TCPMinimumSize || off > len(tcp) || f.wnd == 0 {
