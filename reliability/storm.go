@@ -210,6 +210,13 @@ type Fault struct {
 	// CarrierProbes are the tail loss probes the emulated network sent
 	// from the fault's start until Resumed (simnet.CarrierStats).
 	CarrierProbes uint64
+	// CarrierProbesAgain are those of CarrierProbes that repeated a
+	// probe lost with the modem's data pair (simnet.CarrierStats).
+	CarrierProbesAgain uint64
+	// CarrierSACKDupAcks are the host's ACKs with new SACK information
+	// the emulated network's link made its TCP count as duplicates
+	// (simnet.CarrierStats.SACKDupAcks), same window.
+	CarrierSACKDupAcks uint64
 }
 
 // Outage is the fault's window, as the injector caused it.
@@ -360,7 +367,7 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 		tw := time.Now()
 		waitAll("before "+f.name, func(d, u int64) bool { return d >= mid && u >= mid })
 		fr := Fault{Name: f.name, Before: time.Since(tw), Start: time.Since(start), IsSysErr: len(f.name) > 7 && f.name[:7] == "SYS_ERR"}
-		probes0 := p.carrier.Stats().TailLossProbes
+		cs0 := p.carrier.Stats()
 		if cfg.NoFaults {
 			g.release(int64(k+2) * segment)
 		} else {
@@ -377,7 +384,10 @@ func runStorm(t TB, p *pipeline, srv *streamServer, g *gate, cfg StormConfig) *S
 			return (d >= d0+step || d == per) && (u >= u0+step || u == per)
 		})
 		fr.Resumed = time.Since(t1)
-		fr.CarrierProbes = p.carrier.Stats().TailLossProbes - probes0
+		cs := p.carrier.Stats()
+		fr.CarrierProbes = cs.TailLossProbes - cs0.TailLossProbes
+		fr.CarrierProbesAgain = cs.TailLossProbesAgain - cs0.TailLossProbesAgain
+		fr.CarrierSACKDupAcks = cs.SACKDupAcks - cs0.SACKDupAcks
 		res.Faults = append(res.Faults, fr)
 	}
 	g.release(per)

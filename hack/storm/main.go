@@ -216,8 +216,8 @@ func report(w *os.File, free, storms []*reliability.StormResult, verbose bool) {
 				ot = append(ot, d)
 			}
 			if verbose {
-				fmt.Fprintf(os.Stderr, "run %d %s: outage %v, full rate after %v (reached %v), 256 KiB after %v, carrier %v, %d tail loss probes, stack %v%s\n",
-					i+1, f.Name, ms(f.Outage()), ms(d), ok, ms(f.Resumed), c, f.CarrierProbes, s, rtoTimes(r, k))
+				fmt.Fprintf(os.Stderr, "run %d %s: outage %v, full rate after %v (reached %v), 256 KiB after %v, carrier %v, %d tail loss probes (%d again after the pair's stop), %d SACK duplicates given the window before, stack %v%s\n",
+					i+1, f.Name, ms(f.Outage()), ms(d), ok, ms(f.Resumed), c, f.CarrierProbes, f.CarrierProbesAgain, f.CarrierSACKDupAcks, s, rtoTimes(r, k))
 			}
 		}
 		sysErr, other = append(sysErr, se...), append(other, ot...)

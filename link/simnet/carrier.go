@@ -200,6 +200,16 @@ type CarrierStats struct {
 	// senders sent (CarrierOptions.NoTailLossProbe): each sends a flow's
 	// newest segments again, up to three.
 	TailLossProbes uint64
+	// TailLossProbesAgain counts those of TailLossProbes that went
+	// again when the data pair started because the flow's probe had gone
+	// out before the pair stopped and drew no ACK of new data: lost with
+	// the pair.
+	TailLossProbesAgain uint64
+	// SACKDupAcks counts the host's ACKs that SACKed new data with a
+	// grown window, which the link gave the network's TCP with the
+	// window before so that it counts them as duplicate ACKs, as RFC
+	// 6675 §2 does (carrier_tlp.go says why).
+	SACKDupAcks uint64
 	// RelayChunks is how many 256 KiB relay chunks the forwarded TCP
 	// flows hold now: a direction holds one only while it has data to
 	// move, so idle flows hold none.
@@ -415,9 +425,12 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 	st := CarrierStats{TCPFlows: c.tcp.Load(), UDPFlows: c.udp.Load(), Refused: c.refused.Load(),
 		DNSQueries: c.dns.Load(), Dropped: c.dropped.Load(), ULPackets: c.ul.Load(), ULLargest: c.ulLargest.Load(), DLPackets: c.dl.Load(), DLFrames: c.dlFrames.Load(), Echoes: c.echoes.Load(),
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
-		RelayChunks: cn.chunks.held.Load(), TailLossProbes: cn.tailLossProbes(),
+		RelayChunks:            cn.chunks.held.Load(),
 		UDPReceiveBufferErrors: cn.s.Stats().UDP.ReceiveBufferErrors.Value(),
 		UDPRelayed:             c.udpRelayed.Load(), UDPRelayErrors: c.udpRelayErrors.Load()}
+	if cn.tlp != nil {
+		st.TailLossProbes, st.TailLossProbesAgain, st.SACKDupAcks = cn.tlp.sent.Load(), cn.tlp.again.Load(), cn.tlp.dups.Load()
+	}
 	if cn.radio != nil {
 		st.RadioDown, st.RadioUp = cn.radio.Stats(radio.Down), cn.radio.Stats(radio.Up)
 	}
@@ -425,13 +438,6 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 		st.NAT64Translated, st.NAT64Refused = n.translated.Load(), n.refused.Load()
 	}
 	return st
-}
-
-func (cn *CarrierNetwork) tailLossProbes() uint64 {
-	if cn.tlp == nil {
-		return 0
-	}
-	return cn.tlp.sent.Load()
 }
 
 // GVisor returns the gVisor stack that terminates the host's flows on
@@ -449,7 +455,12 @@ func (cn *CarrierNetwork) Start(p *sim.Port) {
 }
 
 // Stop implements sim.Function.
-func (cn *CarrierNetwork) Stop() { cn.ep.port.Store(nil) }
+func (cn *CarrierNetwork) Stop() {
+	cn.ep.port.Store(nil)
+	if cn.tlp != nil {
+		cn.tlp.stopped()
+	}
+}
 
 // Dial opens a connection from the carrier network to the host's stack:
 // network is "tcp" or "udp", addr one of the host's addresses and a

@@ -8,6 +8,7 @@ import (
 	"github.com/mhistack/mhistack/internal/segment"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	gcsum "gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -51,7 +52,27 @@ import (
 // (carrierLink.WritePackets), but a PTO of milliseconds falls inside the
 // modem's recovery, and a radio network holds a probe's few packets for a
 // UE it cannot reach for a moment rather than making the server wait out
-// its RTO.
+// its RTO. For the same reason a probe that went out before the pair
+// stopped and drew no ACK of new data goes again when it starts: the
+// crash that stopped the pair took it (the modem's DL queue and ring are
+// cleared, and a probe sent between the pair's close and Stop meets a
+// closed port), and it was the tail's only one, so without this the
+// sender waits out its RTO after all (docs/RELIABILITY.md, "Why the
+// network's one probe did not repair the tail").
+//
+// A duplicate ACK is, in RFC 6675 §2, any ACK that SACKs data not SACKed
+// before. gVisor's sender adds RFC 5681's condition that the window be
+// the one of the ACK before, and after an outage it rarely is (the
+// application read meanwhile). So the one ACK that brings the SACK
+// information of a whole flight at once (the host's earlier SACKs were
+// lost in the modem; the probe's answer is the first to get through) is
+// not counted, the ACKs after it bring nothing new, and the sender waits
+// out its RTO with the hole lost in plain sight (IsLost). The link hands
+// such an ACK to the network's TCP with the previous ACK's window when
+// the window grew: with the ACK number unchanged it can only grow (a
+// receiver never moves its right edge back), so the sender sees a
+// smaller, still valid window until the next ACK, and counts the
+// duplicate (CarrierStats.SACKDupAcks).
 //
 // Cost: WritePackets records each TCP data packet's tail (a map look-up
 // and a copy of at most tlpSegments MSS-sized segments into the flow's own
@@ -96,8 +117,13 @@ type tlpFlow struct {
 	timedAt         int64
 	recovering      bool // the sender retransmitted: no probe until ack ≥ recover
 	recover         seqnum.Value
-	probed          bool // the current tail was probed
-	started         bool // high and ack are set: the flow has sent data
+	probed          bool         // the current tail was probed
+	probeAt         int64        // prober clock: when it was probed
+	probeStops      uint64       // tailProber.stops when it was probed
+	again           bool         // the next probe repeats one lost with the pair
+	wnd             uint16       // the window field of the host's last ACK, as delivered
+	sackHigh        seqnum.Value // the highest end the host has SACKed (≥ ack)
+	started         bool         // high and ack are set: the flow has sent data
 	mss             int
 	slots           [tlpSegments][]byte // the newest segments, a ring
 	next, n         int
@@ -111,6 +137,11 @@ type tailProber struct {
 	base  time.Time
 	kick  chan struct{}
 	sent  atomic.Uint64 // probes sent (CarrierStats.TailLossProbes)
+	again atomic.Uint64 // of them, lost probes sent again (TailLossProbesAgain)
+	dups  atomic.Uint64 // ACKs given the previous window (SACKDupAcks)
+	// stops counts the data pair's stops (CarrierNetwork.Stop), so that
+	// a probe sent before one is known to have met it.
+	stops atomic.Uint64
 	mu    sync.Mutex
 	flows map[tlpKey]*tlpFlow
 	seg   segment.Segmenter // record's
@@ -255,7 +286,7 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 		return // not a flow that negotiated SACK
 	}
 	if !f.started {
-		f.started, f.high, f.ack = true, seq, seq
+		f.started, f.high, f.ack, f.sackHigh = true, seq, seq, seq
 	}
 	f.seen, f.lastSend = now, now
 	if !f.high.LessThan(end) {
@@ -264,7 +295,7 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 		f.recovering, f.recover, f.timing = true, f.high, false
 		return
 	}
-	f.high, f.probed = end, false
+	f.high, f.probed, f.again = end, false, false
 	if !f.timing {
 		f.timing, f.timedEnd, f.timedAt = true, end, now
 	}
@@ -339,9 +370,17 @@ func (t *tailProber) ack(p []byte) {
 	f.seen = now
 	a := seqnum.Value(tcp.AckNumber())
 	if !f.ack.LessThan(a) {
-		return // acknowledges nothing new: the PTO keeps running
+		// Acknowledges nothing new: the PTO keeps running.
+		if a == f.ack && f.ack.LessThan(f.high) {
+			t.sackDup(f, tcp, len(tcp)-int(tcp.DataOffset()))
+		}
+		f.wnd = tcp.WindowSize()
+		return
 	}
-	f.ack, f.acked = a, now
+	f.ack, f.acked, f.wnd = a, now, tcp.WindowSize()
+	if f.sackHigh.LessThan(a) {
+		f.sackHigh = a
+	}
 	if f.high.LessThan(a) {
 		f.high = a
 	}
@@ -357,6 +396,59 @@ func (t *tailProber) ack(p []byte) {
 	if f.recovering && !a.LessThan(f.recover) {
 		f.recovering = false
 	}
+}
+
+// sackDup handles an ACK from the host that acknowledges nothing new
+// (tcp, carrying payload bytes of data): if it SACKs data not SACKed
+// before and its window grew, it gets the window of the ACK before, so
+// that the network's TCP counts it as a duplicate; t.mu is held.
+func (t *tailProber) sackDup(f *tlpFlow, tcp header.TCP, payload int) {
+	off := int(tcp.DataOffset())
+	if payload != 0 || off < header.TCPMinimumSize || off > len(tcp) || f.wnd == 0 {
+		return
+	}
+	end, ok := sackEnd(tcp[header.TCPMinimumSize:off])
+	if !ok || !f.sackHigh.LessThan(end) || end.LessThan(f.ack) || f.high.LessThan(end) {
+		return // no new SACK information, or nonsense
+	}
+	f.sackHigh = end
+	w := tcp.WindowSize()
+	if w <= f.wnd {
+		return
+	}
+	// RFC 1624 incremental update of the checksum, which stays valid.
+	tcp.SetChecksum(^gcsum.Combine(gcsum.Combine(^tcp.Checksum(), ^w), f.wnd))
+	tcp.SetWindowSize(f.wnd)
+	t.dups.Add(1)
+}
+
+// sackEnd returns the highest right edge of the SACK blocks in TCP
+// options opts; ok is false if there is no SACK option. It stops at a
+// malformed option.
+func sackEnd(opts []byte) (end seqnum.Value, ok bool) {
+	for i := 0; i < len(opts); {
+		switch opts[i] {
+		case header.TCPOptionEOL:
+			return end, ok
+		case header.TCPOptionNOP:
+			i++
+			continue
+		}
+		if i+1 >= len(opts) || opts[i+1] < 2 || i+int(opts[i+1]) > len(opts) {
+			return end, ok
+		}
+		l := int(opts[i+1])
+		if opts[i] == header.TCPOptionSACK && (l-2)%8 == 0 {
+			for b := i + 2; b+8 <= i+l; b += 8 {
+				e := seqnum.Value(uint32(opts[b+4])<<24 | uint32(opts[b+5])<<16 | uint32(opts[b+6])<<8 | uint32(opts[b+7]))
+				if !ok || end.LessThan(e) {
+					end, ok = e, true
+				}
+			}
+		}
+		i += l
+	}
+	return end, ok
 }
 
 // run is the prober's goroutine: it sleeps until the earliest PTO, sends
@@ -397,6 +489,10 @@ func (t *tailProber) run() {
 // collect expires idle flows, appends the probes due now to probes (up to
 // tlpSegments packets per flow) and sets when to scan next.
 func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer {
+	// stops before the port: Stop clears the port, then counts, so a
+	// probe that finds the port set and is lost to a Stop records a
+	// count the Stop changes.
+	stops := t.stops.Load()
 	portUp := t.cn.ep.port.Load() != nil
 	now := t.now()
 	t.mu.Lock()
@@ -438,7 +534,12 @@ func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer
 			probes = append(probes, pkt)
 		}
 		f.probed, f.timing = true, false
+		f.probeAt, f.probeStops = now, stops
 		t.sent.Add(1)
+		if f.again {
+			f.again = false
+			t.again.Add(1)
+		}
 	}
 	if len(t.flows) > 0 {
 		soonest(now + int64(tlpIdle))
@@ -447,11 +548,29 @@ func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer
 	return probes
 }
 
+// probeLost reports whether the flow's probe went out before a stop of
+// the data pair (stops is tailProber.stops now) and no ACK of new data
+// came after it.
+func (f *tlpFlow) probeLost(stops uint64) bool {
+	return f.probed && f.probeStops != stops && f.acked <= f.probeAt
+}
+
+// stopped is called when the data pair stops, after the port is cleared.
+func (t *tailProber) stopped() { t.stops.Add(1) }
+
 // started is called when the data pair starts: probes that fell due while
-// it was stopped go now.
+// it was stopped go now, and so do those sent before a stop that no ACK
+// of new data answered (they were lost with the pair).
 func (t *tailProber) started() {
+	stops := t.stops.Load()
 	t.mu.Lock()
 	w := t.waitPort
+	for _, f := range t.flows {
+		if f.probeLost(stops) {
+			f.probed, f.again = false, true
+			w = true
+		}
+	}
 	t.mu.Unlock()
 	if w {
 		t.wake()

@@ -1,21 +1,92 @@
 package simnet
 
 import (
+	"encoding/binary"
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	gcsum "gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
-// probeWaiting reports whether a tail loss probe is due while the data
-// pair is stopped (the prober waits for Start).
+// probeWaiting reports whether a tail loss probe waits for Start: one due
+// while the data pair is stopped, or one sent before the stop and lost.
 func (t *tailProber) probeWaiting() bool {
+	stops := t.stops.Load()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.waitPort
+	if t.waitPort {
+		return true
+	}
+	for _, f := range t.flows {
+		if f.probeLost(stops) {
+			return true
+		}
+	}
+	return false
+}
+
+// testMinRTO is the carrier's minimum RTO in the tail loss tests: far
+// beyond any PTO and any scheduling delay of a loaded machine, so that a
+// timeout counted is a tail the probe did not repair, not a test that was
+// slow to restart the pair (at the default 200 ms it was, under load).
+const testMinRTO = 5 * time.Second
+
+// tailLossDownload is a carrier host whose network's TCP has SACK with
+// the host and testMinRTO, and a download from the network running into
+// it; got counts the bytes read. end stops it.
+func tailLossDownload(t *testing.T, k carrierPair) (h *carrierHost, got *atomic.Int64, end func()) {
+	t.Helper()
+	h = newCarrierHost(t, k, CarrierOptions{})
+	sack := tcpip.TCPSACKEnabled(true) // as mhistack's stack and Linux hosts
+	if err := h.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+		t.Fatal(err)
+	}
+	minRTO := tcpip.TCPMinRTOOption(testMinRTO)
+	if err := h.cn.s.SetTransportProtocolOption(tcp.ProtocolNumber, &minRTO); err != nil {
+		t.Fatal(err)
+	}
+	blob := testData(64<<10, 3)
+	stop := make(chan struct{})
+	conn, served := h.dialHost(t, func(c net.Conn) error {
+		for {
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+			if _, err := c.Write(blob); err != nil {
+				return nil
+			}
+		}
+	})
+	got = new(atomic.Int64)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := conn.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "1 MiB downloaded", func() bool { return got.Load() >= 1<<20 })
+	return h, got, func() {
+		close(stop)
+		conn.Close()
+		<-read
+		if err := served(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestCarrierTailLossProbeRepairsALostFlight: a download through the
@@ -33,40 +104,8 @@ func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	for _, k := range []carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}, framedPairs[0]} {
 		t.Run(k.name, func(t *testing.T) {
-			h := newCarrierHost(t, k, CarrierOptions{})
-			sack := tcpip.TCPSACKEnabled(true) // as mhistack's stack and Linux hosts
-			if err := h.s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
-				t.Fatal(err)
-			}
-			blob := testData(64<<10, 3)
-			stop := make(chan struct{})
-			conn, served := h.dialHost(t, func(c net.Conn) error {
-				for {
-					select {
-					case <-stop:
-						return nil
-					default:
-					}
-					if _, err := c.Write(blob); err != nil {
-						return nil
-					}
-				}
-			})
-			var got atomic.Int64
-			read := make(chan struct{})
-			go func() {
-				defer close(read)
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := conn.Read(buf)
-					got.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
-			waitFor(t, "1 MiB downloaded", func() bool { return got.Load() >= 1<<20 })
-
+			h, got, end := tailLossDownload(t, k)
+			defer end()
 			port := h.cn.ep.port.Load()
 			h.cn.Stop()
 			waitFor(t, "a tail loss probe due with the pair stopped", h.cn.tlp.probeWaiting)
@@ -80,13 +119,131 @@ func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 			if n := h.cn.Stats().TailLossProbes - probes; n != 1 {
 				t.Errorf("%d tail loss probes; want 1", n)
 			}
-			close(stop)
-			conn.Close()
-			<-read
-			if err := served(); err != nil {
+		})
+	}
+	goleak.VerifyNone(t, ignore)
+}
+
+// TestCarrierTailLossProbeLostWithThePairGoesAgainOnStart: the probe goes
+// out while the data pair still runs but is lost with the rest of the
+// flight (the host takes nothing: what a SYS_ERR does to a probe sent
+// between the crash and the pair's stop), then the pair stops and starts
+// again. The probe was the tail's only one; the prober must send it again
+// when the pair starts, and the network's TCP must repair the tail without
+// a retransmission timeout (counted by gVisor, with a 5 s minimum RTO so
+// that no scheduling delay counts). Before the fix the second probe never
+// went and the carrier took a timeout.
+func TestCarrierTailLossProbeLostWithThePairGoesAgainOnStart(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	for _, k := range []carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}, framedPairs[0]} {
+		t.Run(k.name, func(t *testing.T) {
+			h, got, end := tailLossDownload(t, k)
+			defer end()
+			rtos, probes := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes
+			// The host's NIC down: the flight and the probe reach the
+			// host's link and are dropped, and no ACK goes back.
+			if err := h.s.DisableNIC(1); err != nil {
 				t.Fatal(err)
+			}
+			waitFor(t, "a tail loss probe into the dead pair", func() bool { return h.cn.Stats().TailLossProbes > probes })
+			port := h.cn.ep.port.Load()
+			h.cn.Stop()
+			if err := h.s.EnableNIC(1); err != nil {
+				t.Fatal(err)
+			}
+			at := got.Load()
+			h.cn.Start(port)
+			waitFor(t, "256 KiB more downloaded", func() bool { return got.Load() >= at+256<<10 })
+			if n := h.cn.s.Stats().TCP.Timeouts.Value() - rtos; n != 0 {
+				t.Errorf("the carrier's TCP took %d retransmission timeouts to repair the lost flight; want 0", n)
+			}
+			if n := h.cn.Stats().TailLossProbes - probes; n != 2 {
+				t.Errorf("%d tail loss probes; want 2 (the lost one and one after Start)", n)
+			}
+			if n := h.cn.Stats().TailLossProbesAgain; n != 1 {
+				t.Errorf("%d tail loss probes counted as sent again; want 1", n)
 			}
 		})
 	}
 	goleak.VerifyNone(t, ignore)
+}
+
+// hostACK is an IPv4 ACK from the host (DefaultCarrier's address, port
+// 40000) to 198.51.100.1:443 with window wnd and one SACK block, if
+// sack[1] != 0, and valid checksums.
+func hostACK(ack uint32, wnd uint16, sack [2]uint32) []byte {
+	opts := []byte{header.TCPOptionNOP, header.TCPOptionNOP}
+	if sack[1] != 0 {
+		opts = append(opts, header.TCPOptionSACK, 10)
+		opts = binary.BigEndian.AppendUint32(opts, sack[0])
+		opts = binary.BigEndian.AppendUint32(opts, sack[1])
+	} else {
+		opts = append(opts, header.TCPOptionNOP, header.TCPOptionNOP)
+	}
+	tcpLen := header.TCPMinimumSize + len(opts)
+	b := make([]byte, header.IPv4MinimumSize+tcpLen)
+	src := tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4())
+	dst := tcpip.AddrFrom4([4]byte{198, 51, 100, 1})
+	ip := header.IPv4(b)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src, DstAddr: dst})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	tcp := header.TCP(b[header.IPv4MinimumSize:])
+	tcp.Encode(&header.TCPFields{SrcPort: 40000, DstPort: 443, AckNum: ack, DataOffset: uint8(tcpLen), Flags: header.TCPFlagAck, WindowSize: wnd})
+	copy(tcp[header.TCPMinimumSize:], opts)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(tcpLen))
+	tcp.SetChecksum(^tcp.CalculateChecksum(xsum))
+	return b
+}
+
+// TestCarrierCountsAnACKWithNewSACKAsADuplicateWhateverItsWindow: the
+// first ACK after an outage brings the SACK information of a whole
+// flight (the host's earlier SACKs were lost in the modem) with a window
+// grown meanwhile. gVisor's sender counts it as a duplicate only with the
+// window unchanged, so the link hands it over with the window before;
+// an ACK with nothing new, or with a window that did not grow, passes
+// as it came, and checksums stay valid.
+func TestCarrierCountsAnACKWithNewSACKAsADuplicateWhateverItsWindow(t *testing.T) {
+	var tp tailProber
+	tp.init(nil)
+	k := tlpKey{net: tcpip.AddrFrom4([4]byte{198, 51, 100, 1}), host: tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4()), netPort: 443, hostPort: 40000}
+	const una = 1_000_000
+	f := &tlpFlow{started: true, ack: una, high: una + 140_000, sackHigh: una, wnd: 16034, mss: 1420}
+	tp.flows[k] = f
+	deliver := func(p []byte) header.TCP {
+		tp.ack(p)
+		tcp := header.TCP(p[header.IPv4MinimumSize:])
+		ip := header.IPv4(p)
+		xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(tcp)))
+		if !tcp.IsChecksumValid(ip.SourceAddress(), ip.DestinationAddress(), gcsum.Checksum(tcp.Payload(), 0), uint16(len(tcp.Payload()))) {
+			t.Fatalf("TCP checksum invalid after the link (pseudo-header %#x)", xsum)
+		}
+		return tcp
+	}
+	// The whole SACK information at once, window grown: a duplicate.
+	if w := deliver(hostACK(una, 16269, [2]uint32{una + 86_675, una + 140_000})).WindowSize(); w != 16034 {
+		t.Errorf("an ACK with new SACK information and a grown window reached the network's TCP with window %d; want the previous 16034", w)
+	}
+	// The same again: nothing new, passes as it came.
+	if w := deliver(hostACK(una, 16300, [2]uint32{una + 86_675, una + 140_000})).WindowSize(); w != 16300 {
+		t.Errorf("an ACK without new SACK information got window %d; want its own 16300", w)
+	}
+	if n := tp.dups.Load(); n != 1 {
+		t.Errorf("SACKDupAcks %d; want 1", n)
+	}
+	// Acknowledging new data: passes as it came.
+	if w := deliver(hostACK(una+1420, 16500, [2]uint32{})).WindowSize(); w != 16500 {
+		t.Errorf("an ACK of new data got window %d; want its own 16500", w)
+	}
+}
+
+func FuzzSACKEnd(f *testing.F) {
+	f.Add([]byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, 10, 0, 0, 0, 1, 0, 0, 0, 2})
+	f.Add([]byte{header.TCPOptionSACK, 2})
+	f.Add([]byte{header.TCPOptionTS, 10, 0, 0, 0, 0, 0, 0, 0, 0, header.TCPOptionSACK, 18})
+	f.Fuzz(func(t *testing.T, opts []byte) {
+		end, ok := sackEnd(opts)
+		if !ok && end != 0 {
+			t.Fatalf("no SACK option but end %d", end)
+		}
+	})
 }
