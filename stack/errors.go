@@ -48,7 +48,7 @@ type sessionError struct{ err error }
 
 func (e *sessionError) Error() string {
 	if errors.Is(e, ErrRoaming) {
-		return e.err.Error() + "; set Options.AllowRoaming to use data while roaming"
+		return e.err.Error() + "; set Options.AllowRoaming (mhiproxy or mhictl -allow-roaming) to use data while roaming"
 	}
 	var pe *PINError
 	if !errors.As(e.err, &pe) {

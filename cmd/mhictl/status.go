@@ -50,6 +50,7 @@ type sessionFlags struct {
 	simAbsent                bool
 	simCrashDump             []byte // status -sim-crash
 	fccUnlock                bool
+	allowRoaming, simRoaming bool
 	simOperator              string
 	simCell                  simCellFlag
 }
@@ -70,10 +71,13 @@ func addSessionFlags(fs *flag.FlagSet) *sessionFlags {
 	fs.StringVar(&f.puk, "puk", "", "SIM `PUK` (8 digits), entered once only if the SIM asks for it, with -pin as the new PIN")
 	fs.BoolVar(&f.fccUnlock, "fcc-unlock", false, "run the modem's FCC unlock (the vendor command ModemManager's fcc-unlock.d scripts send) if the\n"+
 		"modem is FCC-locked; off by default: unlocking is your legal choice (docs/GETTING-ONLINE.md, \"FCC lock\")")
+	fs.BoolVar(&f.allowRoaming, "allow-roaming", false, "bring the data session up while the modem is registered on a visited network (roaming data can cost a lot);\n"+
+		"off by default: a roaming modem gets no session (docs/GETTING-ONLINE.md, \"Roaming\")")
 	fs.StringVar(&f.control, "control", "", "control `protocol` of the data session: mbim or qmi (default: mbim if the profile has an MBIM channel, else qmi;\n"+
 		"a QMI session carries data as QMAP, v5 if the modem agrees)")
 	fs.StringVar(&f.simAPN, "sim-apn", "", "-device sim: the only APN the emulated carrier accepts (default: any)")
 	fs.BoolVar(&f.simAbsent, "sim-absent", false, "-device sim: emulate a modem without a SIM")
+	fs.BoolVar(&f.simRoaming, "sim-roaming", false, "-device sim: the emulated modem registers on a visited network (roaming)")
 	addSimRadioFlags(fs, f)
 	return f
 }
@@ -99,11 +103,12 @@ func (f *sessionFlags) openStack(ctx context.Context) (*stack.Stack, error) {
 		return nil, usagef("-puk needs the new PIN: give it with -pin, -pin-file or %s", stack.PINEnv)
 	}
 	opts := stack.Options{Device: f.device, Profile: f.profile, Control: f.control, APN: f.apn, User: f.user, Password: f.password,
-		PIN: pin, PUK: f.puk, FCCUnlock: f.fccUnlock}
+		PIN: pin, PUK: f.puk, FCCUnlock: f.fccUnlock, AllowRoaming: f.allowRoaming}
 	if f.device == "sim" {
 		opts.Profile = f.simProfile().Name
 		opts.Sim.NetworkConfig.APN = f.simAPN
 		opts.Sim.NetworkConfig.SIMAbsent = f.simAbsent
+		opts.Sim.NetworkConfig.Roaming = f.simRoaming
 		opts.Sim.Modem.CrashedRDDM = f.simCrashDump
 		opts.Sim.NetworkConfig.ProviderName = f.simOperator
 		opts.Sim.NetworkConfig.Cell = f.simCell.cell

@@ -254,3 +254,17 @@ func TestStatusRejectsABadSimCell(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOnARoamingModemNeedsAllowRoaming: a modem registered on a
+// visited network gets no session unless -allow-roaming is given; the
+// error names the flag.
+func TestStatusOnARoamingModemNeedsAllowRoaming(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-sim-roaming"}, &out, &out); code != 1 || !strings.Contains(out.String(), "-allow-roaming") {
+		t.Fatalf("roaming without -allow-roaming: exit %d, want 1 naming the flag:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"status", "-device", "sim", "-sim-roaming", "-allow-roaming"}, &out, &out); code != 0 {
+		t.Fatalf("-allow-roaming: exit %d:\n%s", code, out.String())
+	}
+}

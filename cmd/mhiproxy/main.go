@@ -128,6 +128,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		"with -pin (or -pin-file, "+stack.PINEnv+") as the new PIN")
 	fs.BoolVar(&c.open.Stack.FCCUnlock, "fcc-unlock", false, "run the modem's FCC unlock if the modem is FCC-locked (laptop SKUs whose radio stays off until the host\n"+
 		"sends the vendor command ModemManager's fcc-unlock.d scripts send); off by default: unlocking is your legal choice")
+	fs.BoolVar(&c.open.Stack.AllowRoaming, "allow-roaming", false, "bring the data session up while the modem is registered on a visited network (roaming data can cost a lot);\n"+
+		"off by default: a roaming modem gets no session (docs/GETTING-ONLINE.md, \"Roaming\")")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:1080", "`address` for SOCKS5 and HTTP proxy clients (one port serves both); a non-loopback address requires -auth")
 	fs.StringVar(&c.auth, "auth", "", "require clients to authenticate: `user:pass`, or \"random\" to generate a password and print it (SOCKS5 RFC 1929 and HTTP Basic)")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics (link, MHI, stack, proxy, radio signal) at http://`address`/metrics, e.g. 127.0.0.1:9108;\n"+
