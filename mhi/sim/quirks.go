@@ -147,6 +147,12 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Remove duplicate ee check for syserr"`,
 		ModelsText:  "none by model (a bad SBL image)",
 	},
+	{
+		Name:        QuirkBHIeLE,
+		Description: "the BHIe vector table is read strictly little-endian: an entry that looks byte-swapped (length 0 or >= 4 GiB) fails the download (TXVECSTATUS error) and is a violation",
+		Source:      `drivers/bus/mhi/host/boot.c: "bus: mhi: host: Fix endianness of BHI vector table"`,
+		ModelsText:  "none by model (every device reads it little-endian; the quirk makes the check strict)",
+	},
 }
 
 // Registry returns the registered quirks, in a stable order.
