@@ -373,15 +373,18 @@ func (c *Controller) onStateChange(s State) (reRing bool) {
 	}
 	switch s {
 	case StateM0:
-		prev := c.pm
 		switch c.pm {
 		case pmPOR, pmM0, pmM2, pmM3, pmM3Exit:
 			c.pm = pmM0
 		}
 		// Every M0 entry re-rings, in any EE (Linux
 		// mhi_pm_m0_transition): channels started in SBL have TREs
-		// queued while in M3 as well.
-		reRing = prev != pmM0
+		// queued while in M3 as well. Also when the host thought it
+		// was in M0 already: the device put its burst channels back
+		// in doorbell mode, maybe while one was being prepared and
+		// had rung once (docs/QUIRKS.md, "M0 during a burst channel's
+		// preparation").
+		reRing = c.pm == pmM0
 	case StateM1:
 		// The device went idle; acknowledge with M2 (§4.6).
 		if c.pm == pmM0 {

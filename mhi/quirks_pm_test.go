@@ -142,3 +142,31 @@ func (l *loop) suspendIdle(ctx context.Context) error {
 	waitUntil(l.r.t, 5*time.Second, "every UL buffer back", func() bool { return len(l.txFree) == cap(l.txFree) })
 	return l.r.c.Suspend(ctx)
 }
+
+// TestM0DuringBurstChannelPreparationReRingsTheChannel: the M0 state
+// change arrives while a burst channel is being prepared, after its first
+// doorbell (m0-during-prepare; Linux main.c "bus: mhi: host: Fix race
+// between channel preparation and M0 event"), and the device has put its
+// burst channels back in doorbell mode. The host is in M0 already; it must
+// still re-arm doorbell mode on every burst channel and ring the ones with
+// queued TREs, or the TREs it queues next sit behind a context wp nobody
+// reads. The doorbell-mode watchdog, which would find them, is off.
+func TestM0DuringBurstChannelPreparationReRingsTheChannel(t *testing.T) {
+	so := sim.Options{
+		Quirks:         []sim.Quirk{sim.QuirkM0DuringPrepare},
+		Functions:      map[string]sim.Function{"IP_HW0": &sim.Loopback{}},
+		DBModeWatchdog: time.Hour,
+	}
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, "IP_HW0", 4096, 8, 8)
+	if !l.ul.Config().Burst || !l.dl.Config().Burst {
+		t.Fatal("IP_HW0 is not a burst pair")
+	}
+	l.exchange(t, rand.New(rand.NewPCG(81, 82)), 20, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	} else if st.WPWithoutDoorbell != 0 {
+		t.Errorf("the device found %d context wp moves without a doorbell", st.WPWithoutDoorbell)
+	}
+}

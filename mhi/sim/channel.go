@@ -11,6 +11,9 @@ import (
 // channel is the device side of one channel (§2.1, §5.4). All fields are
 // guarded by Modem.mu except td, which only the device goroutine touches.
 type channel struct {
+	// m0Late: QuirkM0DuringPrepare announces M0 at this burst
+	// channel's first doorbell since its START_CHAN.
+	m0Late bool
 	num  int
 	cfg  mhi.ChannelConfig
 	ul   bool // even channel: host → device

@@ -767,6 +767,7 @@ func (m *Modem) chDoorbell(n int) {
 	} else {
 		m.drain(c)
 	}
+	m.m0DuringPrepare(c) // quirks_pm.go
 }
 
 // request is a call into the device goroutine from outside.

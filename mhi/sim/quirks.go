@@ -128,6 +128,12 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Fix check for syserr at power_up", "bus: mhi: host: Address conflict between power_up and syserr"`,
 		ModelsText:  "none by model (Cloud AI 100 firmware; not a modem profile here)",
 	},
+	{
+		Name:        QuirkM0DuringPrepare,
+		Description: "the STATE_CHANGE(M0) of the wake that carried a burst channel's START_CHAN comes at the channel's first doorbell, and every burst channel stops polling (doorbell mode) then",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Fix race between channel preparation and M0 event"`,
+		ModelsText:  "none by model (any device whose M0 event races a channel's preparation; burst channels are the HW data channels)",
+	},
 	// Boot (quirks_boot.go).
 	{
 		Name:        QuirkEEBackToBack,

@@ -19,6 +19,13 @@ const (
 	// while it advertises SYS_ERR; a reset from that SYS_ERR keeps the
 	// execution environment (a boot ROM crash does not load firmware).
 	QuirkSysErrAtPowerUp Quirk = "syserr-at-powerup"
+	// QuirkM0DuringPrepare: the STATE_CHANGE(M0) of the wake that carried
+	// a burst channel's START_CHAN comes only once the host rings the
+	// channel's first doorbell, while it is still preparing the channel
+	// (queuing its first buffers). As at every M0 entry, every burst
+	// channel then stops polling: the device takes new TREs only after a
+	// doorbell (docs/PROTOCOL.md §5.3).
+	QuirkM0DuringPrepare Quirk = "m0-during-prepare"
 )
 
 // ruleNoM3 is the violation a host commits asking a modem without M3 for
@@ -71,4 +78,23 @@ func (m *Modem) powerOnQuirks() {
 // bit stays set). The caller holds m.mu.
 func (m *Modem) ignoresReset() bool {
 	return m.quirks.has(QuirkSysErrAtPowerUp) && (m.ee == mhi.EEPBL || m.ee == mhi.EESBL) && m.state != mhi.StateSysErr
+}
+
+// m0DuringPrepare plays QuirkM0DuringPrepare after a doorbell of c was
+// handled: the late STATE_CHANGE(M0), and every burst channel back in
+// doorbell mode. A host that re-arms its burst channels only when its own
+// power state changes (it thinks it is in M0 already) keeps writing only
+// the context wp, which nobody reads. The caller holds m.mu.
+func (m *Modem) m0DuringPrepare(c *channel) {
+	if !c.m0Late {
+		return
+	}
+	c.m0Late = false
+	if m.state != mhi.StateM0 {
+		return
+	}
+	for _, b := range m.burstChans {
+		b.stopPolling()
+	}
+	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
 }
