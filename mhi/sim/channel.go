@@ -14,10 +14,10 @@ type channel struct {
 	// m0Late: QuirkM0DuringPrepare announces M0 at this burst
 	// channel's first doorbell since its START_CHAN.
 	m0Late bool
-	num  int
-	cfg  mhi.ChannelConfig
-	ul   bool // even channel: host → device
-	pair *pair
+	num    int
+	cfg    mhi.ChannelConfig
+	ul     bool // even channel: host → device
+	pair   *pair
 
 	state   mhi.ChanState // the device's view: DISABLED until START
 	started bool          // ring cached: START seen, no RESET since
