@@ -11,13 +11,10 @@ import (
 // channel is the device side of one channel (§2.1, §5.4). All fields are
 // guarded by Modem.mu except td, which only the device goroutine touches.
 type channel struct {
-	// m0Late: QuirkM0DuringPrepare announces M0 at this burst
-	// channel's first doorbell since its START_CHAN.
-	m0Late bool
-	num    int
-	cfg    mhi.ChannelConfig
-	ul     bool // even channel: host → device
-	pair   *pair
+	num  int
+	cfg  mhi.ChannelConfig
+	ul   bool // even channel: host → device
+	pair *pair
 
 	state   mhi.ChanState // the device's view: DISABLED until START
 	started bool          // ring cached: START seen, no RESET since
@@ -36,7 +33,10 @@ type channel struct {
 	// Burst mode (§5.3): while polling, new TREs are found by reading the
 	// context wp; lastNew is when something new was last found (or, on a
 	// DL channel, when data started waiting).
-	burst   bool
+	burst bool
+	// m0Late: QuirkM0DuringPrepare announces M0 at this burst
+	// channel's first doorbell since its START_CHAN.
+	m0Late  bool
 	polling bool
 	lastNew time.Time
 	badWP   uint64 // last invalid context wp reported, to report it once
