@@ -170,3 +170,36 @@ func TestM0DuringBurstChannelPreparationReRingsTheChannel(t *testing.T) {
 		t.Errorf("the device found %d context wp moves without a doorbell", st.WPWithoutDoorbell)
 	}
 }
+
+// TestLateStateChangeDuringPowerDownIsIgnored: the device reports M0 after
+// the host began tearing it down (late-state-change: STATE_CHANGE(M0) with
+// its MSI at the power-down MHI reset, READY after it; Linux pm.c "bus:
+// mhi: host: Wait for ready state after reset"). PowerDown ignores it: no
+// doorbell after the reset (the strict modem reports one), PowerDown
+// returns nil, and a following PowerUp carries data.
+func TestLateStateChangeDuringPowerDownIsIgnored(t *testing.T) {
+	so := sim.Options{Quirks: []sim.Quirk{sim.QuirkLateStateChange}}
+	pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, pair, 4096, 8, 8)
+	rng := rand.New(rand.NewPCG(91, 92))
+	l.exchange(t, rng, 5, 4096)
+	for round := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := r.c.PowerDown(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: PowerDown: %v", round, err)
+		}
+		if st, _, mission := r.c.State(); st != mhi.StateReset || mission {
+			t.Fatalf("round %d: controller in %s (mission %v) after PowerDown", round, st, mission)
+		}
+		if v := r.m.Stats().Violations; v != 0 {
+			t.Fatalf("round %d: %d violations: %v", round, v, r.m.Violations())
+		}
+		r.powerUp()
+		l = newLoopOn(r, l)
+		l.exchange(t, rng, 5, 4096)
+	}
+}

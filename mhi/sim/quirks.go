@@ -134,6 +134,12 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Fix race between channel preparation and M0 event"`,
 		ModelsText:  "none by model (any device whose M0 event races a channel's preparation; burst channels are the HW data channels)",
 	},
+	{
+		Name:        QuirkLateStateChange,
+		Description: "at an MHI reset requested in M0 a queued STATE_CHANGE(M0) is posted first (READY follows the reset); a doorbell before the host's next state request is a violation",
+		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Wait for ready state after reset"`,
+		ModelsText:  "none by model (any device whose state change races the host's teardown)",
+	},
 	// Boot (quirks_boot.go).
 	{
 		Name:        QuirkEEBackToBack,

@@ -26,7 +26,34 @@ const (
 	// channel then stops polling: the device takes new TREs only after a
 	// doorbell (docs/PROTOCOL.md §5.3).
 	QuirkM0DuringPrepare Quirk = "m0-during-prepare"
+	// QuirkLateStateChange: a STATE_CHANGE(M0) the device had queued
+	// arrives after the host started tearing it down: at an MHI reset
+	// requested in M0 it is posted (with its MSI) before the reset, and
+	// READY follows the reset as usual. Until the host next requests a
+	// state, any doorbell is a violation: the host is to ignore the late
+	// change, not take it as an M0 to ring in.
+	QuirkLateStateChange Quirk = "late-state-change"
 )
+
+// ruleLateDoorbell is the violation of a host that takes a state change
+// arriving during its teardown for a live device.
+const ruleLateDoorbell = "docs/QUIRKS.md: a host tearing the device down ignores a late STATE_CHANGE and rings no doorbell after its MHI reset (Linux pm.c: \"bus: mhi: host: Wait for ready state after reset\")"
+
+// lateStateChange plays QuirkLateStateChange when MHICTRL.RESET is acted
+// on. The caller holds m.mu.
+func (m *Modem) lateStateChange() {
+	if !m.quirks.has(QuirkLateStateChange) || m.state != mhi.StateM0 {
+		return
+	}
+	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
+	m.lateWindow.Store(true)
+}
+
+// isDoorbell reports whether BAR offset off is a channel, event ring or
+// command ring doorbell register.
+func isDoorbell(off uint64) bool {
+	return off >= chdbOff || off == mhi.RegCRDBLower || off == mhi.RegCRDBHigher
+}
 
 // ruleNoM3 is the violation a host commits asking a modem without M3 for
 // M3.
