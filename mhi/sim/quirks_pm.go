@@ -29,9 +29,10 @@ const (
 	// QuirkLateStateChange: a STATE_CHANGE(M0) the device had queued
 	// arrives after the host started tearing it down: at an MHI reset
 	// requested in M0 it is posted (with its MSI) before the reset, and
-	// READY follows the reset as usual. Until the host next requests a
-	// state, any doorbell is a violation: the host is to ignore the late
-	// change, not take it as an M0 to ring in.
+	// READY follows the reset as usual. Until the host programs the
+	// contexts again or requests a state, any doorbell is a violation:
+	// the host is to ignore the late change, not take it as an M0 to
+	// ring in.
 	QuirkLateStateChange Quirk = "late-state-change"
 )
 
