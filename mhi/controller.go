@@ -146,10 +146,15 @@ const (
 	pmSysErrProcess
 	pmFatal
 	pmRemoved
+	// pmShutdown: PowerDown is tearing the device down (Linux
+	// MHI_PM_SHUTDOWN_PROCESS): no doorbell, and a state change the
+	// device reports now (a late M0, READY after the reset) moves
+	// nothing (docs/QUIRKS.md, "State change during teardown").
+	pmShutdown
 )
 
 func (s pmState) String() string {
-	return [...]string{"DISABLED", "POR", "M0", "M2", "M3_ENTER", "M3", "M3_EXIT", "SYS_ERR_PROCESS", "FATAL", "REMOVED"}[s]
+	return [...]string{"DISABLED", "POR", "M0", "M2", "M3_ENTER", "M3", "M3_EXIT", "SYS_ERR_PROCESS", "FATAL", "REMOVED", "SHUTDOWN_PROCESS"}[s]
 }
 
 // Controller drives one MHI device. Its methods are safe for concurrent

@@ -369,6 +369,13 @@ func (c *Controller) intvec() {
 // caller does so once it holds no ring lock.
 func (c *Controller) onStateChange(s State) (reRing bool) {
 	c.mu.Lock()
+	if c.pm == pmShutdown {
+		// A change the device reports while PowerDown tears it down
+		// (a late M0, READY after the reset) is not a live device.
+		c.mu.Unlock()
+		c.log.Debug("ignoring state change during power-down", "dev", c.name, "state", s)
+		return false
+	}
 	if s != StateSysErr {
 		// sysErrDetected records SYS_ERR itself; setting it here
 		// first would make it think the episode is already handled.
@@ -376,15 +383,18 @@ func (c *Controller) onStateChange(s State) (reRing bool) {
 	}
 	switch s {
 	case StateM0:
-		prev := c.pm
 		switch c.pm {
 		case pmPOR, pmM0, pmM2, pmM3, pmM3Exit:
 			c.pm = pmM0
 		}
 		// Every M0 entry re-rings, in any EE (Linux
 		// mhi_pm_m0_transition): channels started in SBL have TREs
-		// queued while in M3 as well.
-		reRing = prev != pmM0
+		// queued while in M3 as well. Also when the host thought it
+		// was in M0 already: the device put its burst channels back
+		// in doorbell mode, maybe while one was being prepared and
+		// had rung once (docs/QUIRKS.md, "M0 during a burst channel's
+		// preparation").
+		reRing = c.pm == pmM0
 	case StateM1:
 		// The device went idle; acknowledge with M2 (§4.6).
 		if c.pm == pmM0 {
@@ -520,7 +530,7 @@ func (c *Controller) wake(assert bool) {
 // the waits fail instead, and the caller reports the error.
 func (c *Controller) sysErrDetected(ee EE, how string) {
 	c.mu.Lock()
-	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.devState == StateSysErr || c.recoveryStopped != nil {
+	if c.closed || c.pm == pmRemoved || c.pm == pmDisabled || c.pm == pmShutdown || c.devState == StateSysErr || c.recoveryStopped != nil {
 		c.mu.Unlock()
 		return
 	}
@@ -947,7 +957,7 @@ func (c *Controller) PowerDown(ctx context.Context) error {
 	c.mu.Lock()
 	removed := c.pm == pmRemoved
 	c.mission = false
-	c.pm = pmPOR // no doorbells from here on
+	c.pm = pmShutdown // no doorbells, no state changes from here on
 	c.mu.Unlock()
 	var err error
 	if !removed {

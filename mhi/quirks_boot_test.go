@@ -1,6 +1,7 @@
 package mhi_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -173,6 +174,24 @@ func TestPBLSysErrTwiceReloadsTheImageEachTime(t *testing.T) {
 	}
 	l := newLoop(r, pair, 4096, 8, 8)
 	l.exchange(t, rand.New(rand.NewPCG(91, 92)), 5, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	}
+}
+
+// TestBHIeVectorTableIsLittleEndian: the host writes its BHIe vector table
+// little-endian (Linux boot.c "bus: mhi: host: Fix endianness of BHI
+// vector table"); a device that reads it strictly so (bhie-le) takes the
+// image byte-exact and sees no byte-swapped entry.
+func TestBHIeVectorTableIsLittleEndian(t *testing.T) {
+	r := newRig(t, "qcom-sdx55m", sim.Options{Boot: sim.BootPBL, Quirks: []sim.Quirk{sim.QuirkBHIeLE}}, mhi.Options{})
+	img := bootImage(5*4096 + 7)
+	if err := r.c.LoadBHIe(context.Background(), img, mhi.BHIeOptions{SegLen: 4096}); err != nil {
+		t.Fatalf("LoadBHIe: %v", err)
+	}
+	if got := r.m.BHIeImage(); !bytes.Equal(got.Data, img) {
+		t.Fatalf("device received %d bytes, want the %d-byte image byte-exact", len(got.Data), len(img))
+	}
 	if st := r.m.Stats(); st.Violations != 0 {
 		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
 	}

@@ -142,3 +142,64 @@ func (l *loop) suspendIdle(ctx context.Context) error {
 	waitUntil(l.r.t, 5*time.Second, "every UL buffer back", func() bool { return len(l.txFree) == cap(l.txFree) })
 	return l.r.c.Suspend(ctx)
 }
+
+// TestM0DuringBurstChannelPreparationReRingsTheChannel: the M0 state
+// change arrives while a burst channel is being prepared, after its first
+// doorbell (m0-during-prepare; Linux main.c "bus: mhi: host: Fix race
+// between channel preparation and M0 event"), and the device has put its
+// burst channels back in doorbell mode. The host is in M0 already; it must
+// still re-arm doorbell mode on every burst channel and ring the ones with
+// queued TREs, or the TREs it queues next sit behind a context wp nobody
+// reads. The doorbell-mode watchdog, which would find them, is off.
+func TestM0DuringBurstChannelPreparationReRingsTheChannel(t *testing.T) {
+	so := sim.Options{
+		Quirks:         []sim.Quirk{sim.QuirkM0DuringPrepare},
+		Functions:      map[string]sim.Function{"IP_HW0": &sim.Loopback{}},
+		DBModeWatchdog: time.Hour,
+	}
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, "IP_HW0", 4096, 8, 8)
+	if !l.ul.Config().Burst || !l.dl.Config().Burst {
+		t.Fatal("IP_HW0 is not a burst pair")
+	}
+	l.exchange(t, rand.New(rand.NewPCG(81, 82)), 20, 4096)
+	if st := r.m.Stats(); st.Violations != 0 {
+		t.Fatalf("%d violations: %v", st.Violations, r.m.Violations())
+	} else if st.WPWithoutDoorbell != 0 {
+		t.Errorf("the device found %d context wp moves without a doorbell", st.WPWithoutDoorbell)
+	}
+}
+
+// TestLateStateChangeDuringPowerDownIsIgnored: the device reports M0 after
+// the host began tearing it down (late-state-change: STATE_CHANGE(M0) with
+// its MSI at the power-down MHI reset, READY after it; Linux pm.c "bus:
+// mhi: host: Wait for ready state after reset"). PowerDown ignores it: no
+// doorbell after the reset (the strict modem reports one), PowerDown
+// returns nil, and a following PowerUp carries data.
+func TestLateStateChangeDuringPowerDownIsIgnored(t *testing.T) {
+	so := sim.Options{Quirks: []sim.Quirk{sim.QuirkLateStateChange}}
+	pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, pair, 4096, 8, 8)
+	rng := rand.New(rand.NewPCG(91, 92))
+	l.exchange(t, rng, 5, 4096)
+	for round := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := r.c.PowerDown(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: PowerDown: %v", round, err)
+		}
+		if st, _, mission := r.c.State(); st != mhi.StateReset || mission {
+			t.Fatalf("round %d: controller in %s (mission %v) after PowerDown", round, st, mission)
+		}
+		if v := r.m.Stats().Violations; v != 0 {
+			t.Fatalf("round %d: %d violations: %v", round, v, r.m.Violations())
+		}
+		r.powerUp()
+		l = newLoopOn(r, l)
+		l.exchange(t, rng, 5, 4096)
+	}
+}

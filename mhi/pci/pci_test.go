@@ -395,3 +395,22 @@ func TestEventVector(t *testing.T) {
 		t.Errorf("Trigger after Close: %v", err)
 	}
 }
+
+// TestBufferWordsAreLittleEndian: what the host stores in DMA memory (ring
+// elements, contexts, the BHIe vector table) is little-endian in memory on
+// any CPU, and Load reads it back (Linux boot.c "bus: mhi: host: Fix
+// endianness of BHI vector table").
+func TestBufferWordsAreLittleEndian(t *testing.T) {
+	b := &Buffer{Mem: make([]byte, 16)}
+	b.Store64(0, 0x0102030405060708)
+	b.Store32(8, 0x0a0b0c0d)
+	if got := binary.LittleEndian.Uint64(b.Mem); got != 0x0102030405060708 {
+		t.Errorf("Store64 left %#x in memory read little-endian", got)
+	}
+	if got := binary.LittleEndian.Uint32(b.Mem[8:]); got != 0x0a0b0c0d {
+		t.Errorf("Store32 left %#x in memory read little-endian", got)
+	}
+	if b.Load64(0) != 0x0102030405060708 || b.Load32(8) != 0x0a0b0c0d {
+		t.Errorf("Load64/Load32 = %#x/%#x", b.Load64(0), b.Load32(8))
+	}
+}

@@ -1,6 +1,7 @@
 package pci
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 )
@@ -9,14 +10,26 @@ import (
 // compiler cannot elide or merge. off must be a multiple of 4. It is the
 // way to read a word the device may write concurrently (a ring pointer).
 func (b *Buffer) Load32(off int) uint32 {
-	return atomic.LoadUint32(b.word(off))
+	return le32(atomic.LoadUint32(b.word(off)))
 }
 
-// Store32 writes a 32-bit word at off (a multiple of 4) as one access, with
-// release ordering: every earlier store to the buffer is visible to a device
-// that observes this one.
+// Store32 writes a little-endian 32-bit word at off (a multiple of 4) as one
+// access, with release ordering: every earlier store to the buffer is
+// visible to a device that observes this one. Device memory is little-endian
+// whatever the CPU (Linux boot.c, "bus: mhi: host: Fix endianness of BHI
+// vector table": a vector table stored in CPU order broke BHIe on
+// big-endian hosts).
 func (b *Buffer) Store32(off int, v uint32) {
-	atomic.StoreUint32(b.word(off), v)
+	atomic.StoreUint32(b.word(off), le32(v))
+}
+
+// le32 converts between the CPU's word order and little-endian; it is
+// nothing on a little-endian CPU.
+func le32(v uint32) uint32 {
+	if bigEndian {
+		return bits.ReverseBytes32(v)
+	}
+	return v
 }
 
 // word returns the 32-bit word at off, panicking if it is not inside Mem.

@@ -133,6 +133,9 @@ func (m *Modem) bhieDownload() {
 		status = mhi.BHIEStatusError
 	default:
 		status = m.walkBHIeTable(table, size, func(seg, n uint64) bool {
+			if m.refusesBHIeEntry(seg, n) {
+				return false
+			}
 			if n > uint64(m.opts.ImageMaxSize-len(img)) {
 				return false
 			}

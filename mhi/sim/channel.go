@@ -33,7 +33,10 @@ type channel struct {
 	// Burst mode (§5.3): while polling, new TREs are found by reading the
 	// context wp; lastNew is when something new was last found (or, on a
 	// DL channel, when data started waiting).
-	burst   bool
+	burst bool
+	// m0Late: QuirkM0DuringPrepare announces M0 at this burst
+	// channel's first doorbell since its START_CHAN.
+	m0Late  bool
 	polling bool
 	lastNew time.Time
 	badWP   uint64 // last invalid context wp reported, to report it once

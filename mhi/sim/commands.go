@@ -174,6 +174,7 @@ func (m *Modem) startChannel(c *channel) mhi.Code {
 	c.er = er
 	c.faulted = false
 	c.burst = ctx.BurstMode()
+	c.m0Late = c.burst && m.quirks.has(QuirkM0DuringPrepare)
 	c.stopPolling()
 	c.badWP = 0
 	c.lastNew = m.now()

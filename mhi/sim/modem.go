@@ -234,9 +234,13 @@ type Modem struct {
 	deviceG   atomic.Uint64 // id of the device goroutine (run), for Port.Send
 	irqExited chan struct{}
 	abort     atomic.Bool // a reset or crash is pending: stop waiting
-	attached  atomic.Bool
-	attach    sync.Once
-	detach    sync.Once
+	// lateWindow: QuirkLateStateChange posted its late STATE_CHANGE at
+	// an MHI reset; any doorbell before the host next requests a state
+	// is a violation (read by MMIOWrite).
+	lateWindow atomic.Bool
+	attached   atomic.Bool
+	attach     sync.Once
+	detach     sync.Once
 
 	// mu is the device lock: everything below, the channels and the
 	// event rings. The device goroutine holds it while it works, Send
@@ -541,6 +545,12 @@ func (m *Modem) MMIOWrite(bar int, off uint64, v uint32) {
 	if bar != 0 || off%4 != 0 || off >= barSize {
 		return
 	}
+	if off == mhi.RegCCABAPLower {
+		m.lateWindow.Store(false) // a new power-up programs the contexts
+	}
+	if m.lateWindow.Load() && isDoorbell(off) {
+		m.violate(ruleLateDoorbell, "doorbell register %#x written after the host reset the device", off)
+	}
 	res := m.regs.write(off, v)
 	if res.readOnly {
 		m.violate(ruleReadOnly, "write of %#x to read-only register %#x", v, off)
@@ -787,6 +797,7 @@ func (m *Modem) chDoorbell(n int) {
 	} else {
 		m.drain(c)
 	}
+	m.m0DuringPrepare(c) // quirks_pm.go
 }
 
 // request is a call into the device goroutine from outside.

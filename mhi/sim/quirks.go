@@ -128,6 +128,18 @@ var quirkRegistry = []QuirkInfo{
 		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Fix check for syserr at power_up", "bus: mhi: host: Address conflict between power_up and syserr"`,
 		ModelsText:  "none by model (Cloud AI 100 firmware; not a modem profile here)",
 	},
+	{
+		Name:        QuirkM0DuringPrepare,
+		Description: "the STATE_CHANGE(M0) of the wake that carried a burst channel's START_CHAN comes at the channel's first doorbell, and every burst channel stops polling (doorbell mode) then",
+		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Fix race between channel preparation and M0 event"`,
+		ModelsText:  "none by model (any device whose M0 event races a channel's preparation; burst channels are the HW data channels)",
+	},
+	{
+		Name:        QuirkLateStateChange,
+		Description: "at an MHI reset requested in M0 a queued STATE_CHANGE(M0) is posted first (READY follows the reset); a doorbell before the host's next state request is a violation",
+		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Wait for ready state after reset"`,
+		ModelsText:  "none by model (any device whose state change races the host's teardown)",
+	},
 	// Boot (quirks_boot.go).
 	{
 		Name:        QuirkEEBackToBack,
@@ -146,6 +158,12 @@ var quirkRegistry = []QuirkInfo{
 		Description: "the first two images the PBL receives hang before any EE change: SYS_ERR with BHI_EXECENV still PBL, the reset keeps PBL; the third boots",
 		Source:      `drivers/bus/mhi/host/main.c: "bus: mhi: host: Remove duplicate ee check for syserr"`,
 		ModelsText:  "none by model (a bad SBL image)",
+	},
+	{
+		Name:        QuirkBHIeLE,
+		Description: "the BHIe vector table is read strictly little-endian: an entry that looks byte-swapped (length 0 or >= 4 GiB) fails the download (TXVECSTATUS error) and is a violation",
+		Source:      `drivers/bus/mhi/host/boot.c: "bus: mhi: host: Fix endianness of BHI vector table"`,
+		ModelsText:  "none by model (every device reads it little-endian; the quirk makes the check strict)",
 	},
 }
 

@@ -30,7 +30,29 @@ const (
 	// and the MHI reset from it leaves the device in PBL for another
 	// download. The third boots.
 	QuirkPBLSysErrTwice Quirk = "pbl-syserr-twice"
+	// QuirkBHIeLE: the device reads the BHIe vector table strictly as
+	// little-endian and refuses an image whose table has an entry that
+	// looks byte-swapped (a segment length of 0 or of 4 GiB or more, as
+	// a big-endian length reads): TXVECSTATUS error, no segment read,
+	// and a violation.
+	QuirkBHIeLE Quirk = "bhie-le"
 )
+
+// ruleBHIeLE is the violation of a host that writes its BHIe vector table
+// in any order but little-endian.
+const ruleBHIeLE = "docs/PROTOCOL.md §4.4: BHIe vector table entries are little-endian (Linux boot.c: \"bus: mhi: host: Fix endianness of BHI vector table\")"
+
+// refusesBHIeEntry plays QuirkBHIeLE for one vector table entry, read as
+// little-endian, and reports whether the download must fail. A real
+// segment is never empty and never 4 GiB long; a big-endian length below
+// 4 GiB reads little-endian as 4 GiB or more. The caller holds m.mu.
+func (m *Modem) refusesBHIeEntry(addr, n uint64) bool {
+	if !m.quirks.has(QuirkBHIeLE) || n != 0 && n < 1<<32 {
+		return false
+	}
+	m.violate(ruleBHIeLE, "BHIe vector table entry (addr %#x, len %#x) looks byte-swapped", addr, n)
+	return true
+}
 
 // pblSysErrs is how many downloads QuirkPBLSysErrTwice lets fail.
 const pblSysErrs = 2

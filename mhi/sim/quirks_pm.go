@@ -19,7 +19,42 @@ const (
 	// while it advertises SYS_ERR; a reset from that SYS_ERR keeps the
 	// execution environment (a boot ROM crash does not load firmware).
 	QuirkSysErrAtPowerUp Quirk = "syserr-at-powerup"
+	// QuirkM0DuringPrepare: the STATE_CHANGE(M0) of the wake that carried
+	// a burst channel's START_CHAN comes only once the host rings the
+	// channel's first doorbell, while it is still preparing the channel
+	// (queuing its first buffers). As at every M0 entry, every burst
+	// channel then stops polling: the device takes new TREs only after a
+	// doorbell (docs/PROTOCOL.md §5.3).
+	QuirkM0DuringPrepare Quirk = "m0-during-prepare"
+	// QuirkLateStateChange: a STATE_CHANGE(M0) the device had queued
+	// arrives after the host started tearing it down: at an MHI reset
+	// requested in M0 it is posted (with its MSI) before the reset, and
+	// READY follows the reset as usual. Until the host programs the
+	// contexts again or requests a state, any doorbell is a violation:
+	// the host is to ignore the late change, not take it as an M0 to
+	// ring in.
+	QuirkLateStateChange Quirk = "late-state-change"
 )
+
+// ruleLateDoorbell is the violation of a host that takes a state change
+// arriving during its teardown for a live device.
+const ruleLateDoorbell = "docs/QUIRKS.md: a host tearing the device down ignores a late STATE_CHANGE and rings no doorbell after its MHI reset (Linux pm.c: \"bus: mhi: host: Wait for ready state after reset\")"
+
+// lateStateChange plays QuirkLateStateChange when MHICTRL.RESET is acted
+// on. The caller holds m.mu.
+func (m *Modem) lateStateChange() {
+	if !m.quirks.has(QuirkLateStateChange) || m.state != mhi.StateM0 {
+		return
+	}
+	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
+	m.lateWindow.Store(true)
+}
+
+// isDoorbell reports whether BAR offset off is a channel, event ring or
+// command ring doorbell register.
+func isDoorbell(off uint64) bool {
+	return off >= chdbOff || off == mhi.RegCRDBLower || off == mhi.RegCRDBHigher
+}
 
 // ruleNoM3 is the violation a host commits asking a modem without M3 for
 // M3.
@@ -71,4 +106,23 @@ func (m *Modem) powerOnQuirks() {
 // bit stays set). The caller holds m.mu.
 func (m *Modem) ignoresReset() bool {
 	return m.quirks.has(QuirkSysErrAtPowerUp) && (m.ee == mhi.EEPBL || m.ee == mhi.EESBL) && m.state != mhi.StateSysErr
+}
+
+// m0DuringPrepare plays QuirkM0DuringPrepare after a doorbell of c was
+// handled: the late STATE_CHANGE(M0), and every burst channel back in
+// doorbell mode. A host that re-arms its burst channels only when its own
+// power state changes (it thinks it is in M0 already) keeps writing only
+// the context wp, which nobody reads. The caller holds m.mu.
+func (m *Modem) m0DuringPrepare(c *channel) {
+	if !c.m0Late {
+		return
+	}
+	c.m0Late = false
+	if m.state != mhi.StateM0 {
+		return
+	}
+	for _, b := range m.burstChans {
+		b.stopPolling()
+	}
+	m.post(0, mhi.StateChangeEvent(mhi.StateM0), false)
 }

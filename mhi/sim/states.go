@@ -14,11 +14,13 @@ func (m *Modem) handleCtrl() {
 	v := m.regs.getCtrl()
 	if v&mhi.CtrlReset != 0 {
 		if !m.ignoresReset() { // quirks_pm.go
+			m.lateStateChange() // quirks_pm.go
 			m.mhiReset()
 		}
 		return
 	}
 	req := mhi.State(mhi.Field(v, mhi.CtrlStateMask, mhi.CtrlStateShift))
+	m.lateWindow.Store(false) // quirks_pm.go
 	if req == m.state {
 		// A read-modify-write that left the state field alone.
 		return

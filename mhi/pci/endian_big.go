@@ -1,0 +1,6 @@
+//go:build armbe || arm64be || m68k || mips || mips64 || mips64p32 || ppc || ppc64 || s390 || s390x || shbe || sparc || sparc64
+
+package pci
+
+// bigEndian: see endian_little.go.
+const bigEndian = true
