@@ -33,8 +33,9 @@ type netEventRig struct {
 }
 
 // startNetEventRig runs mhiproxy with args on profile over a network
-// built from cfg; ready false expects no ready line but an exit, whose
-// status and output it returns in the rig (proxy empty).
+// built from cfg. Once it is listening it returns the rig (stopped when
+// the test ends) and 0; if mhiproxy exits first it returns the rig with
+// proxy empty and the exit status, the output in stdout and stderr.
 func startNetEventRig(t *testing.T, profile string, cfg simnet.NetworkConfig, args ...string) (*netEventRig, int) {
 	t.Helper()
 	r := &netEventRig{nw: simnet.NewNetwork(cfg), stdout: new(syncBuffer), stderr: new(syncBuffer)}
