@@ -23,20 +23,23 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); retur
 // *net.TCPConn, gVisor's gonet.TCPConn and the stack's TCPConn all are.
 type closeWriter interface{ CloseWrite() error }
 
+// lingerer is a connection that can be closed with a reset (RST) rather
+// than a FIN, by SetLinger(0): *net.TCPConn is.
+type lingerer interface{ SetLinger(sec int) error }
+
 // relay copies between a client and a target until both directions are
 // done, then closes both. Returns the bytes sent up (client → target)
 // and down. pre is data the client already sent that was buffered while
 // reading its request, and goes to the target first.
 func (s *Server) relay(client, target net.Conn, pre []byte) (up, down int64) {
-	r := relayState{idle: s.idleTimeout()}
+	r := relayState{idle: s.idleTimeout(), client: client}
 	r.touch()
 	if len(pre) > 0 {
 		n, err := target.Write(pre)
 		up += int64(n)
 		s.stats.BytesUp.Add(uint64(n))
 		if err != nil {
-			client.Close()
-			target.Close()
+			r.fail(client, target, err)
 			return up, 0
 		}
 	}
@@ -53,8 +56,9 @@ func (s *Server) relay(client, target net.Conn, pre []byte) (up, down int64) {
 
 // relayState is shared by the two directions of one relay.
 type relayState struct {
-	idle time.Duration
-	last atomic.Int64 // unix nanos of the last byte moved either way
+	idle   time.Duration
+	client net.Conn
+	last   atomic.Int64 // unix nanos of the last byte moved either way
 	// failed is set when a direction stops on an error rather than EOF; the
 	// other direction must then be torn down, not half-closed.
 	failed atomic.Bool
@@ -90,7 +94,11 @@ func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
 			total += int64(w)
 			counter.Add(uint64(w))
 			if werr != nil {
-				r.fail(dst, src)
+				var targetErr error
+				if dst != r.client {
+					targetErr = werr
+				}
+				r.fail(dst, src, targetErr)
 				return total
 			}
 		}
@@ -111,15 +119,26 @@ func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
 				}
 			}
 		}
-		r.fail(dst, src)
+		var targetErr error
+		if src != r.client && !errors.Is(err, os.ErrDeadlineExceeded) {
+			targetErr = err
+		}
+		r.fail(dst, src, targetErr)
 		return total
 	}
 }
 
 // fail ends both directions: closing both conns unblocks the other
-// goroutine's Read or Write.
-func (r *relayState) fail(a, b net.Conn) {
+// goroutine's Read or Write. targetErr, non-nil when the target's side
+// failed (the stack aborted the connection because the session's address
+// went away, say; not the idle timeout), resets the client's connection,
+// so that the client sees an error instead of an end of stream it could
+// take for a complete answer.
+func (r *relayState) fail(a, b net.Conn, targetErr error) {
 	r.failed.Store(true)
+	if l, ok := r.client.(lingerer); ok && targetErr != nil {
+		l.SetLinger(0)
+	}
 	a.Close()
 	b.Close()
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -349,6 +350,27 @@ func TestCloseEndsActiveRelaysAndAssociations(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	if err := r.srv.Serve(ln); err != ErrServerClosed {
 		t.Errorf("Serve after Close: %v", err)
+	}
+}
+
+// A target connection that fails (here reset; through the stack, aborted
+// because the session's address went away) resets the client's: the
+// client sees an error, not an end of stream like a finished answer.
+func TestSOCKS5TargetFailureResetsTheClient(t *testing.T) {
+	r := newRig(t, nil)
+	tg := newTarget(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		c.Read(make([]byte, 1))
+		c.(*net.TCPConn).SetLinger(0)
+	})
+	conn, err := r.client().DialContext(context.Background(), "tcp", tg.addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("x"))
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("read after the target's reset: %d, %v; want ECONNRESET", n, err)
 	}
 }
 
