@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -123,6 +124,9 @@ OPEN, BASIC_CONNECT, a data session) and the QMI pair the emulated QMI
 function (CTL, DMS, NAS, UIM, WDS, WDA; sharing the MBIM function's SIM,
 registration and calls when the profile has both) unless -function says
 otherwise;
+-function SAHARA=sahara (with -boot pbl, on a modem with a SAHARA pair such
+as qcom-qdu100) holds the modem in its SBL, whose Sahara server asks the
+host for the images of -sahara-images (docs/FLASHING.md).
 -function NAME=carrier puts the carrier network on a data pair: TCP and UDP
 to 198.18.0.1 reach this host's 127.0.0.1, other destinations the host's
 network, and DL packets are aggregated like a modem (-flush-delay).
@@ -160,9 +164,9 @@ func (f functionFlag) Set(v string) error {
 		return fmt.Errorf("want NAME=KIND, got %q", v)
 	}
 	switch kind {
-	case "icmp", "loopback", "mbim", "qmi", "none", "carrier", "carrier-qmap", "carrier-qmap5", "firehose":
+	case "icmp", "loopback", "mbim", "qmi", "none", "carrier", "carrier-qmap", "carrier-qmap5", "firehose", "sahara":
 	default:
-		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, firehose, none)", kind)
+		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, firehose, sahara, none)", kind)
 	}
 	f[name] = kind
 	return nil
@@ -177,7 +181,8 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
 	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
 	functions := functionFlag{}
-	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi, firehose (the flash programmer over emulated UFS, for FIREHOSE: mhictl flash -device vfio-user:PATH) or none (repeatable)")
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi, firehose (the flash programmer over emulated UFS, for FIREHOSE: mhictl flash -device vfio-user:PATH), sahara (the SBL's Sahara server asking for -sahara-images, for SAHARA; needs -boot pbl and holds the modem in its SBL) or none (repeatable)")
+	saharaImages := fs.String("sahara-images", "13:65536", "with a sahara function: the images the emulated SBL asks the host for, in order (`ID:SIZE`[,ID:SIZE...]; the host's file for an ID must hold at least SIZE bytes)")
 	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
 	radioName := fs.String("radio", "", "carrier network: put a radio link model between the modem and the network, both ways: a preset `NAME` or a JSON FILE (rate or trace, queue, delay, loss, handover gaps, RRC promotion; docs/RADIO.md); list: print the presets and exit (default: none, packets pass at once)")
 	noModeration := fs.Bool("no-moderation", false, "raise an MSI for every event (ignore BEI/INTMODT)")
@@ -296,6 +301,9 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer fns.close()
 	responders, carriers := fns.responders, fns.carriers
 	opts.Functions = fns.all
+	if err := serveSahara(fns, *saharaImages, &opts); err != nil {
+		return err
+	}
 	if fns.qmi != nil {
 		// The identity and network the QMI function reports (DMS Get
 		// IDs, NAS Get Serving System): the kernel cross-check compares
@@ -430,6 +438,7 @@ type servedFunctions struct {
 	responders map[string]*simnet.ICMPResponder
 	carriers   map[string]*simnet.CarrierNetwork
 	mbim       *simnet.MBIMFunction // on the MBIM pair, or nil
+	sahara     *sim.Sahara          // on the SAHARA pair, or nil
 	qmi        *simnet.QMIFunction  // on the QMI pair, or nil
 }
 
@@ -513,6 +522,13 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkCo
 			s.all[name] = cn
 		case "loopback":
 			s.all[name] = &sim.Loopback{}
+		case "sahara":
+			if s.sahara != nil {
+				s.close()
+				return nil, usagef("-function: one sahara function per modem (%s and another pair)", name)
+			}
+			s.sahara = &sim.Sahara{}
+			s.all[name] = s.sahara
 		case "firehose":
 			st, err := simStorage(firehose.MemoryUFS)
 			if err != nil {
@@ -721,4 +737,28 @@ func (h levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
 
 func (h levelFloor) WithGroup(n string) slog.Handler {
 	return levelFloor{h.Handler.WithGroup(n), h.min}
+}
+
+// serveSahara gives the sahara function, if one runs, the images of
+// -sahara-images (ID:SIZE[,ID:SIZE...]) and holds the modem in its SBL
+// (sim.Options.StayInSBL), where the SAHARA pair lives; the modem must
+// boot from PBL to reach it.
+func serveSahara(fns *servedFunctions, images string, opts *sim.Options) error {
+	if fns.sahara == nil {
+		return nil
+	}
+	if opts.Boot != sim.BootPBL {
+		return usagef("-function ...=sahara: the SAHARA pair runs in the SBL; add -boot pbl")
+	}
+	for _, f := range strings.Split(images, ",") {
+		id, size, ok := strings.Cut(strings.TrimSpace(f), ":")
+		i, err1 := strconv.ParseUint(id, 0, 32)
+		n, err2 := strconv.ParseUint(size, 0, 31)
+		if !ok || err1 != nil || err2 != nil || n == 0 {
+			return usagef("-sahara-images: %q is not ID:SIZE (SIZE 1..2^31-1 bytes)", f)
+		}
+		fns.sahara.Images = append(fns.sahara.Images, sim.SaharaImage{ID: uint32(i), Size: int(n)})
+	}
+	opts.StayInSBL = true
+	return nil
 }

@@ -32,14 +32,20 @@ var testParts = []gptPart{{"efi", 6, 21}, {"rootfs", 22, 0}}
 
 func guid(b byte) []byte { return bytes.Repeat([]byte{b}, 16) }
 
-func entries() []byte {
+// entries is the partition entry array of testParts on a disk of
+// ss-byte sectors: the 4096-byte layout scaled by 4096/ss, so that every
+// partition keeps its byte offset and size.
+func entries(ss int) []byte {
+	k := uint64(sector / ss)
 	a := make([]byte, numEntries*entrySize)
 	for i, p := range testParts {
 		e := a[i*entrySize:]
 		copy(e[0:], guid(0xA0+byte(i)))  // type GUID
 		copy(e[16:], guid(0xB0+byte(i))) // unique GUID
-		binary.LittleEndian.PutUint64(e[32:], p.first)
-		binary.LittleEndian.PutUint64(e[40:], p.last)
+		binary.LittleEndian.PutUint64(e[32:], p.first*k)
+		if p.last != 0 { // 0: left for the patch
+			binary.LittleEndian.PutUint64(e[40:], (p.last+1)*k-1)
+		}
 		for j, u := range utf16.Encode([]rune(p.name)) {
 			binary.LittleEndian.PutUint16(e[56+2*j:], u)
 		}
@@ -47,14 +53,14 @@ func entries() []byte {
 	return a
 }
 
-func header(current, backup, entriesLBA uint64) []byte {
-	h := make([]byte, sector)
+func header(ss int, current, backup, entriesLBA uint64) []byte {
+	h := make([]byte, ss)
 	copy(h, "EFI PART")
 	binary.LittleEndian.PutUint32(h[8:], 0x00010000)
 	binary.LittleEndian.PutUint32(h[12:], 92)
 	binary.LittleEndian.PutUint64(h[24:], current)
 	binary.LittleEndian.PutUint64(h[32:], backup)
-	binary.LittleEndian.PutUint64(h[40:], 6) // first usable
+	binary.LittleEndian.PutUint64(h[40:], 6*uint64(sector/ss)) // first usable
 	copy(h[56:], guid(0xC0))
 	binary.LittleEndian.PutUint64(h[72:], entriesLBA)
 	binary.LittleEndian.PutUint32(h[80:], numEntries)
@@ -65,16 +71,23 @@ func header(current, backup, entriesLBA uint64) []byte {
 // writeImages writes the images of the test set into dir and returns
 // them by file name.
 func writeImages(t *testing.T, dir string) map[string][]byte {
+	return writeImagesSized(t, dir, sector)
+}
+
+// writeImagesSized writes the test set for ss-byte sectors: the GPT
+// regions of 24 KiB (main) and 20 KiB (backup) and the partitions at the
+// byte offsets of the 4096-byte set.
+func writeImagesSized(t *testing.T, dir string, ss int) map[string][]byte {
 	t.Helper()
-	mbr := make([]byte, sector)
+	mbr := make([]byte, ss)
 	mbr[446+4] = 0xEE // protective partition type
 	binary.LittleEndian.PutUint32(mbr[446+8:], 1)
 	binary.LittleEndian.PutUint32(mbr[446+12:], 0xFFFFFFFF)
 	mbr[510], mbr[511] = 0x55, 0xAA
-	main := append(append(mbr, header(1, 0, 2)...), entries()...)
-	main = append(main, make([]byte, 3*sector)...)
-	backup := append(entries(), make([]byte, 3*sector)...)
-	backup = append(backup, header(0, 1, 0)...)
+	main := append(append(mbr, header(ss, 1, 0, 2)...), entries(ss)...)
+	main = append(main, make([]byte, 6*sector-len(main))...)
+	backup := append(entries(ss), make([]byte, 5*sector-numEntries*entrySize-ss)...)
+	backup = append(backup, header(ss, 0, 1, 0)...)
 	imgs := map[string][]byte{
 		"gpt_main0.bin": main, "gpt_backup0.bin": backup,
 		"efi.bin":    pattern(16*sector, 1),
