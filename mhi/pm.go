@@ -117,12 +117,62 @@ func (c *Controller) resetLeftRunning(ctx context.Context) error {
 	if err := c.mhiReset(ctx); err != nil {
 		return err
 	}
+	if c.prof.ResetOnRemove {
+		// Its firmware outlives the MHI reset and would ignore our M0.
+		// The SoC reset clears the MSI set-up: interrupts start again
+		// on the restored config space, as after a function reset.
+		c.stopInterrupts()
+		if err := c.resetSoC(ctx); err != nil {
+			return err
+		}
+		return c.startInterrupts()
+	}
 	if EE(c.read(c.bhiOff + BHIExecEnv)).InPBL() {
 		return nil
 	}
 	return c.waitFor(ctx, c.prof.readyBound(), "READY after the power-up reset", func() (bool, error) {
 		st := c.read(RegMHISTATUS)
 		return st != 0xFFFFFFFF && st&StatusReady != 0, nil
+	})
+}
+
+// resetSoC writes MHI_SOC_RESET_REQ and waits for the device to be back
+// at power-on, as Linux's remove does for a profile with ResetOnRemove
+// (pci_generic.c: "bus: mhi: host: pci_generic: Reset QDU100 while the
+// MHI driver is removed"; docs/QUIRKS.md, "Reset on remove"): such a
+// device's firmware survives an MHI reset in mission mode and ignores the
+// next M0 request. The reset takes the PCIe core along, so config space
+// is restored once it is seen lost (bounded by the state timeout: a
+// function that keeps it is waited for that long), then READY or the
+// boot ROM is waited for (bounded by the READY timeout).
+func (c *Controller) resetSoC(ctx context.Context) error {
+	c.write(RegSOCResetReq, SOCResetCookie)
+	var restoreErr error
+	err := c.waitFor(ctx, c.stateBound(), "config space lost to the SoC reset", func() (bool, error) {
+		if !c.configLost() {
+			return false, nil
+		}
+		restoreErr = c.restoreConfig()
+		return true, nil
+	})
+	if errors.Is(err, ErrTimeout) {
+		c.log.Warn("config space kept across the SoC reset", "dev", c.name)
+	} else if err != nil {
+		return err
+	}
+	if restoreErr != nil {
+		return restoreErr
+	}
+	return c.waitFor(ctx, c.prof.readyBound(), "READY or the boot ROM after the SoC reset", func() (bool, error) {
+		if c.configLost() {
+			restoreErr = c.restoreConfig() // the reset came after a look
+			return false, restoreErr
+		}
+		st := c.read(RegMHISTATUS)
+		if st == 0xFFFFFFFF {
+			return false, nil
+		}
+		return st&StatusReady != 0 || EE(c.read(c.bhiOff+BHIExecEnv)).InPBL(), nil
 	})
 }
 
@@ -967,6 +1017,11 @@ func (c *Controller) PowerDown(ctx context.Context) error {
 			})
 			if rerr != nil {
 				c.log.Warn("device not READY after power-down reset", "dev", c.name, "err", rerr)
+			}
+			if c.prof.ResetOnRemove {
+				if err = c.resetSoC(ctx); err != nil {
+					c.log.Warn("SoC reset at power-down", "dev", c.name, "err", err)
+				}
 			}
 		}
 	}

@@ -203,3 +203,52 @@ func TestLateStateChangeDuringPowerDownIsIgnored(t *testing.T) {
 		l.exchange(t, rng, 5, 4096)
 	}
 }
+
+// TestResetOnRemoveLetsTheNextHostPowerUp: QDU100's firmware outlives an
+// MHI reset in mission mode and ignores the next M0 request until a SoC
+// reset (reset-on-remove, on by default for the profile; Linux
+// pci_generic.c: "bus: mhi: host: pci_generic: Reset QDU100 while the MHI
+// driver is removed"). A host that closes the modem after moving data
+// (PowerDown ends with a SoC reset for a ResetOnRemove profile), or one
+// that dies leaving it in M0 (the next host's power-up reset is followed
+// by a SoC reset), leaves it to a new controller that powers it up and
+// moves data, with no violation. Without the SoC resets the new host's
+// power-up times out waiting for M0.
+func TestResetOnRemoveLetsTheNextHostPowerUp(t *testing.T) {
+	for _, leave := range []string{"close", "die"} {
+		t.Run(leave, func(t *testing.T) {
+			r := newRig(t, "qcom-qdu100", sim.Options{}, mhi.Options{})
+			r.powerUp()
+			rng := rand.New(rand.NewPCG(101, 102))
+			old := newLoop(r, "LOOPBACK", 4096, 8, 8)
+			old.exchange(t, rng, 5, 4096)
+			if leave == "close" {
+				if err := r.c.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			} else {
+				freeAll(t, r, append(mhi.AbandonForTest(r.c), old.bufs...))
+			}
+			c2, err := mhi.New(r.dev, mhi.Options{Profile: r.p, Timeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := c2.Close(); err != nil {
+					t.Errorf("second controller Close: %v", err)
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := c2.PowerUp(ctx); err != nil {
+				t.Fatalf("PowerUp after the first host left (%s): %v", leave, err)
+			}
+			r.c = c2
+			l := newLoop(r, "LOOPBACK", 4096, 8, 8)
+			l.exchange(t, rng, 5, 4096)
+			if n := r.m.Stats().Violations; n != 0 {
+				t.Errorf("the modem saw %d protocol violations: %v", n, r.m.Violations())
+			}
+		})
+	}
+}

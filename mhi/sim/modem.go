@@ -238,9 +238,12 @@ type Modem struct {
 	// an MHI reset; any doorbell before the host next requests a state
 	// is a violation (read by MMIOWrite).
 	lateWindow atomic.Bool
-	attached   atomic.Bool
-	attach     sync.Once
-	detach     sync.Once
+	// needsSoCReset: QuirkResetOnRemove saw an MHI reset in mission
+	// mode; M0 requests are ignored until power-on (under mu).
+	needsSoCReset bool
+	attached      atomic.Bool
+	attach        sync.Once
+	detach        sync.Once
 
 	// mu is the device lock: everything below, the channels and the
 	// event rings. The device goroutine holds it while it works, Send

@@ -34,7 +34,30 @@ const (
 	// the host is to ignore the late change, not take it as an M0 to
 	// ring in.
 	QuirkLateStateChange Quirk = "late-state-change"
+	// QuirkResetOnRemove: an MHI reset requested in mission mode (M0 in
+	// AMSS) leaves the firmware running: the device comes READY, but it
+	// ignores every M0 request after it (the next host's power-up
+	// stalls) until a SoC reset (or FLR) brings it back to power-on.
+	QuirkResetOnRemove Quirk = "reset-on-remove"
 )
+
+// resetOnRemove plays QuirkResetOnRemove when MHICTRL.RESET is acted on:
+// from M0 in AMSS the modem will not take an M0 request again before its
+// next power-on. The caller holds m.mu.
+func (m *Modem) resetOnRemove() {
+	if m.quirks.has(QuirkResetOnRemove) && m.state == mhi.StateM0 && m.ee == mhi.EEAMSS {
+		m.needsSoCReset = true
+	}
+}
+
+// ignoresM0 reports whether an M0 request is ignored (QuirkResetOnRemove
+// after an MHI reset in mission mode). The caller holds m.mu.
+func (m *Modem) ignoresM0() bool {
+	if m.needsSoCReset {
+		m.log.Info("M0 ignored: MHI reset in mission mode; the firmware waits for a SoC reset (reset-on-remove)")
+	}
+	return m.needsSoCReset
+}
 
 // ruleLateDoorbell is the violation of a host that takes a state change
 // arriving during its teardown for a live device.
@@ -93,6 +116,7 @@ func (m *Modem) LosePower() error {
 // device crashes before the host is there (no event, no MSI). The caller
 // holds m.mu.
 func (m *Modem) powerOnQuirks() {
+	m.needsSoCReset = false
 	if !m.quirks.has(QuirkSysErrAtPowerUp) {
 		return
 	}
