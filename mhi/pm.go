@@ -918,7 +918,7 @@ func (c *Controller) Resume(ctx context.Context) error {
 	// All-ones from a function that still answers config reads is a
 	// BAR not readable yet, not a state: resume as usual.
 	if s := State(Field(st, StatusStateMask, StatusStateShift)); st != 0xFFFFFFFF && s != StateM3 {
-		return c.resumeByRecovery(ctx, s, ee)
+		return c.resumeByRecovery(ctx, s, ee, "power lost in suspend")
 	}
 	c.mu.Lock()
 	if c.pm != pmM3 {
@@ -942,12 +942,37 @@ func (c *Controller) Resume(ctx context.Context) error {
 	return nil
 }
 
-// resumeByRecovery resumes a device found in state s, not M3, at resume:
-// power was lost in suspend and it is back at its power-on state (Linux
-// pci_generic queues its recovery instead of failing the resume). The
-// SYS_ERR recovery (recover) resets it, boots it and starts the channels
-// again; Resume waits for it to end.
-func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error {
+// Restore resumes a suspended device after the host itself was restored
+// from a hibernation image (Linux pci-generic mhi_pci_restore: "bus: mhi:
+// pci-generic: Fix hibernation"; docs/QUIRKS.md, "Hibernation"). The
+// device may hold ring pointers of another session (a restore kernel that
+// brought MHI up with its own contexts), which the host's memory, back
+// from the image, no longer matches: it is not resumed but reset, booted,
+// its contexts programmed again and its channels started again, as in
+// SYS_ERR recovery. Restore returns once that ended; call it instead of
+// Resume after a hibernation.
+func (c *Controller) Restore(ctx context.Context) error {
+	c.mu.Lock()
+	if c.pm != pmM3 {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: restore from %s: %w", c.name, c.pm, ErrState)
+	}
+	c.mu.Unlock()
+	st, ee, removed := c.deviceStatus()
+	if removed {
+		c.markRemoved()
+		return fmt.Errorf("mhi: %s: restore: %w", c.name, ErrRemoved)
+	}
+	return c.resumeByRecovery(ctx, State(Field(st, StatusStateMask, StatusStateShift)), ee, "restore from hibernation")
+}
+
+// resumeByRecovery resumes a device found in state s at resume, why
+// says why it cannot simply be resumed: power was lost in suspend and it
+// is back at its power-on state (Linux pci_generic queues its recovery
+// instead of failing the resume), or the host was restored from
+// hibernation (Restore). The SYS_ERR recovery (recover) resets it, boots
+// it and starts the channels again; Resume waits for it to end.
+func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE, why string) error {
 	c.mu.Lock()
 	if c.pm != pmM3 || c.recovering {
 		c.mu.Unlock()
@@ -956,9 +981,9 @@ func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error
 	c.devState = s
 	rctx := c.beginRecoveryLocked()
 	c.mu.Unlock()
-	c.log.Warn("device not in M3 at resume (power lost in suspend); recovering it", "dev", c.name, "state", s, "ee", ee)
+	c.log.Warn("device not resumable; recovering it", "dev", c.name, "why", why, "state", s, "ee", ee)
 	go c.recover(rctx)
-	err := c.waitFor(ctx, c.prof.readyBound().twice(), "recovery after a power loss in suspend", func() (bool, error) {
+	err := c.waitFor(ctx, c.prof.readyBound().twice(), "recovery after "+why, func() (bool, error) {
 		return !c.recovering, nil
 	})
 	if err != nil {
@@ -969,7 +994,7 @@ func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error
 	pm := c.pm
 	c.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("mhi: %s: resume: recovery after a power loss in suspend left the device in %s: %w", c.name, pm, ErrSysErr)
+		return fmt.Errorf("mhi: %s: resume: recovery after %s left the device in %s: %w", c.name, why, pm, ErrSysErr)
 	}
 	c.stats.Resumes.Add(1)
 	c.emit(Event{Kind: EventResumed})

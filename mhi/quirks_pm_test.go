@@ -252,3 +252,50 @@ func TestResetOnRemoveLetsTheNextHostPowerUp(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreFromHibernationReinitialisesTheDevice: the host suspended the
+// modem, then was restored from a hibernation image; the restore kernel
+// had brought MHI up with contexts of its own, so the modem, in M3 again,
+// holds ring pointers that are not the host's (Modem.HibernationRestore;
+// Linux pci-generic: "bus: mhi: pci-generic: Fix hibernation"). Restore
+// resets the modem and programs the contexts again instead of resuming:
+// M0, mission mode, data on the loopback pair, no violation. With Resume
+// in its place the modem, its command ring rp back at the base, replayed
+// the host's earlier START_CHANs of channels 100 and 101 (the strict modem
+// reports them: CHSTATE RUNNING, not ENABLED).
+func TestRestoreFromHibernationReinitialisesTheDevice(t *testing.T) {
+	var so sim.Options
+	pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, pair, 4096, 8, 8)
+	rng := rand.New(rand.NewPCG(111, 112))
+	l.exchange(t, rng, 13, 4096) // the rings' pointers away from their bases
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := l.suspendIdle(ctx); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	if err := r.m.HibernationRestore(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.Restore(ctx); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || !mission {
+		t.Fatalf("controller in %s/%s (mission %v) after Restore", st, ee, mission)
+	}
+	l.exchange(t, rng, 13, 4096)
+	if v := r.m.Stats().Violations; v != 0 {
+		t.Fatalf("%d violations: %v", v, r.m.Violations())
+	}
+}
+
+// TestRestoreOutsideSuspendIsRefused: Restore is for a suspended device.
+func TestRestoreOutsideSuspendIsRefused(t *testing.T) {
+	r := newRig(t, "qcom-sdx55m", sim.Options{}, mhi.Options{})
+	r.powerUp()
+	if err := r.c.Restore(context.Background()); !errors.Is(err, mhi.ErrState) {
+		t.Fatalf("Restore in M0: %v, want ErrState", err)
+	}
+}

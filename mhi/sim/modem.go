@@ -826,6 +826,7 @@ const (
 	reqHang
 	reqCrash
 	reqLeaveSBL
+	reqHibernationRestore
 )
 
 // call runs a request on the device goroutine and waits for it.
@@ -876,6 +877,8 @@ func (m *Modem) handle(r *request) {
 		}
 	case reqCorruptRP:
 		err = m.corruptEventRP(r.ring, r.rp)
+	case reqHibernationRestore:
+		err = m.hibernationRestore() // quirks_pm.go
 	}
 	m.mu.Unlock()
 	m.runActions()

@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/mhistack/mhistack/mhi"
+import (
+	"fmt"
+
+	"github.com/mhistack/mhistack/mhi"
+)
 
 // Power-management and power-up quirks (docs/QUIRKS.md).
 
@@ -110,6 +114,44 @@ func (m *Modem) afterM3() {
 func (m *Modem) LosePower() error {
 	m.stats.powerLosses.Add(1)
 	return m.call(reqReset)
+}
+
+// HibernationRestore plays what a hibernation restore leaves in a modem
+// the host had suspended (Linux pci-generic: "bus: mhi: pci-generic: Fix
+// hibernation"): the restore kernel brought MHI up with contexts of its
+// own and suspended it again, so the device is in M3 but every ring
+// pointer it holds (each started channel's rp and wp, each event ring's
+// rp and wp, the command ring's rp) is that session's, here its ring's
+// base, while the host's contexts and rings came back from the image as
+// they were. A host that only resumes hands the device rings it no longer
+// agrees on (at its next command the device reads the command ring from
+// its base again and replays the host's earlier commands); one that resets and programs its contexts again (as Linux's
+// restore does) is served. It fails unless the modem is in M3.
+func (m *Modem) HibernationRestore() error {
+	return m.call(reqHibernationRestore)
+}
+
+// hibernationRestore rewinds every ring pointer the device holds (see
+// HibernationRestore). The caller holds m.mu.
+func (m *Modem) hibernationRestore() error {
+	if m.state != mhi.StateM3 {
+		return fmt.Errorf("sim: hibernation restore with the modem in %s, not M3", m.state)
+	}
+	for _, c := range m.chans {
+		if c != nil && c.started {
+			c.rp, c.wp = c.ring.base, c.ring.base
+		}
+	}
+	for i := range m.ers {
+		if er := &m.ers[i]; er.ring.n != 0 {
+			er.rp, er.wp = er.ring.base, er.ring.base
+		}
+	}
+	if m.cmd.ring.n != 0 {
+		m.cmd.rp = m.cmd.ring.base
+	}
+	m.log.Info("hibernation restore: every ring pointer the device holds is the restore kernel's")
+	return nil
 }
 
 // powerOnQuirks runs at the end of powerOn: with QuirkSysErrAtPowerUp the
