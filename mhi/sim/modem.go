@@ -238,12 +238,9 @@ type Modem struct {
 	// an MHI reset; any doorbell before the host next requests a state
 	// is a violation (read by MMIOWrite).
 	lateWindow atomic.Bool
-	// needsSoCReset: QuirkResetOnRemove saw an MHI reset in mission
-	// mode; M0 requests are ignored until power-on (under mu).
-	needsSoCReset bool
-	attached      atomic.Bool
-	attach        sync.Once
-	detach        sync.Once
+	attached   atomic.Bool
+	attach     sync.Once
+	detach     sync.Once
 
 	// mu is the device lock: everything below, the channels and the
 	// event rings. The device goroutine holds it while it works, Send
@@ -257,16 +254,19 @@ type Modem struct {
 	hc         hostCfg
 	cmd        cmdRing
 	cmdPending bool
-	ers        [maxEventRings]eventRing
-	chans      [mhi.MaxChannels]*channel
-	pairs      []*pair
-	burstChans []*channel
-	dbWork     chanBits  // channel doorbells to handle
-	ulWork     chanBits  // UL channels with TREs to consume
-	polling    bool      // a burst channel polls: wake up every PollInterval
-	lastActive time.Time // a polling channel last found something new
-	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
-	sblUntil   time.Time
+	// needsSoCReset: QuirkResetOnRemove saw an MHI reset in mission
+	// mode; M0 requests are ignored until power-on.
+	needsSoCReset bool
+	ers           [maxEventRings]eventRing
+	chans         [mhi.MaxChannels]*channel
+	pairs         []*pair
+	burstChans    []*channel
+	dbWork        chanBits  // channel doorbells to handle
+	ulWork        chanBits  // UL channels with TREs to consume
+	polling       bool      // a burst channel polls: wake up every PollInterval
+	lastActive    time.Time // a polling channel last found something new
+	watchNext     time.Time // the next doorbell-mode watchdog check (zero: none)
+	sblUntil      time.Time
 	// fpAt is when the flash programmer takes over MHI after its
 	// download (QuirkEDLReadyAgain; zero: not pending).
 	fpAt time.Time
