@@ -117,12 +117,62 @@ func (c *Controller) resetLeftRunning(ctx context.Context) error {
 	if err := c.mhiReset(ctx); err != nil {
 		return err
 	}
+	if c.prof.ResetOnRemove {
+		// Its firmware outlives the MHI reset and would ignore our M0.
+		// The SoC reset clears the MSI set-up: interrupts start again
+		// on the restored config space, as after a function reset.
+		c.stopInterrupts()
+		if err := c.resetSoC(ctx); err != nil {
+			return err
+		}
+		return c.startInterrupts()
+	}
 	if EE(c.read(c.bhiOff + BHIExecEnv)).InPBL() {
 		return nil
 	}
 	return c.waitFor(ctx, c.prof.readyBound(), "READY after the power-up reset", func() (bool, error) {
 		st := c.read(RegMHISTATUS)
 		return st != 0xFFFFFFFF && st&StatusReady != 0, nil
+	})
+}
+
+// resetSoC writes MHI_SOC_RESET_REQ and waits for the device to be back
+// at power-on, as Linux's remove does for a profile with ResetOnRemove
+// (pci_generic.c: "bus: mhi: host: pci_generic: Reset QDU100 while the
+// MHI driver is removed"; docs/QUIRKS.md, "Reset on remove"): such a
+// device's firmware survives an MHI reset in mission mode and ignores the
+// next M0 request. The reset takes the PCIe core along, so config space
+// is restored once it is seen lost (bounded by the state timeout: a
+// function that keeps it is waited for that long), then READY or the
+// boot ROM is waited for (bounded by the READY timeout).
+func (c *Controller) resetSoC(ctx context.Context) error {
+	c.write(RegSOCResetReq, SOCResetCookie)
+	var restoreErr error
+	err := c.waitFor(ctx, c.stateBound(), "config space lost to the SoC reset", func() (bool, error) {
+		if !c.configLost() {
+			return false, nil
+		}
+		restoreErr = c.restoreConfig()
+		return true, nil
+	})
+	if errors.Is(err, ErrTimeout) {
+		c.log.Warn("config space kept across the SoC reset", "dev", c.name)
+	} else if err != nil {
+		return err
+	}
+	if restoreErr != nil {
+		return restoreErr
+	}
+	return c.waitFor(ctx, c.prof.readyBound(), "READY or the boot ROM after the SoC reset", func() (bool, error) {
+		if c.configLost() {
+			restoreErr = c.restoreConfig() // the reset came after a look
+			return false, restoreErr
+		}
+		st := c.read(RegMHISTATUS)
+		if st == 0xFFFFFFFF {
+			return false, nil
+		}
+		return st&StatusReady != 0 || EE(c.read(c.bhiOff+BHIExecEnv)).InPBL(), nil
 	})
 }
 
@@ -868,7 +918,7 @@ func (c *Controller) Resume(ctx context.Context) error {
 	// All-ones from a function that still answers config reads is a
 	// BAR not readable yet, not a state: resume as usual.
 	if s := State(Field(st, StatusStateMask, StatusStateShift)); st != 0xFFFFFFFF && s != StateM3 {
-		return c.resumeByRecovery(ctx, s, ee)
+		return c.resumeByRecovery(ctx, s, ee, "power lost in suspend")
 	}
 	c.mu.Lock()
 	if c.pm != pmM3 {
@@ -892,12 +942,37 @@ func (c *Controller) Resume(ctx context.Context) error {
 	return nil
 }
 
-// resumeByRecovery resumes a device found in state s, not M3, at resume:
-// power was lost in suspend and it is back at its power-on state (Linux
-// pci_generic queues its recovery instead of failing the resume). The
-// SYS_ERR recovery (recover) resets it, boots it and starts the channels
-// again; Resume waits for it to end.
-func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error {
+// Restore resumes a suspended device after the host itself was restored
+// from a hibernation image (Linux pci-generic mhi_pci_restore: "bus: mhi:
+// pci-generic: Fix hibernation"; docs/QUIRKS.md, "Hibernation"). The
+// device may hold ring pointers of another session (a restore kernel that
+// brought MHI up with its own contexts), which the host's memory, back
+// from the image, no longer matches: it is not resumed but reset, booted,
+// its contexts programmed again and its channels started again, as in
+// SYS_ERR recovery. Restore returns once that ended; call it instead of
+// Resume after a hibernation.
+func (c *Controller) Restore(ctx context.Context) error {
+	c.mu.Lock()
+	if c.pm != pmM3 {
+		c.mu.Unlock()
+		return fmt.Errorf("mhi: %s: restore from %s: %w", c.name, c.pm, ErrState)
+	}
+	c.mu.Unlock()
+	st, ee, removed := c.deviceStatus()
+	if removed {
+		c.markRemoved()
+		return fmt.Errorf("mhi: %s: restore: %w", c.name, ErrRemoved)
+	}
+	return c.resumeByRecovery(ctx, State(Field(st, StatusStateMask, StatusStateShift)), ee, "restore from hibernation")
+}
+
+// resumeByRecovery resumes a device found in state s at resume, why
+// says why it cannot simply be resumed: power was lost in suspend and it
+// is back at its power-on state (Linux pci_generic queues its recovery
+// instead of failing the resume), or the host was restored from
+// hibernation (Restore). The SYS_ERR recovery (recover) resets it, boots
+// it and starts the channels again; Resume waits for it to end.
+func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE, why string) error {
 	c.mu.Lock()
 	if c.pm != pmM3 || c.recovering {
 		c.mu.Unlock()
@@ -906,9 +981,9 @@ func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error
 	c.devState = s
 	rctx := c.beginRecoveryLocked()
 	c.mu.Unlock()
-	c.log.Warn("device not in M3 at resume (power lost in suspend); recovering it", "dev", c.name, "state", s, "ee", ee)
+	c.log.Warn("device not resumable; recovering it", "dev", c.name, "why", why, "state", s, "ee", ee)
 	go c.recover(rctx)
-	err := c.waitFor(ctx, c.prof.readyBound().twice(), "recovery after a power loss in suspend", func() (bool, error) {
+	err := c.waitFor(ctx, c.prof.readyBound().twice(), "recovery after "+why, func() (bool, error) {
 		return !c.recovering, nil
 	})
 	if err != nil {
@@ -919,7 +994,7 @@ func (c *Controller) resumeByRecovery(ctx context.Context, s State, ee EE) error
 	pm := c.pm
 	c.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("mhi: %s: resume: recovery after a power loss in suspend left the device in %s: %w", c.name, pm, ErrSysErr)
+		return fmt.Errorf("mhi: %s: resume: recovery after %s left the device in %s: %w", c.name, why, pm, ErrSysErr)
 	}
 	c.stats.Resumes.Add(1)
 	c.emit(Event{Kind: EventResumed})
@@ -967,6 +1042,11 @@ func (c *Controller) PowerDown(ctx context.Context) error {
 			})
 			if rerr != nil {
 				c.log.Warn("device not READY after power-down reset", "dev", c.name, "err", rerr)
+			}
+			if c.prof.ResetOnRemove {
+				if err = c.resetSoC(ctx); err != nil {
+					c.log.Warn("SoC reset at power-down", "dev", c.name, "err", err)
+				}
 			}
 		}
 	}

@@ -45,6 +45,12 @@ type Profile struct {
 	// NoM3: the device does not support M3 (Linux pci_generic leaves
 	// runtime PM off for it); Suspend refuses without writing MHICTRL.
 	NoM3 bool
+	// ResetOnRemove: an MHI reset in mission mode does not restart the
+	// device's firmware, and a host that finds it so cannot power it up
+	// again; PowerDown ends with a SoC reset (Linux pci_generic
+	// reset_on_remove: "bus: mhi: host: pci_generic: Reset QDU100 while
+	// the MHI driver is removed").
+	ResetOnRemove bool
 	// MBIMSessionOffset is added to the MBIM session ID in the NDPs of
 	// the IP_HW0_MBIM pair: MBIM session n (MBIM_CID_CONNECT's
 	// SessionId) travels with NDP session n+offset. SDX72/SDX75-based

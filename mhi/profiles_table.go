@@ -467,6 +467,7 @@ var profiles = []*Profile{
 		FirmwareImage: "qcom/qdu100/xbl_s.melf",
 		EDLTrigger:    true,
 		NoM3:          true,
+		ResetOnRemove: true,
 	},
 
 	// ---- Quectel (Quectel EM1xx config, mhi_quectel_em1xx_info /

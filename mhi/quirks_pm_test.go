@@ -203,3 +203,99 @@ func TestLateStateChangeDuringPowerDownIsIgnored(t *testing.T) {
 		l.exchange(t, rng, 5, 4096)
 	}
 }
+
+// TestResetOnRemoveLetsTheNextHostPowerUp: QDU100's firmware outlives an
+// MHI reset in mission mode and ignores the next M0 request until a SoC
+// reset (reset-on-remove, on by default for the profile; Linux
+// pci_generic.c: "bus: mhi: host: pci_generic: Reset QDU100 while the MHI
+// driver is removed"). A host that closes the modem after moving data
+// (PowerDown ends with a SoC reset for a ResetOnRemove profile), or one
+// that dies leaving it in M0 (the next host's power-up reset is followed
+// by a SoC reset), leaves it to a new controller that powers it up and
+// moves data, with no violation. Without the SoC resets the new host's
+// power-up times out waiting for M0.
+func TestResetOnRemoveLetsTheNextHostPowerUp(t *testing.T) {
+	for _, leave := range []string{"close", "die"} {
+		t.Run(leave, func(t *testing.T) {
+			r := newRig(t, "qcom-qdu100", sim.Options{}, mhi.Options{})
+			r.powerUp()
+			rng := rand.New(rand.NewPCG(101, 102))
+			old := newLoop(r, "LOOPBACK", 4096, 8, 8)
+			old.exchange(t, rng, 5, 4096)
+			if leave == "close" {
+				if err := r.c.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			} else {
+				freeAll(t, r, append(mhi.AbandonForTest(r.c), old.bufs...))
+			}
+			c2, err := mhi.New(r.dev, mhi.Options{Profile: r.p, Timeout: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := c2.Close(); err != nil {
+					t.Errorf("second controller Close: %v", err)
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := c2.PowerUp(ctx); err != nil {
+				t.Fatalf("PowerUp after the first host left (%s): %v", leave, err)
+			}
+			r.c = c2
+			l := newLoop(r, "LOOPBACK", 4096, 8, 8)
+			l.exchange(t, rng, 5, 4096)
+			if n := r.m.Stats().Violations; n != 0 {
+				t.Errorf("the modem saw %d protocol violations: %v", n, r.m.Violations())
+			}
+		})
+	}
+}
+
+// TestRestoreFromHibernationReinitialisesTheDevice: the host suspended the
+// modem, then was restored from a hibernation image; the restore kernel
+// had brought MHI up with contexts of its own, so the modem, in M3 again,
+// holds ring pointers that are not the host's (Modem.HibernationRestore;
+// Linux pci-generic: "bus: mhi: pci-generic: Fix hibernation"). Restore
+// resets the modem and programs the contexts again instead of resuming:
+// M0, mission mode, data on the loopback pair, no violation. With Resume
+// in its place the modem, its command ring rp back at the base, replayed
+// the host's earlier START_CHANs of channels 100 and 101 (the strict modem
+// reports them: CHSTATE RUNNING, not ENABLED).
+func TestRestoreFromHibernationReinitialisesTheDevice(t *testing.T) {
+	var so sim.Options
+	pair := quirkDataPair(profile(t, "qcom-sdx55m"), &so)
+	r := newRig(t, "qcom-sdx55m", so, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, pair, 4096, 8, 8)
+	rng := rand.New(rand.NewPCG(111, 112))
+	l.exchange(t, rng, 13, 4096) // the rings' pointers away from their bases
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := l.suspendIdle(ctx); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	if err := r.m.HibernationRestore(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.Restore(ctx); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if st, ee, mission := r.c.State(); st != mhi.StateM0 || ee != mhi.EEAMSS || !mission {
+		t.Fatalf("controller in %s/%s (mission %v) after Restore", st, ee, mission)
+	}
+	l.exchange(t, rng, 13, 4096)
+	if v := r.m.Stats().Violations; v != 0 {
+		t.Fatalf("%d violations: %v", v, r.m.Violations())
+	}
+}
+
+// TestRestoreOutsideSuspendIsRefused: Restore is for a suspended device.
+func TestRestoreOutsideSuspendIsRefused(t *testing.T) {
+	r := newRig(t, "qcom-sdx55m", sim.Options{}, mhi.Options{})
+	r.powerUp()
+	if err := r.c.Restore(context.Background()); !errors.Is(err, mhi.ErrState) {
+		t.Fatalf("Restore in M0: %v, want ErrState", err)
+	}
+}

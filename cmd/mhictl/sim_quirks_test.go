@@ -19,7 +19,7 @@ func TestSimQuirksPrintsTheMatrix(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^qcom-qdu100 +no-m3 +- IP_SW0 +ok .*\(no M3: refused\).* ok$`),
+		regexp.MustCompile(`(?m)^qcom-qdu100 +no-m3,reset-on-remove +- IP_SW0 +ok .*\(no M3: refused\).* ok$`),
 		regexp.MustCompile(`(?m)^qcom-sdx75m +slow-ready +mbim IP_HW0 +ok .* ok$`),
 		regexp.MustCompile(`READY 50ms after power-on`),
 		regexp.MustCompile(`2 of 2 profiles passed every step`),

@@ -254,16 +254,19 @@ type Modem struct {
 	hc         hostCfg
 	cmd        cmdRing
 	cmdPending bool
-	ers        [maxEventRings]eventRing
-	chans      [mhi.MaxChannels]*channel
-	pairs      []*pair
-	burstChans []*channel
-	dbWork     chanBits  // channel doorbells to handle
-	ulWork     chanBits  // UL channels with TREs to consume
-	polling    bool      // a burst channel polls: wake up every PollInterval
-	lastActive time.Time // a polling channel last found something new
-	watchNext  time.Time // the next doorbell-mode watchdog check (zero: none)
-	sblUntil   time.Time
+	// needsSoCReset: QuirkResetOnRemove saw an MHI reset in mission
+	// mode; M0 requests are ignored until power-on.
+	needsSoCReset bool
+	ers           [maxEventRings]eventRing
+	chans         [mhi.MaxChannels]*channel
+	pairs         []*pair
+	burstChans    []*channel
+	dbWork        chanBits  // channel doorbells to handle
+	ulWork        chanBits  // UL channels with TREs to consume
+	polling       bool      // a burst channel polls: wake up every PollInterval
+	lastActive    time.Time // a polling channel last found something new
+	watchNext     time.Time // the next doorbell-mode watchdog check (zero: none)
+	sblUntil      time.Time
 	// fpAt is when the flash programmer takes over MHI after its
 	// download (QuirkEDLReadyAgain; zero: not pending).
 	fpAt time.Time
@@ -823,6 +826,7 @@ const (
 	reqHang
 	reqCrash
 	reqLeaveSBL
+	reqHibernationRestore
 )
 
 // call runs a request on the device goroutine and waits for it.
@@ -873,6 +877,8 @@ func (m *Modem) handle(r *request) {
 		}
 	case reqCorruptRP:
 		err = m.corruptEventRP(r.ring, r.rp)
+	case reqHibernationRestore:
+		err = m.hibernationRestore() // quirks_pm.go
 	}
 	m.mu.Unlock()
 	m.runActions()

@@ -135,6 +135,13 @@ var quirkRegistry = []QuirkInfo{
 		ModelsText:  "none by model (any device whose M0 event races a channel's preparation; burst channels are the HW data channels)",
 	},
 	{
+		Name:        QuirkResetOnRemove,
+		Description: "an MHI reset requested in mission mode (M0, AMSS) leaves the firmware running: READY comes back, but every later M0 request is ignored (power-up stalls) until a SoC reset",
+		Source:      `drivers/bus/mhi/host/pci_generic.c: "bus: mhi: host: pci_generic: Reset QDU100 while the MHI driver is removed"`,
+		Models:      func(p *mhi.Profile) bool { return p.ResetOnRemove },
+		ModelsText:  "profiles with ResetOnRemove (QDU100)",
+	},
+	{
 		Name:        QuirkLateStateChange,
 		Description: "at an MHI reset requested in M0 a queued STATE_CHANGE(M0) is posted first (READY follows the reset); a doorbell before the host's next state request is a violation",
 		Source:      `drivers/bus/mhi/host/pm.c: "bus: mhi: host: Wait for ready state after reset"`,

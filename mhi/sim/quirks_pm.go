@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/mhistack/mhistack/mhi"
+import (
+	"fmt"
+
+	"github.com/mhistack/mhistack/mhi"
+)
 
 // Power-management and power-up quirks (docs/QUIRKS.md).
 
@@ -34,7 +38,30 @@ const (
 	// the host is to ignore the late change, not take it as an M0 to
 	// ring in.
 	QuirkLateStateChange Quirk = "late-state-change"
+	// QuirkResetOnRemove: an MHI reset requested in mission mode (M0 in
+	// AMSS) leaves the firmware running: the device comes READY, but it
+	// ignores every M0 request after it (the next host's power-up
+	// stalls) until a SoC reset (or FLR) brings it back to power-on.
+	QuirkResetOnRemove Quirk = "reset-on-remove"
 )
+
+// resetOnRemove plays QuirkResetOnRemove when MHICTRL.RESET is acted on:
+// from M0 in AMSS the modem will not take an M0 request again before its
+// next power-on. The caller holds m.mu.
+func (m *Modem) resetOnRemove() {
+	if m.quirks.has(QuirkResetOnRemove) && m.state == mhi.StateM0 && m.ee == mhi.EEAMSS {
+		m.needsSoCReset = true
+	}
+}
+
+// ignoresM0 reports whether an M0 request is ignored (QuirkResetOnRemove
+// after an MHI reset in mission mode). The caller holds m.mu.
+func (m *Modem) ignoresM0() bool {
+	if m.needsSoCReset {
+		m.log.Info("M0 ignored: MHI reset in mission mode; the firmware waits for a SoC reset (reset-on-remove)")
+	}
+	return m.needsSoCReset
+}
 
 // ruleLateDoorbell is the violation of a host that takes a state change
 // arriving during its teardown for a live device.
@@ -89,10 +116,49 @@ func (m *Modem) LosePower() error {
 	return m.call(reqReset)
 }
 
+// HibernationRestore plays what a hibernation restore leaves in a modem
+// the host had suspended (Linux pci-generic: "bus: mhi: pci-generic: Fix
+// hibernation"): the restore kernel brought MHI up with contexts of its
+// own and suspended it again, so the device is in M3 but every ring
+// pointer it holds (each started channel's rp and wp, each event ring's
+// rp and wp, the command ring's rp) is that session's, here its ring's
+// base, while the host's contexts and rings came back from the image as
+// they were. A host that only resumes hands the device rings it no longer
+// agrees on (at its next command the device reads the command ring from
+// its base again and replays the host's earlier commands); one that resets and programs its contexts again (as Linux's
+// restore does) is served. It fails unless the modem is in M3.
+func (m *Modem) HibernationRestore() error {
+	return m.call(reqHibernationRestore)
+}
+
+// hibernationRestore rewinds every ring pointer the device holds (see
+// HibernationRestore). The caller holds m.mu.
+func (m *Modem) hibernationRestore() error {
+	if m.state != mhi.StateM3 {
+		return fmt.Errorf("sim: hibernation restore with the modem in %s, not M3", m.state)
+	}
+	for _, c := range m.chans {
+		if c != nil && c.started {
+			c.rp, c.wp = c.ring.base, c.ring.base
+		}
+	}
+	for i := range m.ers {
+		if er := &m.ers[i]; er.ring.n != 0 {
+			er.rp, er.wp = er.ring.base, er.ring.base
+		}
+	}
+	if m.cmd.ring.n != 0 {
+		m.cmd.rp = m.cmd.ring.base
+	}
+	m.log.Info("hibernation restore: every ring pointer the device holds is the restore kernel's")
+	return nil
+}
+
 // powerOnQuirks runs at the end of powerOn: with QuirkSysErrAtPowerUp the
 // device crashes before the host is there (no event, no MSI). The caller
 // holds m.mu.
 func (m *Modem) powerOnQuirks() {
+	m.needsSoCReset = false
 	if !m.quirks.has(QuirkSysErrAtPowerUp) {
 		return
 	}

@@ -15,6 +15,7 @@ func (m *Modem) handleCtrl() {
 	if v&mhi.CtrlReset != 0 {
 		if !m.ignoresReset() { // quirks_pm.go
 			m.lateStateChange() // quirks_pm.go
+			m.resetOnRemove()   // quirks_pm.go
 			m.mhiReset()
 		}
 		return
@@ -34,6 +35,9 @@ func (m *Modem) handleCtrl() {
 	}
 	switch req {
 	case mhi.StateM0:
+		if m.state == mhi.StateReady && m.ignoresM0() { // quirks_pm.go
+			return
+		}
 		m.toM0()
 	case mhi.StateM3:
 		if !m.refusesM3() { // quirks_pm.go
