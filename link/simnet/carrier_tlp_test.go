@@ -107,17 +107,20 @@ func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 			h, got, end := tailLossDownload(t, k)
 			defer end()
 			port := h.cn.ep.port.Load()
+			// Counted from before the stop: the probe can fall due just
+			// before it and be answered after the start (no probe after
+			// the start then), or be lost with the pair and go again.
+			rtos, probes := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes
 			h.cn.Stop()
 			waitFor(t, "a tail loss probe due with the pair stopped", h.cn.tlp.probeWaiting)
-			rtos, probes := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes
 			at := got.Load()
 			h.cn.Start(port)
 			waitFor(t, "256 KiB more downloaded", func() bool { return got.Load() >= at+256<<10 })
 			if n := h.cn.s.Stats().TCP.Timeouts.Value() - rtos; n != 0 {
 				t.Errorf("the carrier's TCP took %d retransmission timeouts to repair the lost flight; want 0", n)
 			}
-			if n := h.cn.Stats().TailLossProbes - probes; n != 1 {
-				t.Errorf("%d tail loss probes; want 1", n)
+			if n := h.cn.Stats().TailLossProbes - probes; n < 1 || n > 2 {
+				t.Errorf("%d tail loss probes; want 1, or 2 when the first was lost with the pair", n)
 			}
 		})
 	}
