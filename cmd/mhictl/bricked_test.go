@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -31,21 +30,8 @@ func bootModem(t *testing.T, p *mhi.Profile, idx int, st *sim.Storage) (path str
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := vfiouser.New(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path = filepath.Join(t.TempDir(), "modem.sock")
-	l, err := vfiouser.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	return path, m, func() {
-		srv.Close()
-		<-served
-	}
+	path, off = serveModem(t, m)
+	return path, m, off
 }
 
 // flashAMSS runs mhictl flash of img into the modem partition.

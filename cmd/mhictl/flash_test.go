@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/mhistack/mhistack/mhi"
-	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
@@ -121,21 +120,8 @@ func TestFlashOverVFIOUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := vfiouser.New(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "modem.sock")
-	l, err := vfiouser.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	defer func() {
-		srv.Close()
-		<-served
-	}()
+	path, stop := serveModem(t, m)
+	defer stop()
 	dir, img := flashSetDir(t)
 	prog := filepath.Join(dir, "prog_firehose_sdx55.mbn")
 	os.WriteFile(prog, []byte("programmer"), 0o644)

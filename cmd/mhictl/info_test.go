@@ -79,21 +79,8 @@ func TestInfoOnAVFIOUserServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := vfiouser.New(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "modem.sock")
-	l, err := vfiouser.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	defer func() {
-		srv.Close()
-		<-served
-	}()
+	path, stop := serveModem(t, m)
+	defer stop()
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"info", "-device", "vfio-user:" + path, "-json"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -102,5 +89,27 @@ func TestInfoOnAVFIOUserServer(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %s:\n%s", want, out.String())
 		}
+	}
+}
+
+// serveModem serves m over vfio-user on a socket in a temporary
+// directory, as mhictl sim serve does; stop closes the server and waits
+// for it.
+func serveModem(t *testing.T, m *sim.Modem) (path string, stop func()) {
+	t.Helper()
+	srv, err := vfiouser.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "modem.sock")
+	l, err := vfiouser.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	return path, func() {
+		srv.Close()
+		<-served
 	}
 }

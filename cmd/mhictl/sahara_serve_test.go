@@ -12,7 +12,6 @@ import (
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
 	"github.com/mhistack/mhistack/mhi/pairconn"
-	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sahara"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -42,21 +41,8 @@ func TestServedSBLLoadsAnImageOverSaharaThroughVFIOUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := vfiouser.New(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "modem.sock")
-	l, err := vfiouser.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	defer func() {
-		srv.Close()
-		<-served
-	}()
+	sock, stop := serveModem(t, m)
+	defer stop()
 
 	img := bytes.Repeat([]byte("sahara image "), 200000/13+1)[:200000]
 	file := filepath.Join(t.TempDir(), "image13.bin")
