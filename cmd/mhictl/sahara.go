@@ -26,7 +26,7 @@ import (
 func init() {
 	register(&command{
 		Name:  "sahara",
-		Short: "Load images into a modem's SBL over Sahara, or collect its RAM dump.",
+		Short: "Serve images to a modem's SBL (Sahara), or save its RAM dump.",
 		Summary: `Bring the modem into its secondary boot loader (SBL) — with -sbl, the boot
 ROM loads that file over BHI first — and talk Sahara on the SAHARA channels:
 serve each image the SBL reads (READ_DATA / READ_DATA64) from the -image
@@ -74,6 +74,10 @@ func (f imageFlag) Set(v string) error {
 	return nil
 }
 
+// simSaharaProfile is the modem -device sim emulates for mhictl sahara:
+// SAHARA is an SBL channel there.
+const simSaharaProfile = "qcom-qdu100"
+
 // newSimSahara builds the emulated SBL's Sahara server for -device sim (a
 // variable for the tests, which keep it to check what it received).
 var newSimSahara = func(images []sim.SaharaImage, dump bool) *sim.Sahara {
@@ -120,6 +124,7 @@ func saharaCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := commands["sahara"]
 	fs := newFlagSet(c, "[-device sim|ADDRESS|vfio-user:PATH] [-sbl FILE] [-image ID=FILE ...] [-dump DIR] [flags]", stderr)
 	df := addDeviceFlags(fs)
+	fs.Lookup("profile").Usage = "modem `profile` (mhi table name): what -device sim impersonates (default " + simSaharaProfile + ", whose SBL has the SAHARA channels); for hardware it overrides matching by PCI IDs"
 	images := imageFlag{}
 	fs.Var(images, "image", "serve `ID=FILE` when the SBL reads image ID (decimal or 0x hex; repeatable; qdl sends the EDL programmer as 13)")
 	sbl := fs.String("sbl", "", "boot `file` the boot ROM loads over BHI to reach the SBL (sbl1.mbn, xbl.elf); omit if the modem is already in its SBL (a built-in stand-in with -device sim)")
@@ -133,7 +138,7 @@ func saharaCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("name the images with -image ID=FILE, or a -dump DIR for a memory dump")
 	}
 	if df.device == "sim" && df.profile == "" {
-		df.profile = "qcom-qdu100" // SAHARA is an SBL channel there
+		df.profile = simSaharaProfile
 	}
 	var simImages []sim.SaharaImage
 	for id, name := range images {
