@@ -74,6 +74,11 @@ func (f imageFlag) Set(v string) error {
 	return nil
 }
 
+// saharaTxBufs is the number of UL buffers of the SAHARA connection: an
+// answer to READ_DATA is one message of up to sahara.DefaultMaxRead bytes
+// (17 buffers of pairconn.MaxBufLen), sent as one chained transfer.
+const saharaTxBufs = (sahara.DefaultMaxRead+pairconn.MaxBufLen-1)/pairconn.MaxBufLen + 1
+
 // simSaharaProfile is the modem -device sim emulates for mhictl sahara:
 // SAHARA is an SBL channel there.
 const simSaharaProfile = "qcom-qdu100"
@@ -181,9 +186,8 @@ func saharaCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		emulated = newSimSahara(simImages, *dump != "")
 		so.Functions = map[string]sim.Function{"SAHARA": emulated}
 	}
-	// pairconn's buffers: its RX ones and one TX buffer per UL element
-	// (the largest SAHARA ring of the profiles is 127 elements).
-	extra := (pairconn.DefaultRxBufs + 128) * mhi.DMAFootprint(pairconn.MaxBufLen, 64)
+	// pairconn's buffers: its RX ones and saharaTxBufs TX ones.
+	extra := (pairconn.DefaultRxBufs + saharaTxBufs) * mhi.DMAFootprint(pairconn.MaxBufLen, 64)
 	t, err := df.open(so, mhi.Options{Boot: mhi.BootOptions{Image: sblImg}}, mhi.DMAUse{Firmware: len(sblImg)}, extra)
 	if err != nil {
 		return err
@@ -210,7 +214,7 @@ func saharaCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := waitSBL(ctx, t.c, up, &upDone); err != nil {
 		return err
 	}
-	conn, err := pairconn.Open(ctx, t.c, t.dev.DMA(), "SAHARA", pairconn.Options{})
+	conn, err := pairconn.Open(ctx, t.c, t.dev.DMA(), "SAHARA", pairconn.Options{TxBufs: saharaTxBufs})
 	if err != nil {
 		return hint(fmt.Errorf("open SAHARA: %w", err))
 	}
@@ -221,7 +225,8 @@ func saharaCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		progress = stderr
 	}
 	out := saharaOut{Device: df.device, Profile: t.c.Profile().Name, DumpDir: *dump}
-	h := &sahara.Host{Images: images, OnProgress: imageProgress(progress, images)}
+	// One READ_DATA answer is one transfer: no larger than the pair carries.
+	h := &sahara.Host{Images: images, OnProgress: imageProgress(progress, images), MaxRead: uint64(min(conn.MaxSend(), sahara.DefaultMaxRead))}
 	if *dump != "" {
 		d := &dumpWriter{dir: *dump, w: progress, taken: map[string]bool{"dump.txt": true}}
 		h.OnRegion = func(r sahara.Region, data []byte) error {
