@@ -46,26 +46,11 @@ var radioStacks = []struct{ key, name string }{
 // the same run. It pings the network during mhistack's and cubic's
 // uploads.
 func (c *config) radioTable() (*table, error) {
-	infos := radio.Presets()
-	if c.quick {
-		infos = infos[:1]
+	names, cfgs, err := radioPresets(c.quick)
+	if err != nil {
+		return nil, err
 	}
-	names := make([]string, len(infos))
-	cfgs := make([]radio.Config, len(infos))
-	for i, p := range infos {
-		cfg, err := radio.Preset(p.Name)
-		if err != nil {
-			return nil, err
-		}
-		names[i], cfgs[i] = p.Name, cfg
-	}
-	d, w := max(c.dur, radioWindow), max(c.warm, radioWarm)
-	if radioSeconds > 0 {
-		d = radioSeconds
-	}
-	if c.quick {
-		d, w = c.dur, c.warm
-	}
+	d, w := radioWindows(c)
 	root := os.Geteuid() == 0
 	traces := map[string][]float64{} // stack key → bins of radioTrace's download, last run
 	var tmu sync.Mutex
@@ -127,6 +112,38 @@ func (c *config) radioTable() (*table, error) {
 		t.plots = append(t.plots, radioTracePlot(traces, d, w))
 	}
 	return t, nil
+}
+
+// radioPresets are the presets tables 10 and 10b measure (-quick: the
+// first).
+func radioPresets(quick bool) ([]string, []radio.Config, error) {
+	infos := radio.Presets()
+	if quick {
+		infos = infos[:1]
+	}
+	names := make([]string, len(infos))
+	cfgs := make([]radio.Config, len(infos))
+	for i, p := range infos {
+		cfg, err := radio.Preset(p.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		names[i], cfgs[i] = p.Name, cfg
+	}
+	return names, cfgs, nil
+}
+
+// radioWindows are the window and warm-up of each stream of tables 10 and
+// 10b.
+func radioWindows(c *config) (d, w time.Duration) {
+	d, w = max(c.dur, radioWindow), max(c.warm, radioWarm)
+	if radioSeconds > 0 {
+		d = radioSeconds
+	}
+	if c.quick {
+		d, w = c.dur, c.warm
+	}
+	return d, w
 }
 
 // pingCell is stack key's upload ping p50/p99.
