@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +25,11 @@ const (
 )
 
 // radioSeconds is -radio-seconds: the window of each table 10 stream (0:
-// radioWindow).
-var radioSeconds time.Duration
+// radioWindow); radioOnly is -radio-presets (comma-separated; "": all).
+var (
+	radioSeconds time.Duration
+	radioOnly    string
+)
 
 // radioTrace is the preset whose goodput over time table 10 plots.
 const radioTrace = "handover-train"
@@ -118,6 +122,13 @@ func (c *config) radioTable() (*table, error) {
 // first).
 func radioPresets(quick bool) ([]string, []radio.Config, error) {
 	infos := radio.Presets()
+	if radioOnly != "" {
+		want := strings.Split(radioOnly, ",")
+		infos = slices.DeleteFunc(infos, func(p radio.PresetInfo) bool { return !slices.Contains(want, p.Name) })
+		if len(infos) == 0 {
+			return nil, nil, fmt.Errorf("-radio-presets %q: no such preset", radioOnly)
+		}
+	}
 	if quick {
 		infos = infos[:1]
 	}
