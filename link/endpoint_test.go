@@ -12,7 +12,9 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"go.uber.org/goleak"
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/experiment"
@@ -310,6 +312,53 @@ func TestWritePacketsTimesOutWithErrorNotSilentLoss(t *testing.T) {
 	}
 	if _, ok := err.(*tcpip.ErrNoBufferSpace); !ok {
 		t.Errorf("error %v, want ErrNoBufferSpace", err)
+	}
+}
+
+// TestWritePacketsKeptLeavesWhatFindsNoRoomToTheCaller: on a ring that
+// stays full past TXTimeout, WritePacketsKept returns the count it queued
+// and ErrWouldBlock, and counts no drop (the caller, the stack's transmit
+// queue, offers the rest again); once the modem takes transfers again the
+// rest goes out.
+func TestWritePacketsKeptLeavesWhatFindsNoRoomToTheCaller(t *testing.T) {
+	r := newRig(t, rigOptions{fn: &sim.Loopback{}, link: link.Options{NoGRO: true, TXTimeout: 20 * time.Millisecond}})
+	r.m.SetSlow(100 * time.Millisecond)
+	pkts := make([][]byte, 300)
+	for i := range pkts {
+		pkts[i] = udp4(t, i, 60)
+	}
+	var l stack.PacketBufferList
+	for _, p := range pkts {
+		l.PushBack(stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(p)}))
+	}
+	defer l.DecRef()
+	n, err := r.ep.WritePacketsKept(l)
+	if n == len(pkts) {
+		t.Fatalf("all %d packets queued on a stalled modem: the test did not fill the ring", n)
+	}
+	if _, ok := err.(*tcpip.ErrWouldBlock); !ok {
+		t.Fatalf("WritePacketsKept on a full, stalled ring = %d, %v; want ErrWouldBlock", n, err)
+	}
+	if d := r.ep.Stats().TXDrops; d != (link.TXDrops{}) {
+		t.Errorf("drops counted for packets the caller keeps: %+v", d)
+	}
+	r.m.SetSlow(0)
+	rest := l
+	for range n {
+		rest.PopFront()
+	}
+	for rest.Len() > 0 {
+		n, err := r.ep.WritePacketsKept(rest)
+		if _, ok := err.(*tcpip.ErrWouldBlock); err != nil && !ok {
+			t.Fatalf("WritePacketsKept after the stall: %d, %v", n, err)
+		}
+		for range n {
+			rest.PopFront()
+		}
+	}
+	r.snk.waitFor(t, len(pkts), 30*time.Second)
+	if d := r.ep.Stats().TXDrops; d != (link.TXDrops{}) {
+		t.Errorf("drops counted: %+v", d)
 	}
 }
 

@@ -151,7 +151,17 @@ func (s *SessionEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.
 	if s.closed.Load() {
 		return 0, &tcpip.ErrClosedForSend{}
 	}
-	return s.e.writePackets(pkts, s.id)
+	return s.e.writePackets(pkts, s.id, false)
+}
+
+// WritePacketsKept is WritePackets for a caller that keeps what the link
+// does not take (Endpoint.WritePacketsKept).
+func (s *SessionEndpoint) WritePacketsKept(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	if s.closed.Load() {
+		s.e.stats.txClosed.Add(uint64(pkts.Len()))
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	return s.e.writePackets(pkts, s.id, true)
 }
 
 // MTU implements stack.LinkEndpoint.

@@ -98,7 +98,7 @@ type RXDrops struct {
 // TXDrops counts TX packets not sent, by reason.
 type TXDrops struct {
 	TooBig   uint64 // larger than a TX buffer can frame
-	Timeout  uint64 // no UL space within Options.TXTimeout
+	Timeout  uint64 // no UL space within Options.TXTimeout (WritePackets; WritePacketsKept's caller keeps them)
 	LinkDown uint64 // channel not running (SYS_ERR, removal)
 	Closed   uint64 // endpoint closed
 	// Held counts the packets of held frames dropped (the device was

@@ -233,12 +233,36 @@ func (e *Endpoint) reap() {
 // packets queued from the front of the list, and an error only when that
 // is zero — never (0, nil).
 func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
-	return e.writePackets(pkts, e.session)
+	return e.writePackets(pkts, e.session, false)
 }
 
-// writePackets is WritePackets for session id (the Endpoint's own, or a
-// Session's): every frame it builds carries id.
-func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcpip.Error) {
+// WritePacketsKept is WritePackets for a caller that keeps the packets the
+// link does not take and offers them again: a transmit queue in front of
+// the link (stack.Config.TXQueueLen), which holds packets while the UL
+// ring is full as Linux's qdisc holds them while a driver's queue is
+// stopped. It returns the number of packets taken from the front of the
+// list and, when that is short, why:
+//
+//   - ErrWouldBlock: no UL space came within Options.TXTimeout (the modem
+//     is slow to take transfers). Nothing is counted as dropped: the
+//     packets from n on are the caller's, to offer again or to drop and
+//     count itself.
+//   - ErrMessageTooLong: packet n is too large for a TX buffer; it is
+//     dropped and counted (TXDrops.TooBig), the ones after it are the
+//     caller's.
+//   - any other error: the link is down or closed (or its TX pool held);
+//     the packets from n on are dropped and counted in TXDrops by reason.
+//
+// A packet cut into several frames (GSO) whose later frames found no room
+// is offered whole again: its first frames go out twice, which TCP, the
+// only user of GSO, takes as duplicates.
+func (e *Endpoint) WritePacketsKept(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	return e.writePackets(pkts, e.session, true)
+}
+
+// writePackets is WritePackets (WritePacketsKept with kept) for session id
+// (the Endpoint's own, or a Session's): every frame it builds carries id.
+func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8, kept bool) (int, tcpip.Error) {
 	list := pkts.AsSlice()
 	if len(list) == 0 {
 		return 0, nil
@@ -264,6 +288,7 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 		deadline           time.Time
 		err                tcpip.Error
 		holdFull           bool // no TX buffer while frames are held
+		tooBig             bool // packet sent is too big: the loop stopped there
 	)
 	// flush queues the frame being built; false means it could not be
 	// (timeout or link down) and the packets in it are dropped.
@@ -292,10 +317,7 @@ func (e *Endpoint) writePackets(pkts stack.PacketBufferList, id uint8) (int, tcp
 outer:
 	for _, pkt := range list {
 		if !seg.Reset(pkt) {
-			e.stats.txTooBig.Add(1)
-			if sent == 0 && inFrame == 0 {
-				err = &tcpip.ErrMessageTooLong{}
-			}
+			tooBig = true
 			break
 		}
 		if seg.Cut() {
@@ -304,10 +326,7 @@ outer:
 		for !seg.Done() {
 			size := seg.Next()
 			if size <= 0 || size > t.maxPacket {
-				e.stats.txTooBig.Add(1)
-				if sent == 0 && inFrame == 0 {
-					err = &tcpip.ErrMessageTooLong{}
-				}
+				tooBig = true
 				break outer
 			}
 			if buf == nil {
@@ -325,12 +344,9 @@ outer:
 					// A fresh frame refused a packet that fits the
 					// buffer: a framing bug. Drop the packet rather
 					// than spin.
-					e.stats.txTooBig.Add(1)
 					t.put(buf)
 					buf = nil
-					if sent == 0 && inFrame == 0 {
-						err = &tcpip.ErrMessageTooLong{}
-					}
+					tooBig = true
 					break outer
 				}
 				if !flush() {
@@ -351,25 +367,42 @@ outer:
 		flush()
 	}
 	e.ringUL()
-	if dropped := len(list) - sent; dropped > 0 {
-		switch err.(type) {
-		case *tcpip.ErrNoBufferSpace:
-			if holdFull {
-				e.stats.txHeldDrops.Add(uint64(dropped))
-				break
-			}
+	dropped := len(list) - sent
+	if dropped == 0 {
+		return sent, nil
+	}
+	if err == nil && tooBig {
+		// Packet sent is dropped. After it, WritePackets's caller
+		// (gVisor's queue) drops the rest as it drops any short
+		// count's; WritePacketsKept's offers them again.
+		e.stats.txTooBig.Add(1)
+		err = &tcpip.ErrMessageTooLong{}
+	}
+	switch err.(type) {
+	case *tcpip.ErrNoBufferSpace:
+		switch {
+		case holdFull:
+			e.stats.txHeldDrops.Add(uint64(dropped))
+		case kept:
+			// The caller keeps them: not a drop.
+			return sent, &tcpip.ErrWouldBlock{}
+		default:
 			e.stats.txTimeout.Add(uint64(dropped))
-		case *tcpip.ErrClosedForSend:
+		}
+	case *tcpip.ErrClosedForSend:
+		if e.closed.Load() {
+			e.stats.txClosed.Add(uint64(dropped))
+		} else {
 			e.stats.txLinkDown.Add(uint64(dropped))
 		}
 	}
-	if sent > 0 {
+	if sent > 0 && !kept {
 		return sent, nil
 	}
 	if err == nil {
 		err = &tcpip.ErrNoBufferSpace{}
 	}
-	return 0, err
+	return sent, err
 }
 
 // getTXBuffer takes a free TX buffer, reaping and then waiting (bounded)

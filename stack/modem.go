@@ -477,6 +477,15 @@ func (o *ownEP) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 	return o.Endpoint.WritePackets(pkts)
 }
 
+// WritePacketsKept is WritePackets for the transmit queue, which keeps
+// what the link does not take (link.Endpoint.WritePacketsKept).
+func (o *ownEP) WritePacketsKept(pkts gstack.PacketBufferList) (int, tcpip.Error) {
+	if o.closed.Load() {
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	return o.Endpoint.WritePacketsKept(pkts)
+}
+
 // linkEndpointOf returns the link.Endpoint under a stack's NIC (the
 // pair's, for a session of a Modem), or nil.
 func linkEndpointOf(ep gstack.LinkEndpoint) *link.Endpoint {

@@ -48,6 +48,10 @@ type Stats struct {
 	// packets the link refused). Link.TXDrops has what the link itself
 	// refused.
 	RXPackets, RXBytes, TXPackets, TXBytes, TXDroppedNoBufferSpace uint64
+	// TXDroppedClosing counts the packets the transmit queue dropped
+	// because the stack was closing while the link had no room for them
+	// (the queue holds them otherwise, docs/STACK.md).
+	TXDroppedClosing uint64
 	// TCP counters: segments, retransmits, timeouts, resets.
 	TCPSegmentsSent, TCPSegmentsReceived, TCPRetransmits, TCPTimeouts, TCPResetsSent, TCPResetsReceived uint64
 	TCPFailedConnectionAttempts                                                                         uint64
@@ -80,6 +84,9 @@ func (s *Stack) Stats() Stats {
 		CLATTranslated: s.counters.clat.translated.Load(),
 		CLATRefused:    s.counters.clat.refused.Load(),
 		TailProbes:     s.counters.tailProbes.Load(),
+	}
+	if s.txw != nil {
+		st.TXDroppedClosing = s.txw.closeDrops.Load()
 	}
 	gs := s.gs.Stats()
 	if info, ok := s.gs.NICInfo()[nicID]; ok {

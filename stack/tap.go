@@ -54,6 +54,12 @@ func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstac
 
 // WritePackets implements stack.LinkWriter (TX to the link).
 func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
+	t.sent(pkts)
+	return t.Endpoint.WritePackets(pkts)
+}
+
+// sent captures and records packets on their way to the link.
+func (t *tap) sent(pkts gstack.PacketBufferList) {
 	if w := t.pcap.Load(); w != nil {
 		for _, p := range pkts.AsSlice() {
 			w.WritePacketBuffer(p)
@@ -62,7 +68,28 @@ func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 	if t.tails != nil {
 		t.tails.record(pkts.AsSlice())
 	}
-	return t.Endpoint.WritePackets(pkts)
+}
+
+// keptWriter is a link endpoint that leaves the packets it does not take
+// to its caller, to offer again (link.Endpoint.WritePacketsKept).
+type keptWriter interface {
+	WritePacketsKept(gstack.PacketBufferList) (int, tcpip.Error)
+}
+
+// writeKept is WritePackets for the transmit queue (txWriter); again says
+// the packets were offered before (and captured then). It reports whether
+// the link keeps what it does not take: with false, a short count is a
+// drop, as for WritePackets.
+func (t *tap) writeKept(pkts gstack.PacketBufferList, again bool) (n int, kept bool, err tcpip.Error) {
+	if !again {
+		t.sent(pkts)
+	}
+	if k, ok := t.Child().(keptWriter); ok {
+		n, err = k.WritePacketsKept(pkts)
+		return n, true, err
+	}
+	n, err = t.Endpoint.WritePackets(pkts)
+	return n, false, err
 }
 
 // ErrCaptureRunning is returned by CapturePcap while another capture

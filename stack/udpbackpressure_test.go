@@ -3,6 +3,7 @@ package stack_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -182,4 +183,216 @@ func TestUDPDatagramsAreDeliveredOrCountedWhereDropped(t *testing.T) {
 		n, sent, told, delivered.Load(), cd, r.cn.Stats().UDPReceiveBufferErrors, rd)
 	peer.Close()
 	<-done
+}
+
+// stallUL makes the rig's modem stop taking UL transfers for longer than
+// the link's TXTimeout while traffic runs, then lets it go: once the link
+// has carried some of it (started), the modem sleeps 200 ms per TRE; once
+// a writer has found the UL ring full, the stall is held for four
+// TXTimeouts more. Before the transmit queue held what the link had no
+// room for, each batch waiting there past TXTimeout was dropped
+// (Link.TXDrops.Timeout).
+func stallUL(t *testing.T, r *rig, started func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !started() {
+		if time.Now().After(deadline) {
+			t.Fatal("no traffic within 30 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	full := r.s.Stats().Link.TXFull
+	r.modem.SetSlow(200 * time.Millisecond)
+	defer r.modem.SetSlow(0)
+	for r.s.Stats().Link.TXFull == full {
+		if time.Now().After(deadline) {
+			t.Fatal("the UL ring was not found full within 30 s of the stall")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The fault's length, not a wait for something.
+	time.Sleep(4 * link.DefaultTXTimeout)
+}
+
+// TestAStalledModemLosesNoDatagram: a UDP writer sends as fast as writes
+// return while the modem stops taking UL transfers for several
+// TXTimeouts. The transmit queue holds what the link has no room for
+// (as Linux's qdisc holds packets while the driver's queue is stopped):
+// the link drops nothing, the queue refuses only what a writer is told
+// of, and every datagram sent is delivered or counted where the network
+// dropped it.
+func TestAStalledModemLosesNoDatagram(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the receiving socket's drops are counted by Linux only (SO_MEMINFO)")
+	}
+	r := newRig(t, stack.Config{})
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	var delivered atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+			delivered.Add(1)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.s.DialUDP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(peer.LocalAddr().(*net.UDPAddr).Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A send buffer of 4 MiB (~3,000 datagrams) lets the writer keep
+	// more in flight than the UL ring holds.
+	if err := c.SetWriteBuffer(4 << 20); err != nil {
+		t.Fatal(err)
+	}
+	var sent, told atomic.Uint64
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1400-28)
+		for {
+			select {
+			case <-stop:
+				wrote <- nil
+				return
+			default:
+			}
+			c.SetWriteDeadline(time.Now().Add(time.Minute))
+			if _, err := c.Write(b); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					wrote <- err
+					return
+				}
+				told.Add(1)
+				continue
+			}
+			sent.Add(1)
+		}
+	}()
+	stallUL(t, r, func() bool { return r.s.Stats().Link.TXPackets > 1000 })
+	close(stop)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	drops := func() (carrier, receiver uint64) {
+		cs := r.cn.Stats()
+		carrier = cs.BadChecksums + cs.UDPReceiveBufferErrors + cs.UDPRelayErrors
+		receiver, err := sockstat.Drops(peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return carrier, receiver
+	}
+	// The link's drops are in the sum so that a link that drops fails
+	// below, on its count, rather than here at the deadline.
+	linkDrops := func() uint64 {
+		d := r.s.Stats().Link.TXDrops
+		return d.TooBig + d.Timeout + d.LinkDown + d.Closed + d.Held
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cd, rd := drops()
+		if delivered.Load()+cd+rd+linkDrops() == sent.Load() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sent %d, after 60 s delivered %d + dropped by the carrier %d + by the receiving socket %d + by the link %d: %d unaccounted",
+				sent.Load(), delivered.Load(), cd, rd, linkDrops(), int64(sent.Load())-int64(delivered.Load()+cd+rd+linkDrops()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := r.s.Stats()
+	if d := st.Link.TXDrops; d != (link.TXDrops{}) {
+		t.Errorf("the link dropped while the modem stalled: %+v", d)
+	}
+	if st.TXDroppedNoBufferSpace != told.Load() || st.UDPSendErrors != told.Load() {
+		t.Errorf("the transmit queue dropped %d and the stack refused %d; the writer was told of %d",
+			st.TXDroppedNoBufferSpace, st.UDPSendErrors, told.Load())
+	}
+	if d := r.modem.Stats().ULDrops; d != 0 {
+		t.Errorf("the modem dropped %d UL transfers", d)
+	}
+	cd, rd := drops()
+	t.Logf("sent %d, refused %d; delivered %d, dropped by the carrier %d, by the receiving socket %d; UL ring found full %d times",
+		sent.Load(), told.Load(), delivered.Load(), cd, rd, st.Link.TXFull)
+	peer.Close()
+	<-done
+}
+
+// TestAStalledModemLosesNoTCPSegment: a TCP upload runs while the modem
+// stops taking UL transfers for several TXTimeouts; the transmit queue
+// holds the segments the link has no room for, so none is dropped on the
+// host (the link's TXDrops and the queue's drops stay 0) and every byte
+// arrives.
+func TestAStalledModemLosesNoTCPSegment(t *testing.T) {
+	r := newRig(t, stack.Config{})
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.s.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written atomic.Int64
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		b := make([]byte, 64<<10)
+		c.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		for {
+			select {
+			case <-stop:
+				wrote <- c.Close()
+				return
+			default:
+			}
+			n, err := c.Write(b)
+			written.Add(int64(n))
+			if err != nil {
+				wrote <- err
+				return
+			}
+		}
+	}()
+	stallUL(t, r, func() bool { return written.Load() > 4<<20 })
+	close(stop)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != written.Load() {
+		t.Errorf("wrote %d bytes, the peer read %d", written.Load(), n)
+	}
+	st := r.s.Stats()
+	if d := st.Link.TXDrops; d != (link.TXDrops{}) {
+		t.Errorf("the link dropped TCP segments while the modem stalled: %+v", d)
+	}
+	if d := st.TXDroppedNoBufferSpace; d != 0 {
+		t.Errorf("the transmit queue dropped %d TCP segments", d)
+	}
+	t.Logf("wrote %d bytes; UL ring found full %d times, %d TCP retransmits", written.Load(), st.Link.TXFull, st.TCPRetransmits)
 }

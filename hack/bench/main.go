@@ -15,6 +15,7 @@
 //	go run ./hack/bench -only host-variants              # table 9: tables 1, 2, 4's link options in table 8's setting
 //	go run ./hack/bench -only radio                      # table 10: TCP down/up over each radio preset (docs/RADIO.md): mhistack, gVisor, Linux cubic/bbr (root)
 //	go run ./hack/bench -only radio -runs 1 -radio-seconds 3s  # the same, shorter
+//	go run ./hack/bench -only radio-udp                  # table 10b: unpaced UDP up over each radio preset, drops per stage: mhistack, Linux (root)
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
 // configuration, then run 2, …) so that a change of outside load affects
@@ -68,6 +69,7 @@ var tables = []tableFunc{
 	{"host", "8", (*config).hostTable},
 	{"host-variants", "9", (*config).hostVariantsTable},
 	{"radio", "10", (*config).radioTable},
+	{"radio-udp", "10b", (*config).radioUDPTable},
 	{"proxy", "11", (*config).proxyTable},
 }
 
@@ -86,7 +88,7 @@ func main() {
 	}
 	runs := flag.Int("runs", 5, "runs per configuration (median and range are reported)")
 	dur := flag.Duration("duration", time.Second, "measurement window of one run")
-	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants,radio,proxy or 1–11)")
+	only := flag.String("only", "", "comma-separated tables to run (refill,budget,mru,threaded,alternatives,latency,scale,host,host-variants,radio,radio-udp,proxy or 1–11, 10b)")
 	quick := flag.Bool("quick", false, "CI smoke: 1 run, short windows, fewer configurations")
 	out := flag.String("o", "", "write the report (markdown) to this file, e.g. docs/BENCHMARKS.md, and its data to bench/NAME.json beside it (docs/bench/BENCHMARKS.json)")
 	svgDir := flag.String("svg-dir", "", "write the plots (SVG) to this directory, e.g. docs/bench")
@@ -94,9 +96,11 @@ func main() {
 	flag.IntVar(&benchTXQueueLen, "txqueuelen", 0, "package stack's Config.TXQueueLen for the stack.Open rows (0: its default)")
 	flag.DurationVar(&benchTXTimeout, "txtimeout", 0, "the link's Options.TXTimeout for the stack.Open rows (0: its default)")
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
-	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "table 10: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
+	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "tables 10 and 10b: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
+	flag.StringVar(&radioOnly, "radio-presets", "", "tables 10 and 10b: only these presets (comma-separated, e.g. lte,nr-mmwave; default all)")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	renderOnly := flag.Bool("render", false, "measure nothing: re-render the -o report from its data (see -o; the plots are not redrawn)")
 	flag.Parse()
 	if *renderOnly {
@@ -114,6 +118,19 @@ func main() {
 			fatal(err)
 		}
 		return
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	if *memprofile != "" {
 		runtime.MemProfileRate = 4096

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +25,11 @@ const (
 )
 
 // radioSeconds is -radio-seconds: the window of each table 10 stream (0:
-// radioWindow).
-var radioSeconds time.Duration
+// radioWindow); radioOnly is -radio-presets (comma-separated; "": all).
+var (
+	radioSeconds time.Duration
+	radioOnly    string
+)
 
 // radioTrace is the preset whose goodput over time table 10 plots.
 const radioTrace = "handover-train"
@@ -46,26 +50,11 @@ var radioStacks = []struct{ key, name string }{
 // the same run. It pings the network during mhistack's and cubic's
 // uploads.
 func (c *config) radioTable() (*table, error) {
-	infos := radio.Presets()
-	if c.quick {
-		infos = infos[:1]
+	names, cfgs, err := radioPresets(c.quick)
+	if err != nil {
+		return nil, err
 	}
-	names := make([]string, len(infos))
-	cfgs := make([]radio.Config, len(infos))
-	for i, p := range infos {
-		cfg, err := radio.Preset(p.Name)
-		if err != nil {
-			return nil, err
-		}
-		names[i], cfgs[i] = p.Name, cfg
-	}
-	d, w := max(c.dur, radioWindow), max(c.warm, radioWarm)
-	if radioSeconds > 0 {
-		d = radioSeconds
-	}
-	if c.quick {
-		d, w = c.dur, c.warm
-	}
+	d, w := radioWindows(c)
 	root := os.Geteuid() == 0
 	traces := map[string][]float64{} // stack key → bins of radioTrace's download, last run
 	var tmu sync.Mutex
@@ -127,6 +116,45 @@ func (c *config) radioTable() (*table, error) {
 		t.plots = append(t.plots, radioTracePlot(traces, d, w))
 	}
 	return t, nil
+}
+
+// radioPresets are the presets tables 10 and 10b measure (-quick: the
+// first).
+func radioPresets(quick bool) ([]string, []radio.Config, error) {
+	infos := radio.Presets()
+	if radioOnly != "" {
+		want := strings.Split(radioOnly, ",")
+		infos = slices.DeleteFunc(infos, func(p radio.PresetInfo) bool { return !slices.Contains(want, p.Name) })
+		if len(infos) == 0 {
+			return nil, nil, fmt.Errorf("-radio-presets %q: no such preset", radioOnly)
+		}
+	}
+	if quick {
+		infos = infos[:1]
+	}
+	names := make([]string, len(infos))
+	cfgs := make([]radio.Config, len(infos))
+	for i, p := range infos {
+		cfg, err := radio.Preset(p.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		names[i], cfgs[i] = p.Name, cfg
+	}
+	return names, cfgs, nil
+}
+
+// radioWindows are the window and warm-up of each stream of tables 10 and
+// 10b.
+func radioWindows(c *config) (d, w time.Duration) {
+	d, w = max(c.dur, radioWindow), max(c.warm, radioWarm)
+	if radioSeconds > 0 {
+		d = radioSeconds
+	}
+	if c.quick {
+		d, w = c.dur, c.warm
+	}
+	return d, w
 }
 
 // pingCell is stack key's upload ping p50/p99.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -29,12 +30,16 @@ import (
 // (onSignal), and a later bench removes those whose process is gone (a
 // run killed with SIGKILL).
 type tunPair struct {
-	ns   [2]string   // [netSide], [devSide]
-	addr [2]string   // each side's address
-	tun  [2]*os.File // each side's TUN device, non-blocking (the runtime poller)
-	link *radio.Link
-	wg   sync.WaitGroup // the two readers
-	undo func()         // forgets the signal handler's removal
+	ns     [2]string   // [netSide], [devSide]
+	ifname [2]string   // each side's TUN
+	addr   [2]string   // each side's address
+	tun    [2]*os.File // each side's TUN device, non-blocking (the runtime poller)
+	link   *radio.Link
+	// writeFails counts the model's deliveries into each side's TUN
+	// that the TUN refused.
+	writeFails [2]atomic.Uint64
+	wg         sync.WaitGroup // the two readers
+	undo       func()         // forgets the signal handler's removal
 }
 
 const (
@@ -61,6 +66,7 @@ func newTunPair(cfg radio.Config) (*tunPair, error) {
 			return fail(err)
 		}
 		ifname := fmt.Sprintf("%s%d%c", radioNSPrefix, pid%1000000, tag[0])
+		p.ifname[side] = ifname
 		f, err := openTUN(ifname)
 		if err != nil {
 			return fail(err)
@@ -128,7 +134,11 @@ func (p *tunPair) relay(side int, d radio.Dir) {
 // writeTo is the model's delivery into side's namespace. A write the TUN
 // refuses is a packet lost, as on a wire.
 func (p *tunPair) writeTo(side int) radio.Deliver {
-	return func(_ uint32, pkt []byte) { _, _ = p.tun[side].Write(pkt) }
+	return func(_ uint32, pkt []byte) {
+		if _, err := p.tun[side].Write(pkt); err != nil {
+			p.writeFails[side].Add(1)
+		}
+	}
 }
 
 // close stops the relay and removes the namespaces with their TUNs.

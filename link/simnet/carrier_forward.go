@@ -2,6 +2,7 @@ package simnet
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -174,14 +175,27 @@ func (cn *CarrierNetwork) forwardUDP(r *udp.ForwarderRequest) bool {
 // copyUDP copies datagrams until src has been idle for UDPIdle or fails;
 // relayed and failed, if set, count the datagrams written and the one
 // whose write failed.
+//
+// The read deadline is not moved per datagram (gonet makes a new timer
+// for each SetReadDeadline, an allocation and two timer-heap operations
+// per datagram): when it passes, the flow goes on if a datagram came
+// within UDPIdle, with the deadline moved to UDPIdle after that one.
 func (cn *CarrierNetwork) copyUDP(dst, src net.Conn, relayed, failed *atomic.Uint64) {
 	buf := make([]byte, 65535)
+	idle := cn.opts.UDPIdle
+	last := time.Now()
+	src.SetReadDeadline(last.Add(idle))
 	for {
-		src.SetReadDeadline(time.Now().Add(cn.opts.UDPIdle))
 		n, err := src.Read(buf)
 		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && time.Since(last) < idle {
+				src.SetReadDeadline(last.Add(idle))
+				continue
+			}
 			return
 		}
+		last = time.Now()
 		if _, err := dst.Write(buf[:n]); err != nil {
 			if failed != nil {
 				failed.Add(1)

@@ -148,3 +148,60 @@ func TestCarrierRelayReadsTheHostSocketWithoutAllocating(t *testing.T) {
 		t.Errorf("%d chunks held after release", n)
 	}
 }
+
+// TestCarrierUDPFlowLastsWhileDatagramsComeAndEndsWhenIdle: the relay of
+// a UDP flow does not move its read deadline per datagram, yet a flow
+// whose datagrams and answers come every UDPIdle/3 for several UDPIdle
+// stays one flow, and one silent for longer than UDPIdle ends (the next
+// datagram makes a new one).
+func TestCarrierUDPFlowLastsWhileDatagramsComeAndEndsWhenIdle(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	h := newCarrierHost(t, carrierPair{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}, CarrierOptions{UDPIdle: idle})
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	dst := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(TestAddr4.As4()), Port: uint16(peer.LocalAddr().(*net.UDPAddr).Port)}
+	c, err := gonet.DialUDP(h.s, nil, &dst, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The peer answers each datagram: each direction of the relay sees
+	// one every UDPIdle/3 (a one-way flow ends when its idle reverse
+	// direction does).
+	go func() {
+		b := make([]byte, 64)
+		for {
+			n, from, err := peer.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			peer.WriteTo(b[:n], from)
+		}
+	}()
+	buf := make([]byte, 64)
+	send := func(i int) {
+		t.Helper()
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(buf); err != nil || n != 1 || buf[0] != byte(i) {
+			t.Fatalf("datagram %d: answer %v, %v", i, buf[:n], err)
+		}
+	}
+	for i := range 10 {
+		send(i)
+		time.Sleep(idle / 3) // the flow's pace
+	}
+	if n := h.cn.Stats().UDPFlows; n != 1 {
+		t.Fatalf("%d flows for datagrams every %v with UDPIdle %v, want 1", n, idle/3, idle)
+	}
+	time.Sleep(2 * idle) // silence
+	send(10)
+	if n := h.cn.Stats().UDPFlows; n != 2 {
+		t.Errorf("%d flows after %v of silence, want 2 (the first ended)", n, 2*idle)
+	}
+}

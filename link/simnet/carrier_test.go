@@ -19,6 +19,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
@@ -92,7 +93,7 @@ func newCarrierHostWith(t testing.TB, k carrierPair, opts CarrierOptions, v6 boo
 	}
 	s := stack.New(stack.Options{
 		NetworkProtocols:   protos,
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
 	if err := s.CreateNIC(1, ep); err != nil {
 		t.Fatal(err)
