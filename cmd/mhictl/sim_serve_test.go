@@ -284,3 +284,25 @@ func TestSimServeRefusePDN(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRefusePDNFlag: any -refuse-pdn value is taken or refused without a
+// panic, and a taken one names a cause and at most one positive limit,
+// and prints back as a value that parses to the same.
+func FuzzRefusePDNFlag(f *testing.F) {
+	for _, s := range []string{"26", "33", "26:3", "38:30s", "0", "26:0", "256", "26:-1s", "26:x", ":", "26:3:4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		var r refusalFlag
+		if err := r.Set(v); err != nil {
+			return
+		}
+		if r.cause == 0 || r.calls < 0 || r.d < 0 || (r.calls > 0 && r.d > 0) {
+			t.Fatalf("%q: %+v", v, r)
+		}
+		var again refusalFlag
+		if err := again.Set(r.String()); err != nil || again != r {
+			t.Fatalf("%q: %+v prints as %q, which parses to %+v, %v", v, r, r.String(), again, err)
+		}
+	})
+}
