@@ -116,9 +116,12 @@ stop the server. -control PATH opens a UNIX socket for faults at run time,
 one command per line, one reply line each ("ok ..." or "error ..."):
 syserr (alias crash: the firmware crashes, SYS_ERR), slow DURATION (a slow
 device: a pause per TRE and per event; slow 0 ends it), m1 (the modem goes
-idle), fail-bhi CODE (the next BHI download fails), stats (state, DMA
-windows, refused DMAs, violations, carrier counters); "mhictl sim control"
-is a client. The device DMAs only into memory the client (QEMU) mapped:
+idle), fail-bhi CODE (the next BHI download fails), refuse-pdn
+CAUSE[:LIMIT] (the network refuses data sessions with that 3GPP cause, as
+-refuse-pdn; refuse-pdn off ends it), deactivate CAUSE (the network ends
+every data session with that cause, the modem staying attached), stats
+(state, DMA windows, refused DMAs, violations, carrier counters); "mhictl
+sim control" is a client. The device DMAs only into memory the client (QEMU) mapped:
 an access outside every DMA map is refused and counted (dma_faults). Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
 pings, the MBIM pair runs the emulated MBIM function (link/mbim's peer:
 OPEN, BASIC_CONNECT, a data session) and the QMI pair the emulated QMI
@@ -430,7 +433,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	handle := func(line string, crash func(string) error) string {
-		return control(line, modem, srv, crash, func() string { return logCarriers(log, carriers) })
+		return control(line, modem, srv, fns.network, crash, func() string { return logCarriers(log, carriers) })
 	}
 	watchDone := make(chan struct{})
 	go func() {
@@ -494,6 +497,7 @@ type servedFunctions struct {
 	mbim       *simnet.MBIMFunction // on the MBIM pair, or nil
 	sahara     *sim.Sahara          // on the SAHARA pair, or nil
 	qmi        *simnet.QMIFunction  // on the QMI pair, or nil
+	network    *simnet.Network      // the one the control, AT functions share
 }
 
 // close stops the carrier networks.
@@ -551,6 +555,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkCo
 		}
 	}
 	network := simnet.NewNetwork(cfg)
+	s.network = network
 	for name, kind := range functions {
 		switch kind {
 		case "mbim":

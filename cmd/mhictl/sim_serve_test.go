@@ -250,8 +250,9 @@ func TestSimServeAnswersATAndStreamsNMEA(t *testing.T) {
 
 // mhictl sim serve -refuse-pdn makes the network refuse data sessions:
 // for good (33), mhictl status says so naming the cause; for two
-// attempts (26), stack.Open over vfio-user backs off and gets online. Bad
-// values are usage errors.
+// attempts (26), stack.Open over vfio-user backs off and gets online.
+// The control socket's refuse-pdn and deactivate take the session down
+// and keep it refused until refuse-pdn off. Bad values are usage errors.
 func TestSimServeRefusePDN(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up the emulated modem")
@@ -263,14 +264,52 @@ func TestSimServeRefusePDN(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := stack.Open(ctx, stack.Options{Device: simServeForTest(t, "-refuse-pdn", "26:2"), RetryInterval: 50 * time.Millisecond, FCCUnlock: true})
+	ctl := filepath.Join(t.TempDir(), "control.sock")
+	st, err := stack.Open(ctx, stack.Options{Device: simServeForTest(t, "-refuse-pdn", "26:2", "-control", ctl), RetryInterval: 50 * time.Millisecond, FCCUnlock: true})
 	if err != nil {
 		t.Fatalf("stack.Open against -refuse-pdn 26:2: %v", err)
 	}
+	defer st.Close()
 	if !st.LinkUp() {
 		t.Error("stack.Open against -refuse-pdn 26:2: link down")
 	}
-	st.Close()
+	// At run time, over the control socket: the network deactivates
+	// the session and refuses it until told otherwise.
+	call := func(args ...string) {
+		t.Helper()
+		var b bytes.Buffer
+		if code := run(context.Background(), append([]string{"sim", "control", "-socket", ctl}, args...), &b, &b); code != 0 || !strings.HasPrefix(b.String(), "ok") {
+			t.Fatalf("sim control %q: exit %d: %s", args, code, b.String())
+		}
+	}
+	wait := func(what string, match func(stack.Event) bool) {
+		t.Helper()
+		for {
+			select {
+			case e := <-st.Events():
+				if match(e) {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %s event", what)
+			}
+		}
+	}
+	call("refuse-pdn", "26")
+	call("deactivate", "26")
+	wait("link-down", func(e stack.Event) bool { return e.Kind == stack.EventLinkDown })
+	wait("refused attempt", func(e stack.Event) bool {
+		c, ok := stack.RefusalCause(e.Err)
+		return e.Kind == stack.EventSession && ok && c == 26
+	})
+	call("refuse-pdn", "off")
+	wait("link-up", func(e stack.Event) bool { return e.Kind == stack.EventLinkUp })
+	for _, bad := range [][]string{{"refuse-pdn"}, {"refuse-pdn", "0"}, {"deactivate", "x"}, {"deactivate", "0"}} {
+		var b bytes.Buffer
+		if code := run(context.Background(), append([]string{"sim", "control", "-socket", ctl}, bad...), &b, &b); code != 1 || !strings.Contains(b.String(), "usage") {
+			t.Errorf("sim control %q: exit %d: %s", bad, code, b.String())
+		}
+	}
 	for _, bad := range []string{"0", "x", "26:0", "26:-1s", "26:soon", "256"} {
 		out.Reset()
 		if code := run(context.Background(), []string{"sim", "serve", "-socket", filepath.Join(t.TempDir(), "s"), "-refuse-pdn", bad}, &out, &out); code != 2 {
