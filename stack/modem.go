@@ -53,6 +53,8 @@ type Modem struct {
 	closed   bool
 	own      *ownEP // the stack of ep's own session, nil if none runs
 	sessions map[uint8]*Stack
+
+	at atPort // Modem.AT
 }
 
 // SessionOptions configure one data session (Modem.OpenSession).
@@ -403,6 +405,7 @@ func (m *Modem) Close() error {
 	if m.ep != nil {
 		m.ep.Close()
 	}
+	m.closeAT()
 	for i := len(m.closers) - 1; i >= 0; i-- {
 		if err := m.closers[i](); err != nil {
 			errs = append(errs, err)

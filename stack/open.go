@@ -396,6 +396,15 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 		if _, _, ok := p.ChannelPair(mhi.ChannelQMI); ok {
 			so.Functions[mhi.ChannelQMI] = qfn
 		}
+		// The AT port answers from the same network and the NMEA pair
+		// streams a fix (Modem.AT; docs/GETTING-ONLINE.md, "AT and
+		// GNSS ports").
+		if name, ok := p.ATChannel(); ok {
+			so.Functions[name] = simnet.NewATFunction(nw)
+		}
+		if name, ok := p.NMEAChannel(); ok {
+			so.Functions[name] = simnet.NewGNSSFunction(simnet.GNSSConfig{})
+		}
 		var vo []vpci.Option
 		switch w := opts.Sim.DMAWindow; {
 		case w == 0:
