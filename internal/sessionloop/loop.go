@@ -73,6 +73,9 @@ type Loop struct {
 
 	mu   sync.Mutex
 	lost error
+	// reset: the modem restarted (ModemReset) since the last attempt
+	// began.
+	reset bool
 
 	// testSleep and testJitter replace the clock and the randomness of
 	// Supervise's back-off in tests.
@@ -131,8 +134,12 @@ type Hooks struct {
 // cuts a back-off short, but never before its first part (retry, or the
 // whole back-off when jitter made it shorter: at least 3/4 of retry)
 // has passed, so a network that refuses the PDN and keeps indicating
-// gets at most one attempt per 3/4 of retry. A loss recorded before an attempt is
-// dropped: it belongs to an earlier connection.
+// gets at most one attempt per 3/4 of retry. A ModemReset ends any
+// back-off at once: an attempt that failed because the modem was
+// restarting (a SYS_ERR: its control channel was down) never reached
+// the network, and the modem back is when to try again, not seconds
+// later. A loss recorded before an attempt is dropped: it belongs to an
+// earlier connection.
 func (l *Loop) Supervise(retry time.Duration, h Hooks) {
 	failures := 0
 	for {
@@ -144,11 +151,20 @@ func (l *Loop) Supervise(retry time.Duration, h Hooks) {
 		}
 		if err != nil {
 			h.Failed(err)
+			if l.takeReset() {
+				// The modem restarted while the attempt ran (its
+				// failure is likely the restart's): try again.
+				continue
+			}
 			d := retryDelay(retry, failures, l.jitter())
 			failures++
-			// The floor ignores Signals; the rest of the back-off
-			// does not.
-			if !l.sleep(min(retry, d), false) || (d > retry && !l.sleep(d-retry, true)) {
+			// The floor ignores Signals (not a ModemReset); the rest
+			// of the back-off does not.
+			ok := l.sleep(min(retry, d), false)
+			if ok && d > retry && !l.resetPending() {
+				ok = l.sleep(d-retry, true)
+			}
+			if !ok {
 				h.Shutdown()
 				return
 			}
@@ -227,17 +243,48 @@ func (l *Loop) SetLost(err error) {
 	l.Signal()
 }
 
-// TakeLost returns and clears the recorded loss.
+// ModemReset records that the modem restarted under the session (its
+// function lost its state: a SYS_ERR, and again when it was recovered)
+// as a loss with cause err, and ends Supervise's back-off at once (see
+// there).
+func (l *Loop) ModemReset(err error) {
+	l.mu.Lock()
+	if l.lost == nil {
+		l.lost = err
+	}
+	l.reset = true
+	l.mu.Unlock()
+	l.Signal()
+}
+
+// TakeLost returns and clears the recorded loss (and a ModemReset).
 func (l *Loop) TakeLost() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.lost
-	l.lost = nil
+	l.lost, l.reset = nil, false
 	return err
 }
 
+// takeReset reports and clears a ModemReset since the last TakeLost.
+func (l *Loop) takeReset() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.reset
+	l.reset = false
+	return r
+}
+
+// resetPending reports a ModemReset since the last TakeLost.
+func (l *Loop) resetPending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reset
+}
+
 // Sleep waits d, or until the loop stops (false), or, with wake, until
-// Signal (something happened that may change the outcome).
+// Signal (something happened that may change the outcome); without
+// wake, until a ModemReset.
 func (l *Loop) Sleep(d time.Duration, wake bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -248,7 +295,7 @@ func (l *Loop) Sleep(d time.Duration, wake bool) bool {
 		case <-t.C:
 			return true
 		case <-l.kick:
-			if wake {
+			if wake || l.resetPending() {
 				return true
 			}
 		}

@@ -183,3 +183,57 @@ func TestWaitUpWaitsThroughFailuresRetryAccepts(t *testing.T) {
 		t.Fatalf("WaitUp ended by its context: %v, want the deadline and the last failure", err)
 	}
 }
+
+// An attempt that fails because the modem is restarting (its control
+// channel is down during a SYS_ERR) is tried again as soon as the modem
+// is back (ModemReset), not after the back-off's floor: with an hour's
+// retry, the second attempt follows the reset. Before ModemReset the
+// reset was a Signal, which the floor ignores, and every SYS_ERR cost a
+// session RetryInterval·3/4 or more.
+func TestSuperviseRetriesAtOnceAfterAModemReset(t *testing.T) {
+	for _, during := range []bool{false, true} {
+		l := NewLoop()
+		attempts := make(chan int, 10)
+		n := 0
+		errDown := errors.New("channel not running (device in SYS_ERR)")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.Supervise(time.Hour, Hooks{
+				Up: func() error {
+					n++
+					attempts <- n
+					if n == 1 {
+						if during {
+							// The modem came back before the attempt
+							// gave up.
+							l.ModemReset(errDown)
+						}
+						return errDown
+					}
+					l.Stop()
+					return errDown
+				},
+				Failed:   func(error) {},
+				Shutdown: func() {},
+			})
+		}()
+		if got := <-attempts; got != 1 {
+			t.Fatalf("first attempt %d", got)
+		}
+		if !during {
+			// The loop is in (or about to enter) its back-off's floor;
+			// ModemReset ends it whenever it lands.
+			l.ModemReset(errDown)
+		}
+		select {
+		case got := <-attempts:
+			if got != 2 {
+				t.Fatalf("attempt %d", got)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("reset during the attempt %v: no second attempt a minute after the modem reset (retry 1 h)", during)
+		}
+		<-done
+	}
+}

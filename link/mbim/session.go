@@ -159,7 +159,7 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 		s.refused = &simlock.Refused{}
 	}
 	s.unsub = c.Subscribe(s.indication)
-	s.unreset = c.OnReset(func() { s.setLost(ErrModemReset) })
+	s.unreset = c.OnReset(func() { s.loop.ModemReset(ErrModemReset) })
 	loop.Go(s.run)
 	return s
 }

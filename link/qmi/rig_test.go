@@ -66,6 +66,9 @@ func TestSessionOverMHIReconnectsAfterModemReset(t *testing.T) {
 	var lmu sync.Mutex
 	var steps []qmi.Progress
 	cfg := fast(qmi.SessionConfig{APN: "internet"}, nil)
+	// An hour's retry: the attempts that fail while the modem restarts
+	// must not wait for it (the reset ends the back-off).
+	cfg.RetryInterval = time.Hour
 	cfg.OnProgress = func(p qmi.Progress) { lmu.Lock(); steps = append(steps, p); lmu.Unlock() }
 	s := qmi.NewSession(cl, cfg)
 	defer s.Close(context.Background())

@@ -219,7 +219,7 @@ func NewSession(c *Client, cfg SessionConfig) *Session {
 		// releasing them now would name IDs the host no longer holds.
 		s.cids, s.calls = nil, nil
 		s.mu.Unlock()
-		s.loop.SetLost(ErrModemReset)
+		s.loop.ModemReset(ErrModemReset)
 	})
 	loop.Go(s.run)
 	return s

@@ -146,7 +146,8 @@ type tailProber struct {
 	flows map[tlpKey]*tlpFlow
 	seg   segment.Segmenter // record's
 	armed int64             // when the prober scans next; 0: it waits for a kick
-	// waitPort: a probe is due but the data pair is stopped.
+	// waitPort: a probe is due but the data pair is stopped (what the
+	// tests wait for; Start wakes the prober whatever it says).
 	waitPort bool
 }
 
@@ -560,19 +561,18 @@ func (t *tailProber) stopped() { t.stops.Add(1) }
 
 // started is called when the data pair starts: probes that fell due while
 // it was stopped go now, and so do those sent before a stop that no ACK
-// of new data answered (they were lost with the pair).
+// of new data answered (they were lost with the pair). It always wakes
+// the prober: a scan that saw the pair stopped may not have recorded
+// waitPort yet (it reads the port before it takes t.mu), and without a
+// scan after this one its probe would wait for the sender's RTO.
 func (t *tailProber) started() {
 	stops := t.stops.Load()
 	t.mu.Lock()
-	w := t.waitPort
 	for _, f := range t.flows {
 		if f.probeLost(stops) {
 			f.probed, f.again = false, true
-			w = true
 		}
 	}
 	t.mu.Unlock()
-	if w {
-		t.wake()
-	}
+	t.wake()
 }

@@ -14,27 +14,30 @@ import (
 	"github.com/mhistack/mhistack/mhi/sim"
 )
 
-func loadSet(t *testing.T, dir string) ([]firehose.Step, []firehose.Patch) {
+// loadSet parses the rawprogram and patch files (told apart by a name
+// starting with "patch") and plans the programs against the images in dir.
+func loadSet(t *testing.T, dir string, files ...string) ([]firehose.Step, []firehose.Patch) {
 	t.Helper()
 	var progs []firehose.Program
-	for _, f := range []string{"rawprogram0.xml", "rawprogram1.xml"} {
-		b, err := os.ReadFile(filepath.Join("testdata", f))
+	var patches []firehose.Patch
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.HasPrefix(filepath.Base(f), "patch") {
+			p, err := firehose.ParsePatches(b)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			patches = append(patches, p...)
+			continue
 		}
 		p, err := firehose.ParseRawprogram(b)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		progs = append(progs, p...)
-	}
-	b, err := os.ReadFile("testdata/patch0.xml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	patches, err := firehose.ParsePatches(b)
-	if err != nil {
-		t.Fatal(err)
 	}
 	steps, err := firehose.Plan(progs, dir)
 	if err != nil {
@@ -66,7 +69,7 @@ func TestFlashWritesRawprogramAndPatchSetOntoEmulatedUFS(t *testing.T) {
 	}
 	dir := t.TempDir()
 	imgs := writeImages(t, dir)
-	steps, patches := loadSet(t, dir)
+	steps, patches := loadSet(t, dir, "testdata/rawprogram0.xml", "testdata/rawprogram1.xml", "testdata/patch0.xml")
 	var progress int
 	sum, err := firehose.Flash(ctx, c, steps, patches, firehose.FlashOptions{Verify: true, OnProgress: func(string, int64, int64) { progress++ }})
 	if err != nil {
@@ -82,7 +85,7 @@ func TestFlashWritesRawprogramAndPatchSetOntoEmulatedUFS(t *testing.T) {
 		}
 		return b
 	}
-	checkGPT(t, n, func(lba uint64, count int) []byte { return read(0, lba, count) })
+	checkGPT(t, testParts, n, func(lba uint64, count int) []byte { return read(0, lba, count) })
 	if !bytes.Equal(read(0, 6, 16), imgs["efi.bin"]) {
 		t.Error("efi differs")
 	}

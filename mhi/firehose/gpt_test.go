@@ -10,10 +10,10 @@ import (
 	"unicode/utf16"
 )
 
-// This file builds the GPT images of testdata/rawprogram0.xml as a
-// partition tool does (fields that depend on the disk's size left for
-// patch0.xml) and checks a written disk independently of the emulated
-// programmer: every field and both CRC32s recomputed here with
+// This file builds the GPT images of testdata/rawprogram0.xml (and of
+// qdl's set, qdl_test.go) as a partition tool does (fields that depend on
+// the disk's size left for the patches) and checks a written disk
+// independently of the emulated programmer: every field and both CRC32s recomputed here with
 // hash/crc32 from the UEFI specification's layout (UEFI 2.10 §5.3.2 GPT
 // header, §5.3.3 partition entry array).
 
@@ -32,13 +32,13 @@ var testParts = []gptPart{{"efi", 6, 21}, {"rootfs", 22, 0}}
 
 func guid(b byte) []byte { return bytes.Repeat([]byte{b}, 16) }
 
-// entries is the partition entry array of testParts on a disk of
-// ss-byte sectors: the 4096-byte layout scaled by 4096/ss, so that every
+// entries is the partition entry array of parts on a disk of ss-byte
+// sectors: the 4096-byte layout scaled by 4096/ss, so that every
 // partition keeps its byte offset and size.
-func entries(ss int) []byte {
+func entries(parts []gptPart, ss int) []byte {
 	k := uint64(sector / ss)
 	a := make([]byte, numEntries*entrySize)
-	for i, p := range testParts {
+	for i, p := range parts {
 		e := a[i*entrySize:]
 		copy(e[0:], guid(0xA0+byte(i)))  // type GUID
 		copy(e[16:], guid(0xB0+byte(i))) // unique GUID
@@ -79,15 +79,7 @@ func writeImages(t *testing.T, dir string) map[string][]byte {
 // byte offsets of the 4096-byte set.
 func writeImagesSized(t *testing.T, dir string, ss int) map[string][]byte {
 	t.Helper()
-	mbr := make([]byte, ss)
-	mbr[446+4] = 0xEE // protective partition type
-	binary.LittleEndian.PutUint32(mbr[446+8:], 1)
-	binary.LittleEndian.PutUint32(mbr[446+12:], 0xFFFFFFFF)
-	mbr[510], mbr[511] = 0x55, 0xAA
-	main := append(append(mbr, header(ss, 1, 0, 2)...), entries(ss)...)
-	main = append(main, make([]byte, 6*sector-len(main))...)
-	backup := append(entries(ss), make([]byte, 5*sector-numEntries*entrySize-ss)...)
-	backup = append(backup, header(ss, 0, 1, 0)...)
+	main, backup := gptImages(testParts, ss)
 	imgs := map[string][]byte{
 		"gpt_main0.bin": main, "gpt_backup0.bin": backup,
 		"efi.bin":    pattern(16*sector, 1),
@@ -102,6 +94,25 @@ func writeImagesSized(t *testing.T, dir string, ss int) map[string][]byte {
 	return imgs
 }
 
+// gptImages returns the primary (protective MBR, header, entries: 24
+// KiB) and backup (entries, header in the last sector: 20 KiB) GPT images
+// of parts for ss-byte sectors, as a partition tool writes them before the
+// disk's size is known: the backup's own LBA, the primary's backup LBA,
+// the last usable LBA, the last partition's end and the CRCs are the
+// patches' work.
+func gptImages(parts []gptPart, ss int) (main, backup []byte) {
+	mbr := make([]byte, ss)
+	mbr[446+4] = 0xEE // protective partition type
+	binary.LittleEndian.PutUint32(mbr[446+8:], 1)
+	binary.LittleEndian.PutUint32(mbr[446+12:], 0xFFFFFFFF)
+	mbr[510], mbr[511] = 0x55, 0xAA
+	main = append(append(mbr, header(ss, 1, 0, 2)...), entries(parts, ss)...)
+	main = append(main, make([]byte, 6*sector-len(main))...)
+	backup = append(entries(parts, ss), make([]byte, 5*sector-numEntries*entrySize-ss)...)
+	backup = append(backup, header(ss, 0, 1, 0)...)
+	return main, backup
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -110,12 +121,13 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-// checkGPT checks LUN 0 of n sectors, read through readSectors, as a
+// checkGPT checks a LUN of n sectors holding parts, read through
+// readSectors, as a
 // UEFI firmware would: both headers (signature, size, CRC over
 // header_size bytes with the CRC field zeroed, current/backup LBAs,
 // usable range, entry array location and CRC over count × size bytes),
 // and the partitions' ranges.
-func checkGPT(t *testing.T, n uint64, readSectors func(lba uint64, count int) []byte) {
+func checkGPT(t *testing.T, parts []gptPart, n uint64, readSectors func(lba uint64, count int) []byte) {
 	t.Helper()
 	check := func(which string, lba, wantBackup, wantEntries uint64) {
 		h := readSectors(lba, 1)
@@ -138,7 +150,7 @@ func checkGPT(t *testing.T, n uint64, readSectors func(lba uint64, count int) []
 		if got, want := le32(88), crc32.ChecksumIEEE(arr); got != want {
 			t.Errorf("%s entry array CRC32 %#x, recomputed %#x", which, got, want)
 		}
-		for i, p := range testParts {
+		for i, p := range parts {
 			e := arr[i*int(size):]
 			last := p.last
 			if last == 0 {

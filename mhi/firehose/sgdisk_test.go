@@ -90,23 +90,7 @@ func TestFlashedGPTPassesSgdiskVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// sgdisk repairs what it loads (a bad backup header is rebuilt from
-	// the main one) and then verifies the repaired copy, so its load-time
-	// cautions count as failures too. The warnings it gives about the
-	// test set's own shape (the gap before the first usable sector, a
-	// 32-entry array, rootfs's end not on a 16-sector boundary) do not.
-	out, err := exec.Command(sgdisk, "--verify", img).CombinedOutput()
-	bad := err != nil || !bytes.Contains(out, []byte("No problems found"))
-	for _, s := range []string{"Problem", "CRC", "invalid", "corrupt", "ERROR", "regenerating", "Creating new GPT"} {
-		bad = bad || bytes.Contains(out, []byte(s))
-	}
-	if bad {
-		t.Errorf("sgdisk --verify: %v\n%s", err, out)
-	}
-	out, err = exec.Command(sgdisk, "-p", img).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sgdisk -p: %v\n%s", err, out)
-	}
+	out := sgdiskCheck(t, sgdisk, img)
 	want := []string{
 		fmt.Sprintf("1 %d %d efi", 6*k, 22*k-1),
 		fmt.Sprintf("2 %d %d rootfs", 22*k, n-backupAt-1),
@@ -117,6 +101,31 @@ func TestFlashedGPTPassesSgdiskVerify(t *testing.T) {
 	if !bytes.Contains(out, []byte("Sector size (logical): 512 bytes")) {
 		t.Errorf("sgdisk -p did not read 512-byte sectors:\n%s", out)
 	}
+}
+
+// sgdiskCheck has sgdisk verify the GPT on path (a file or a block
+// device) and returns what sgdisk -p prints.
+//
+// sgdisk repairs what it loads (a bad backup header is rebuilt from the
+// main one) and then verifies the repaired copy, so its load-time
+// cautions count as failures too. The warnings it gives about the test
+// sets' own shape (the gap before the first usable sector, a 32-entry
+// array, a partition's end not on a 16-sector boundary) do not.
+func sgdiskCheck(t *testing.T, sgdisk, path string) []byte {
+	t.Helper()
+	out, err := exec.Command(sgdisk, "--verify", path).CombinedOutput()
+	bad := err != nil || !bytes.Contains(out, []byte("No problems found"))
+	for _, s := range []string{"Problem", "CRC", "invalid", "corrupt", "ERROR", "regenerating", "Creating new GPT"} {
+		bad = bad || bytes.Contains(out, []byte(s))
+	}
+	if bad {
+		t.Errorf("sgdisk --verify %s: %v\n%s", path, err, out)
+	}
+	out, err = exec.Command(sgdisk, "-p", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sgdisk -p %s: %v\n%s", path, err, out)
+	}
+	return out
 }
 
 // sgdiskPartitions returns the rows of sgdisk -p's partition table as

@@ -4,7 +4,10 @@
 // than one buffer leaves as a chain of TREs with EOT on the last, as
 // Linux drivers/accel/qaic/sahara.c sends image data (the device consumes
 // nothing before EOT); a DL transfer split over buffers (OVERFLOW
-// completions) is joined again before Recv returns it.
+// completions) is joined again before Recv returns it. A reader that
+// falls behind holds the device back: once its queue of received messages
+// is full, DL buffers are given back only as Recv takes messages, so the
+// device waits for buffers instead of messages being lost.
 //
 //	conn, err := pairconn.Open(ctx, ctrl, dev.DMA(), "FIREHOSE", pairconn.Options{})
 //	err = conn.Send(ctx, request)
@@ -71,9 +74,14 @@ type Conn struct {
 
 	dropped atomic.Uint64
 
-	mu       sync.Mutex // guards partial and over
-	partial  []byte
-	over     bool // the message being joined passed MaxMessage
+	mu      sync.Mutex // guards partial, over, backlog and held
+	partial []byte
+	over    bool // the message being joined passed MaxMessage
+	// backlog holds messages that found rx full, in order, and held the
+	// DL buffers completed meanwhile: they go back to the device when
+	// Recv has moved the backlog into rx (refill).
+	backlog  [][]byte
+	held     []*pci.Buffer
 	closeOne sync.Once
 }
 
@@ -139,11 +147,13 @@ func Open(ctx context.Context, c *mhi.Controller, dma pci.DMA, name string, o Op
 func (p *Conn) MaxSend() int { return p.o.TxBufs * p.o.BufLen }
 
 // Dropped returns how many DL messages were lost: longer than
-// MaxMessage, or arriving while nobody read and the queue was full.
+// MaxMessage. A message arriving while the queue is full is kept, and the
+// device is held back (see the package comment), not dropped.
 func (p *Conn) Dropped() uint64 { return p.dropped.Load() }
 
 // onRX runs on the controller's interrupt goroutine: join the pieces of a
-// transfer, give the buffer straight back to the device.
+// transfer, give the buffer straight back to the device unless messages
+// wait for room in rx (then hold it until Recv makes room).
 func (p *Conn) onRX(c mhi.Completion) {
 	p.mu.Lock()
 	if !p.over {
@@ -166,15 +176,58 @@ func (p *Conn) onRX(c mhi.Completion) {
 		}
 		p.partial, p.over = nil, false
 	}
-	p.mu.Unlock()
 	if msg != nil {
-		select {
-		case p.rx <- msg:
-		default:
-			p.dropped.Add(1)
+		// Under mu, so that rx and the backlog keep the device's order.
+		if len(p.backlog) > 0 {
+			p.backlog = append(p.backlog, msg)
+		} else {
+			select {
+			case p.rx <- msg:
+			default:
+				p.backlog = append(p.backlog, msg)
+			}
 		}
 	}
-	if p.dl.Queue(c.Buf, p.o.BufLen, mhi.EOT) == nil {
+	hold := len(p.backlog) > 0
+	if hold {
+		p.held = append(p.held, c.Buf)
+	}
+	p.mu.Unlock()
+	if !hold && p.dl.Queue(c.Buf, p.o.BufLen, mhi.EOT) == nil {
+		p.dl.Ring()
+	}
+}
+
+// refill moves backlogged messages into rx while it has room and, once
+// the backlog is empty, gives the held DL buffers back to the device.
+// At most RxBufs messages wait in the backlog: each one completed while
+// it is not empty holds a buffer.
+func (p *Conn) refill() {
+	p.mu.Lock()
+	for len(p.backlog) > 0 {
+		select {
+		case p.rx <- p.backlog[0]:
+			p.backlog[0] = nil
+			p.backlog = p.backlog[1:]
+			continue
+		default:
+		}
+		break
+	}
+	var give []*pci.Buffer
+	if len(p.backlog) == 0 {
+		p.backlog = nil
+		give, p.held = p.held, nil
+	}
+	p.mu.Unlock()
+	// Outside mu: Queue takes the channel's lock, which the interrupt
+	// goroutine may hold while it waits for mu in onRX. After Close the
+	// channel is reset and Queue refuses.
+	queued := false
+	for _, b := range give {
+		queued = p.dl.Queue(b, p.o.BufLen, mhi.EOT) == nil || queued
+	}
+	if queued {
 		p.dl.Ring()
 	}
 }
@@ -231,6 +284,7 @@ func (p *Conn) Send(ctx context.Context, b []byte) error {
 func (p *Conn) Recv(ctx context.Context) ([]byte, error) {
 	select {
 	case b := <-p.rx:
+		p.refill()
 		return b, nil
 	case <-p.done:
 		return nil, ErrClosed

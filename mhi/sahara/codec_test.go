@@ -183,25 +183,36 @@ func FuzzHostAgainstHostileTarget(f *testing.F) {
 	})
 }
 
-// FuzzTargetAgainstHostileHost: the other direction. The emulated SBL
-// takes any host messages without panicking and without claiming a
-// finished load it did not get.
+// FuzzTargetAgainstHostileHost: the other direction. The emulated SBL,
+// loading an image or offering a dump, with 32- or 64-bit commands, takes
+// any sequence of host messages (split from the fuzz input) without
+// panicking and without claiming a finished load it did not get whole.
 func FuzzTargetAgainstHostileHost(f *testing.F) {
-	resp, _ := sahara.Append(nil, sahara.Packet{Cmd: sahara.CmdHelloResp, Version: 2})
-	done, _ := sahara.Append(nil, sahara.Packet{Cmd: sahara.CmdDone})
-	f.Add(resp, []byte("0123456789"), done, false)
-	f.Add(resp, []byte("x"), done, true)
-	f.Fuzz(func(t *testing.T, a, b, c []byte, dump bool) {
-		s := &sim.Sahara{Images: []sim.SaharaImage{{ID: 1, Size: 10}}}
+	join := func(ms ...[]byte) []byte { return bytes.Join(ms, []byte{0xFF, 0}) }
+	pkt := func(p sahara.Packet) []byte { b, _ := sahara.Append(nil, p); return b }
+	resp := pkt(sahara.Packet{Cmd: sahara.CmdHelloResp, Version: 2})
+	done := pkt(sahara.Packet{Cmd: sahara.CmdDone})
+	// Each seed is a whole session the target finishes (Chunk 5: the
+	// image in two reads; the table, then the region).
+	f.Add(join(resp, []byte("01234"), []byte("56789"), done), uint8(0), false, false)
+	f.Add(join(resp, []byte("01234"), []byte("56789"), done), uint8(0), false, true)
+	f.Add(join(resp, pkt(sahara.Packet{Cmd: sahara.CmdMemoryRead, Offset: 0x1000, Length: 52}),
+		pkt(sahara.Packet{Cmd: sahara.CmdMemoryRead, Offset: 0x10, Length: 4}), pkt(sahara.Packet{Cmd: sahara.CmdReset})), uint8(0), true, false)
+	f.Add(join(resp, pkt(sahara.Packet{Cmd: sahara.CmdMemoryRead64, Offset: 0x1000, Length: 64}),
+		pkt(sahara.Packet{Cmd: sahara.CmdMemoryRead64, Offset: 0x12, Length: 2}), pkt(sahara.Packet{Cmd: sahara.CmdReset})), uint8(0), true, true)
+	f.Fuzz(func(t *testing.T, in []byte, sep uint8, dump, wide bool) {
+		s := &sim.Sahara{Images: []sim.SaharaImage{{ID: 1, Size: 10}}, Wide: wide, Chunk: 5}
 		if dump {
-			s = &sim.Sahara{Dump: []sim.SaharaRegion{{Region: sahara.Region{Address: 0x10, Length: 4}, Data: []byte("abcd")}}}
+			s = &sim.Sahara{Wide: wide, TableAddress: 0x1000,
+				Dump: []sim.SaharaRegion{{Region: sahara.Region{Address: 0x10, Length: 4, Description: "r", Filename: "r.bin"}, Data: []byte("abcd")}}}
 		}
 		s.Start(nil)
-		for _, m := range [][]byte{a, b, c} {
+		msgs := bytes.Split(in, []byte{0xFF, sep})
+		for _, m := range msgs[:min(len(msgs), 64)] {
 			s.Receive(m)
 		}
-		if s.Finished() && !dump && !bytes.Equal(s.Received(1), b) {
-			t.Fatalf("finished with %q", s.Received(1))
+		if s.Finished() && !dump && len(s.Received(1)) != 10 {
+			t.Fatalf("finished with %d of 10 bytes", len(s.Received(1)))
 		}
 	})
 }
