@@ -25,6 +25,54 @@ var ErrUnknownAPN = errors.New("stack: missing or unknown APN")
 // Err matches mbim.ErrRoaming or qmi.ErrRoaming.
 var ErrRoaming = errors.New("stack: the modem is roaming and Options.AllowRoaming is not set")
 
+// ErrActivationRefused matches (errors.Is) an Open or OpenSession whose
+// data session the network refused to activate with a 3GPP cause
+// (RefusalCause returns it): an MBIM CONNECT answered with the cause as
+// NwError, a QMI Start Network with it as the verbose call end reason. A
+// cause that passes with time (TransientCause: 26 insufficient resources,
+// 34 service option temporarily out of order, 38 network failure) does
+// not fail Open: it waits through the session's back-off for the next
+// attempt, until its context ends, and only then fails with an error
+// that matches this and the context's error. Any other cause fails at
+// once: 27 also matches ErrUnknownAPN; 29 (authentication failed), 33
+// (option not subscribed) and the rest want the user or the carrier.
+var ErrActivationRefused = errors.New("stack: the network refused to activate the data session")
+
+// RefusalCause returns the 3GPP cause (TS 24.008 §10.5.6.6, TS 24.301
+// §9.9.4.4) with which the network refused a data session's activation,
+// if err says one.
+func RefusalCause(err error) (int, bool) {
+	var me *mbim.CommandError
+	if errors.As(err, &me) && me.Service == mbim.ServiceBasicConnect && me.CID == mbim.CIDConnect && me.NwError != 0 {
+		return int(me.NwError), true
+	}
+	var ce *qmi.CallError
+	if errors.As(err, &ce) {
+		return ce.End.Cause3GPP()
+	}
+	return 0, false
+}
+
+// TransientCause reports whether 3GPP cause c refuses a data session for
+// now rather than for good, so that a later attempt may pass: 26
+// insufficient resources (a busy cell or gateway), 34 service option
+// temporarily out of order, 38 network failure (TS 24.008 §10.5.6.6). A
+// network that refuses with one of them for a long time is still
+// retried by the session, at most about once a minute.
+func TransientCause(c int) bool {
+	switch c {
+	case 26, 34, 38:
+		return true
+	}
+	return false
+}
+
+// transientRefusal is an attempt's error that Open waits through.
+func transientRefusal(err error) bool {
+	c, ok := RefusalCause(err)
+	return ok && TransientCause(c)
+}
+
 // PINError is a SIM that stayed locked (errors.As finds it in an Open or
 // OpenSession error): Need is the code it asks for ("PIN" or "PUK"),
 // Remaining the tries left of it (-1 when the modem did not say),
@@ -43,10 +91,19 @@ const PINEnv = "MHISTACK_PIN"
 
 // sessionError is a data session that did not come up: the MBIM or QMI
 // session's error, matching ErrUnknownAPN when the network refused the
-// APN.
+// APN, ErrActivationRefused when it refused with any 3GPP cause.
 type sessionError struct{ err error }
 
 func (e *sessionError) Error() string {
+	if c, ok := RefusalCause(e.err); ok {
+		switch {
+		case c == 27:
+			return e.err.Error() + "; the network does not serve this APN (3GPP cause 27, missing or unknown APN): check Options.APN (-apn)"
+		case TransientCause(c):
+			return e.err.Error() + "; the network refused the data session for now and Open waited for it until its context ended: give it longer, or try again later"
+		}
+		return e.err.Error() + "; the network refuses this data session for good (not retried): check the APN, credentials and subscription with the carrier"
+	}
 	if errors.Is(e, ErrRoaming) {
 		return e.err.Error() + "; set Options.AllowRoaming (mhiproxy or mhictl -allow-roaming) to use data while roaming"
 	}
@@ -74,6 +131,10 @@ func (e *sessionError) Unwrap() error { return e.err }
 func (e *sessionError) Is(target error) bool {
 	if target == ErrRoaming {
 		return errors.Is(e.err, mbim.ErrRoaming) || errors.Is(e.err, qmi.ErrRoaming)
+	}
+	if target == ErrActivationRefused {
+		_, ok := RefusalCause(e.err)
+		return ok
 	}
 	if target != ErrUnknownAPN {
 		return false

@@ -53,6 +53,8 @@ type Modem struct {
 	closed   bool
 	own      *ownEP // the stack of ep's own session, nil if none runs
 	sessions map[uint8]*Stack
+
+	at atPort // Modem.AT
 }
 
 // SessionOptions configure one data session (Modem.OpenSession).
@@ -217,7 +219,8 @@ func (m *Modem) pickIDLocked(want int) (uint8, error) {
 // network gave this session. The stack follows the session as Open's does
 // (docs/STACK.md, "Following the session"); closing it disconnects the
 // session and leaves the modem and its other sessions running. ctx
-// bounds the bring-up only. After Close it fails with ErrClosed.
+// bounds the bring-up only, and a refusal for now (TransientCause) is
+// waited through, as in Open. After Close it fails with ErrClosed.
 func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, err error) {
 	if m.isClosed() {
 		return nil, ErrClosed
@@ -259,16 +262,16 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		sess := qmi.NewSession(m.qmi, qmi.SessionConfig{
 			APN: so.APN, User: so.User, Password: so.Password, Auth: qmiAuth(so.Auth),
 			Families: qmiFamilies(so.IPType), PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused, MuxID: id, Logger: m.log,
-			AllowRoaming: opts.AllowRoaming,
-			OnProgress:   func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
-			OnAddress:    func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
+			AllowRoaming: opts.AllowRoaming, RetryInterval: opts.RetryInterval,
+			OnProgress: func(p qmi.Progress) { f.event(p.State.String(), p.Err) },
+			OnAddress:  func(ip qmi.IPConfig) { f.address(fromQMI(ip)) },
 		})
 		closers = append(closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return sess.Close(ctx)
 		})
-		qip, err := sess.WaitUp(ctx)
+		qip, err := sess.WaitConnected(ctx, transientRefusal)
 		if err != nil {
 			return nil, &sessionError{fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)}
 		}
@@ -283,14 +286,14 @@ func (m *Modem) OpenSession(ctx context.Context, so SessionOptions) (_ *Stack, e
 		sess := mbim.NewSession(m.mbim, mbim.SessionConfig{
 			APN: so.APN, User: so.User, Password: so.Password, Auth: so.Auth, IPType: so.IPType, PIN: opts.PIN, PUK: opts.PUK, Refused: &m.refused,
 			RadioRefused: m.fccRelocked, SessionID: uint32(id), OnProgress: f.progress, OnAddress: f.address, Logger: m.log,
-			AllowRoaming: opts.AllowRoaming,
+			AllowRoaming: opts.AllowRoaming, RetryInterval: opts.RetryInterval,
 		})
 		closers = append(closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return sess.Close(ctx)
 		})
-		ip, err = sess.WaitUp(ctx)
+		ip, err = sess.WaitConnected(ctx, transientRefusal)
 		if err != nil {
 			return nil, &sessionError{fmt.Errorf("stack: open %s: data session: %w", opts.Device, err)}
 		}
@@ -402,6 +405,7 @@ func (m *Modem) Close() error {
 	if m.ep != nil {
 		m.ep.Close()
 	}
+	m.closeAT()
 	for i := len(m.closers) - 1; i >= 0; i-- {
 		if err := m.closers[i](); err != nil {
 			errs = append(errs, err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/mbim"
@@ -73,6 +74,12 @@ type Options struct {
 	// already up is dropped when the modem starts roaming (and retried,
 	// failing, until it is home again).
 	AllowRoaming bool
+
+	// RetryInterval is the data session's first pause after a failed
+	// attempt (0: 5 s); each further failure doubles it, up to a minute,
+	// less up to a quarter by jitter (docs/STACK.md, "A network that
+	// refuses the data session"). A lost connection is retried at once.
+	RetryInterval time.Duration
 
 	// Config configures the stack; Open fills in the addresses, DNS
 	// servers and MTU the session reports.
@@ -165,7 +172,10 @@ func DMASize(p *mhi.Profile, lo link.Options) (int, error) {
 // session (MBIM: SIM → radio → registration → attach → CONNECT →
 // IP_CONFIGURATION; or QMI), the link endpoint on the data channel, and
 // a stack configured with the session's addresses, DNS servers and MTU.
-// ctx bounds the bring-up only. It is OpenModem and one OpenSession;
+// ctx bounds the bring-up only. A network that refuses the session for
+// now (TransientCause) is waited for: the session tries again after its
+// back-off (RetryInterval) until ctx ends; a refusal for good fails at
+// once (ErrActivationRefused). It is OpenModem and one OpenSession;
 // closing the stack closes the modem too.
 //
 // The stack then follows the session: a lost connection takes the link
@@ -385,6 +395,15 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 		}
 		if _, _, ok := p.ChannelPair(mhi.ChannelQMI); ok {
 			so.Functions[mhi.ChannelQMI] = qfn
+		}
+		// The AT port answers from the same network and the NMEA pair
+		// streams a fix (Modem.AT; docs/GETTING-ONLINE.md, "AT and
+		// GNSS ports").
+		if name, ok := p.ATChannel(); ok {
+			so.Functions[name] = simnet.NewATFunction(nw)
+		}
+		if name, ok := p.NMEAChannel(); ok {
+			so.Functions[name] = simnet.NewGNSSFunction(simnet.GNSSConfig{})
 		}
 		var vo []vpci.Option
 		switch w := opts.Sim.DMAWindow; {

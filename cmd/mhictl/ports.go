@@ -102,8 +102,8 @@ func atCommand(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("want one AT command, e.g. mhictl at 'AT+CSQ'")
 	}
 	cmd := strings.TrimSpace(fs.Arg(0))
-	if !strings.HasPrefix(strings.ToUpper(cmd), "AT") || strings.ContainsAny(cmd, "\r\n") || len(cmd) > 512 {
-		return usagef("%q is not an AT command line (AT…, one line, at most 512 bytes)", cmd)
+	if err := at.CheckCommand(cmd); err != nil {
+		return usagef("%v", err)
 	}
 	if *reply <= 0 {
 		return usagef("-reply must be positive")
@@ -127,41 +127,28 @@ func atCommand(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer p.Close()
 	rctx, rcancel := context.WithTimeout(ctx, *reply)
 	defer rcancel()
-	if err := p.Send(rctx, []byte(cmd+"\r")); err != nil {
-		return err
+	resp, err := at.Command(rctx, p, &at.Reader{}, cmd)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: no final result code (OK, ERROR) within -reply %v", cmd, *reply)
+	case err != nil && !errors.Is(err, at.ErrCommand):
+		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	r := at.Reader{Echo: cmd}
-	for {
-		b, err := p.Recv(rctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%s: no final result code (OK, ERROR) within -reply %v", cmd, *reply)
-		}
-		if err != nil {
-			return err
-		}
-		resp, done, rerr := r.Feed(b)
-		if !done && rerr == nil {
-			continue
-		}
-		if errors.Is(rerr, at.ErrTooLong) {
-			return fmt.Errorf("%s: %w", cmd, rerr)
-		}
-		out := atOut{Command: cmd, Lines: resp.Lines, Final: resp.Final}
-		if out.Lines == nil {
-			out.Lines = []string{}
-		}
-		if df.json {
-			if err := writeJSON(stdout, out); err != nil {
-				return err
-			}
-		} else {
-			for _, l := range resp.Lines {
-				fmt.Fprintln(stdout, l)
-			}
-			fmt.Fprintln(stdout, resp.Final)
-		}
-		return rerr
+	out := atOut{Command: cmd, Lines: resp.Lines, Final: resp.Final}
+	if out.Lines == nil {
+		out.Lines = []string{}
 	}
+	if df.json {
+		if jerr := writeJSON(stdout, out); jerr != nil {
+			return jerr
+		}
+	} else {
+		for _, l := range resp.Lines {
+			fmt.Fprintln(stdout, l)
+		}
+		fmt.Fprintln(stdout, resp.Final)
+	}
+	return err
 }
 
 // positionFlag is -sim-position LAT,LON[,ALT].

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi/pci/vpci/vfiouser"
 	"github.com/mhistack/mhistack/mhi/sim"
 )
@@ -29,11 +31,18 @@ import (
 //	                device; "slow 0" restores full speed)
 //	m1              the modem goes idle (device-initiated M0 → M1)
 //	fail-bhi CODE   the next BHI download fails with BHI_ERRCODE CODE
+//	refuse-pdn CAUSE[:LIMIT]
+//	                the network refuses data sessions with 3GPP cause
+//	                CAUSE, for ever or for LIMIT attempts or time
+//	                (sim serve -refuse-pdn); "refuse-pdn off" ends it
+//	deactivate CAUSE
+//	                the network ends every data session with CAUSE, the
+//	                modem staying attached (simnet.Network.DeactivateCalls)
 //	stats           one line: the modem state, DMA windows, refused DMAs,
 //	                host protocol violations, and carrier counters (logged
 //	                too, as SIGUSR2 does)
 //	help            the list of commands
-const controlHelp = "commands: syserr|crash, slow DURATION, m1, fail-bhi CODE, stats, help"
+const controlHelp = "commands: syserr|crash, slow DURATION, m1, fail-bhi CODE, refuse-pdn CAUSE[:LIMIT]|off, deactivate CAUSE, stats, help"
 
 // controlRequest is one command for the goroutine that owns the modem's
 // fault injection (watchModem), so that faults are logged in order with
@@ -138,7 +147,7 @@ func (s *controlServer) Close() {
 
 // control runs one command on the goroutine that owns fault injection;
 // crash is that goroutine's SYS_ERR injection.
-func control(line string, m *sim.Modem, srv *vfiouser.Server, crash func(why string) error, report func() string) string {
+func control(line string, m *sim.Modem, srv *vfiouser.Server, nw *simnet.Network, crash func(why string) error, report func() string) string {
 	f := strings.Fields(line)
 	arg := func() (string, bool) {
 		if len(f) != 2 {
@@ -179,6 +188,26 @@ func control(line string, m *sim.Modem, srv *vfiouser.Server, crash func(why str
 		}
 		m.FailNextBHI(uint32(code))
 		return "ok fail-bhi " + v
+	case "refuse-pdn":
+		v, ok := arg()
+		if ok && v == "off" {
+			nw.RefuseCalls(0, 0, 0)
+			return "ok refuse-pdn off"
+		}
+		var r refusalFlag
+		if err := r.Set(v); !ok || err != nil {
+			return "error usage: refuse-pdn CAUSE[:COUNT|:DURATION] or refuse-pdn off (e.g. refuse-pdn 26:3)"
+		}
+		nw.RefuseCalls(r.cause, r.calls, r.d)
+		return "ok refuse-pdn " + r.String()
+	case "deactivate":
+		v, ok := arg()
+		cause, err := strconv.ParseUint(v, 10, 8)
+		if !ok || err != nil || cause == 0 {
+			return "error usage: deactivate CAUSE (a 3GPP cause, e.g. 36 regular deactivation, 26 insufficient resources)"
+		}
+		nw.DeactivateCalls(mbim.NwError(cause))
+		return "ok deactivate " + v
 	case "stats":
 		if len(f) != 1 {
 			break
@@ -218,8 +247,9 @@ func init() {
 		Short: "Inject a fault into a running sim serve, or read its stats.",
 		Summary: `Send one command to the control socket of a running "mhictl sim serve -control
 PATH" and print its reply: syserr (alias crash), slow DURATION, m1,
-fail-bhi CODE, stats or help (see "mhictl sim serve -h"). Exit 1 when the
-modem answers with an error.`,
+fail-bhi CODE, refuse-pdn CAUSE[:LIMIT]|off, deactivate CAUSE, stats or
+help (see "mhictl sim serve -h"). Exit 1 when the modem answers with an
+error.`,
 		Run: simControl,
 	})
 }

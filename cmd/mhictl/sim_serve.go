@@ -16,6 +16,7 @@ import (
 
 	"github.com/mhistack/mhistack/link"
 	"github.com/mhistack/mhistack/link/framing"
+	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
 	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
@@ -115,15 +116,20 @@ stop the server. -control PATH opens a UNIX socket for faults at run time,
 one command per line, one reply line each ("ok ..." or "error ..."):
 syserr (alias crash: the firmware crashes, SYS_ERR), slow DURATION (a slow
 device: a pause per TRE and per event; slow 0 ends it), m1 (the modem goes
-idle), fail-bhi CODE (the next BHI download fails), stats (state, DMA
-windows, refused DMAs, violations, carrier counters); "mhictl sim control"
-is a client. The device DMAs only into memory the client (QEMU) mapped:
+idle), fail-bhi CODE (the next BHI download fails), refuse-pdn
+CAUSE[:LIMIT] (the network refuses data sessions with that 3GPP cause, as
+-refuse-pdn; refuse-pdn off ends it), deactivate CAUSE (the network ends
+every data session with that cause, the modem staying attached), stats
+(state, DMA windows, refused DMAs, violations, carrier counters); "mhictl
+sim control" is a client. The device DMAs only into memory the client (QEMU) mapped:
 an access outside every DMA map is refused and counted (dma_faults). Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
 pings, the MBIM pair runs the emulated MBIM function (link/mbim's peer:
 OPEN, BASIC_CONNECT, a data session) and the QMI pair the emulated QMI
 function (CTL, DMS, NAS, UIM, WDS, WDA; sharing the MBIM function's SIM,
-registration and calls when the profile has both) unless -function says
-otherwise;
+registration and calls when the profile has both), the AT pair (DUN, else
+DUN2) the emulated AT port (mhictl at: ATI, AT+CSQ, AT+COPS?, ... from the
+same network) and the NMEA pair the emulated GNSS receiver (mhictl gnss:
+GGA, RMC and GSV once a second) unless -function says otherwise;
 -function SAHARA=sahara (with -boot pbl, on a modem with a SAHARA pair such
 as qcom-qdu100) holds the modem in its SBL, whose Sahara server asks the
 host for the images of -sahara-images (docs/FLASHING.md).
@@ -164,11 +170,56 @@ func (f functionFlag) Set(v string) error {
 		return fmt.Errorf("want NAME=KIND, got %q", v)
 	}
 	switch kind {
-	case "icmp", "loopback", "mbim", "qmi", "none", "carrier", "carrier-qmap", "carrier-qmap5", "firehose", "sahara":
+	case "icmp", "loopback", "mbim", "qmi", "at", "gnss", "none", "carrier", "carrier-qmap", "carrier-qmap5", "firehose", "sahara":
 	default:
-		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, firehose, sahara, none)", kind)
+		return fmt.Errorf("unknown function %q (icmp, carrier, carrier-qmap, carrier-qmap5, loopback, mbim, qmi, at, gnss, firehose, sahara, none)", kind)
 	}
 	f[name] = kind
+	return nil
+}
+
+// refusalFlag is -refuse-pdn CAUSE[:LIMIT] (simnet.NetworkConfig's
+// ConnectReject, ConnectRejectCalls, ConnectRejectFor).
+type refusalFlag struct {
+	cause mbim.NwError
+	calls int
+	d     time.Duration
+}
+
+func (f *refusalFlag) String() string {
+	switch {
+	case f.cause == 0:
+		return ""
+	case f.calls > 0:
+		return fmt.Sprintf("%d:%d", f.cause, f.calls)
+	case f.d > 0:
+		return fmt.Sprintf("%d:%v", f.cause, f.d)
+	}
+	return fmt.Sprint(uint32(f.cause))
+}
+
+func (f *refusalFlag) Set(v string) error {
+	c, limit, hasLimit := strings.Cut(v, ":")
+	cause, err := strconv.ParseUint(c, 10, 8)
+	if err != nil || cause == 0 {
+		return fmt.Errorf("%q: want a 3GPP cause 1..255 (26 insufficient resources, 33 option not subscribed), optionally :COUNT or :DURATION", v)
+	}
+	*f = refusalFlag{cause: mbim.NwError(cause)}
+	if !hasLimit {
+		return nil
+	}
+	if n, err := strconv.Atoi(limit); err == nil {
+		if n <= 0 {
+			return fmt.Errorf("%q: the count of refused attempts must be positive", v)
+		}
+		f.calls = n
+		return nil
+	}
+	d, err := time.ParseDuration(limit)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q: the limit is a count of attempts (3) or a positive duration (30s)", v)
+	}
+	f.d = d
 	return nil
 }
 
@@ -181,7 +232,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	strict := fs.Bool("strict", false, "log every host protocol violation as an error and exit 1 if there was any")
 	idIndex := fs.Int("id-index", 0, "which of the profile's PCI IDs to present")
 	functions := functionFlag{}
-	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi, firehose (the flash programmer over emulated UFS, for FIREHOSE: mhictl flash -device vfio-user:PATH), sahara (the SBL's Sahara server asking for -sahara-images, for SAHARA; needs -boot pbl and holds the modem in its SBL) or none (repeatable)")
+	fs.Var(functions, "function", "attach a function to a channel pair: `NAME=KIND`, KIND at (the AT port), gnss (the NMEA port), icmp, carrier (the carrier network in the pair's Linux framing: raw IP, MBIM NTB16 on IP_HW0_MBIM), carrier-qmap, carrier-qmap5 (QMAP MAPv1/MAPv5 for rmnet), loopback, mbim, qmi, firehose (the flash programmer over emulated UFS, for FIREHOSE: mhictl flash -device vfio-user:PATH), sahara (the SBL's Sahara server asking for -sahara-images, for SAHARA; needs -boot pbl and holds the modem in its SBL) or none (repeatable)")
 	saharaImages := fs.String("sahara-images", "13:65536", "with a sahara function: the images the emulated SBL asks the host for, in order (`ID:SIZE`[,ID:SIZE...]; the host's file for an ID must hold at least SIZE bytes)")
 	flushDelay := fs.Duration("flush-delay", 0, "carrier network: how long a DL frame waits for more packets after its first (0: 200µs)")
 	radioName := fs.String("radio", "", "carrier network: put a radio link model between the modem and the network, both ways: a preset `NAME` or a JSON FILE (rate or trace, queue, delay, loss, handover gaps, RRC promotion; docs/RADIO.md); list: print the presets and exit (default: none, packets pass at once)")
@@ -208,6 +259,11 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
 	fccLock := fs.Bool("fcc-lock", false, "start FCC-locked, as the presented PCI ID ships (mhi.Profile.FCCLock; a profile whose ID is not locked is a usage error):\n"+
 		"the radio stays off until the host runs the vendor unlock (mhiproxy or mhictl -fcc-unlock; docs/GETTING-ONLINE.md)")
+	var refusal refusalFlag
+	fs.Var(&refusal, "refuse-pdn", "the network refuses data sessions (MBIM CONNECT, QMI WDS Start Network) with this 3GPP `CAUSE[:LIMIT]`: "+
+		"for ever, or for LIMIT attempts (a count: 3) or for LIMIT from the first refusal (a duration: 30s), then accepts. "+
+		"26 (insufficient resources), 34 or 38 (network failure) pass with time: a host retries with back-off, and stack.Open waits; "+
+		"others, such as 33 (option not subscribed) or 27 (unknown APN), fail stack.Open at once (docs/GETTING-ONLINE.md, \"A network that refuses the data session\")")
 	simPIN := fs.String("sim-pin", "", "lock the emulated SIM with this `PIN` (3 tries, then the PUK 12345678): the host enters it with -pin (a host takes 4 to 8 digits)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -293,6 +349,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	network.ConnectReject, network.ConnectRejectCalls, network.ConnectRejectFor = refusal.cause, refusal.calls, refusal.d
 	carrier.APNs = network.APNs
 	fns, err := serveFunctions(p, functions, network, carrier, log)
 	if err != nil {
@@ -376,7 +433,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	handle := func(line string, crash func(string) error) string {
-		return control(line, modem, srv, crash, func() string { return logCarriers(log, carriers) })
+		return control(line, modem, srv, fns.network, crash, func() string { return logCarriers(log, carriers) })
 	}
 	watchDone := make(chan struct{})
 	go func() {
@@ -440,6 +497,7 @@ type servedFunctions struct {
 	mbim       *simnet.MBIMFunction // on the MBIM pair, or nil
 	sahara     *sim.Sahara          // on the SAHARA pair, or nil
 	qmi        *simnet.QMIFunction  // on the QMI pair, or nil
+	network    *simnet.Network      // the one the control, AT functions share
 }
 
 // close stops the carrier networks.
@@ -478,12 +536,26 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkCo
 			}
 		}
 	}
+	// The AT port (DUN, else DUN2) answers AT commands from the same
+	// network and the NMEA pair streams a GNSS fix, so that mhictl at
+	// and mhictl gnss work against the served modem.
+	for _, port := range []struct {
+		pick func(*mhi.Profile) (string, bool)
+		kind string
+	}{{(*mhi.Profile).ATChannel, "at"}, {(*mhi.Profile).NMEAChannel, "gnss"}} {
+		if name, ok := port.pick(p); ok {
+			if _, set := functions[name]; !set {
+				functions[name] = port.kind
+			}
+		}
+	}
 	for name := range functions {
 		if _, _, ok := p.ChannelPair(name); !ok {
 			return nil, usagef("profile %s has no channel pair %q", p.Name, name)
 		}
 	}
 	network := simnet.NewNetwork(cfg)
+	s.network = network
 	for name, kind := range functions {
 		switch kind {
 		case "mbim":
@@ -543,6 +615,10 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkCo
 			}
 			s.qmi = simnet.NewQMIFunction(simnet.QMIConfig{Network: network, Logger: log.With("part", "qmi")})
 			s.all[name] = s.qmi
+		case "at":
+			s.all[name] = simnet.NewATFunction(network)
+		case "gnss":
+			s.all[name] = simnet.NewGNSSFunction(simnet.GNSSConfig{})
 		case "none":
 			s.all[name] = nil
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/link/nmea"
 	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/mhi"
@@ -155,30 +156,7 @@ func TestSimServeFCCLockAndSIMPIN(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up the emulated modem")
 	}
-	serve := func(args ...string) string {
-		t.Helper()
-		path := filepath.Join(t.TempDir(), "modem.sock")
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan int, 1)
-		var errb syncBuilder
-		go func() {
-			done <- run(ctx, append([]string{"sim", "serve", "-socket", path, "-log-level", "warn"}, args...), io.Discard, &errb)
-		}()
-		t.Cleanup(func() {
-			cancel()
-			if code := <-done; code != 0 {
-				t.Errorf("sim serve %q: exit %d: %s", args, code, errb.String())
-			}
-		})
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(path); err == nil {
-				return "vfio-user:" + path
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("sim serve %q: no socket: %s", args, errb.String())
-			}
-		}
-	}
+	serve := func(args ...string) string { return simServeForTest(t, args...) }
 	status := func(dev string, wantCode int, want *regexp.Regexp, args ...string) {
 		t.Helper()
 		var out bytes.Buffer
@@ -200,4 +178,170 @@ func TestSimServeFCCLockAndSIMPIN(t *testing.T) {
 		!strings.Contains(out.String(), "does not ship FCC-locked") {
 		t.Errorf("-fcc-lock on qcom-sdx55m: exit %d, want 2:\n%s", code, out.String())
 	}
+}
+
+// simServeForTest runs mhictl sim serve with args until the test ends
+// and returns its -device once its socket is there.
+func simServeForTest(t *testing.T, args ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "modem.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var errb syncBuilder
+	go func() {
+		done <- run(ctx, append([]string{"sim", "serve", "-socket", path, "-log-level", "warn"}, args...), io.Discard, &errb)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("sim serve %q: exit %d: %s", args, code, errb.String())
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return "vfio-user:" + path
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sim serve %q: no socket: %s", args, errb.String())
+		}
+	}
+}
+
+// mhictl sim serve puts the emulated AT port on the profile's DUN pair
+// and the GNSS receiver on its NMEA pair: mhictl at and mhictl gnss over
+// vfio-user get the answers and sentences they get with -device sim.
+func TestSimServeAnswersATAndStreamsNMEA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	dev := simServeForTest(t, "-profile", "quectel-em1xx")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"at", "-device", dev, "-profile", "quectel-em1xx", "AT+CSQ"}, &out, &errb); code != 0 {
+		t.Fatalf("mhictl at: exit %d: %s", code, errb.String())
+	}
+	if out.String() != "+CSQ: 20,0\nOK\n" {
+		t.Errorf("mhictl at AT+CSQ over vfio-user: %q", out.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"at", "-device", dev, "-profile", "quectel-em1xx", "AT+COPS?"}, &out, &errb); code != 0 ||
+		out.String() != "+COPS: 0,0,\"mhistack\",7\nOK\n" {
+		t.Errorf("mhictl at AT+COPS? over vfio-user: exit %d, %q %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"gnss", "-device", dev, "-profile", "quectel-em1xx", "-n", "3"}, &out, &errb); code != 0 {
+		t.Fatalf("mhictl gnss: exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	types := map[string]bool{}
+	for _, l := range lines {
+		s, err := nmea.Parse(l)
+		if err != nil {
+			t.Errorf("%q: %v", l, err)
+			continue
+		}
+		types[s.Type] = true
+	}
+	if len(lines) != 3 || !types["GGA"] {
+		t.Errorf("mhictl gnss -n 3 over vfio-user: %q", out.String())
+	}
+}
+
+// mhictl sim serve -refuse-pdn makes the network refuse data sessions:
+// for good (33), mhictl status says so naming the cause; for two
+// attempts (26), stack.Open over vfio-user backs off and gets online.
+// The control socket's refuse-pdn and deactivate take the session down
+// and keep it refused until refuse-pdn off. Bad values are usage errors.
+func TestSimServeRefusePDN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"status", "-device", simServeForTest(t, "-refuse-pdn", "33")}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "3GPP cause 33") || !strings.Contains(out.String(), "for good") {
+		t.Errorf("status against -refuse-pdn 33: exit %d:\n%s", code, out.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ctl := filepath.Join(t.TempDir(), "control.sock")
+	st, err := stack.Open(ctx, stack.Options{Device: simServeForTest(t, "-refuse-pdn", "26:2", "-control", ctl), RetryInterval: 50 * time.Millisecond, FCCUnlock: true})
+	if err != nil {
+		t.Fatalf("stack.Open against -refuse-pdn 26:2: %v", err)
+	}
+	defer st.Close()
+	if !st.LinkUp() {
+		t.Error("stack.Open against -refuse-pdn 26:2: link down")
+	}
+	// At run time, over the control socket: the network deactivates
+	// the session and refuses it until told otherwise.
+	call := func(args ...string) {
+		t.Helper()
+		var b bytes.Buffer
+		if code := run(context.Background(), append([]string{"sim", "control", "-socket", ctl}, args...), &b, &b); code != 0 || !strings.HasPrefix(b.String(), "ok") {
+			t.Fatalf("sim control %q: exit %d: %s", args, code, b.String())
+		}
+	}
+	wait := func(what string, match func(stack.Event) bool) {
+		t.Helper()
+		for {
+			select {
+			case e := <-st.Events():
+				if match(e) {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %s event", what)
+			}
+		}
+	}
+	call("refuse-pdn", "26")
+	call("deactivate", "26")
+	wait("link-down", func(e stack.Event) bool { return e.Kind == stack.EventLinkDown })
+	wait("refused attempt", func(e stack.Event) bool {
+		c, ok := stack.RefusalCause(e.Err)
+		return e.Kind == stack.EventSession && ok && c == 26
+	})
+	call("refuse-pdn", "off")
+	wait("link-up", func(e stack.Event) bool { return e.Kind == stack.EventLinkUp })
+	for _, bad := range [][]string{{"refuse-pdn"}, {"refuse-pdn", "0"}, {"deactivate", "x"}, {"deactivate", "0"}} {
+		var b bytes.Buffer
+		if code := run(context.Background(), append([]string{"sim", "control", "-socket", ctl}, bad...), &b, &b); code != 1 || !strings.Contains(b.String(), "usage") {
+			t.Errorf("sim control %q: exit %d: %s", bad, code, b.String())
+		}
+	}
+	for _, bad := range []string{"0", "x", "26:0", "26:-1s", "26:soon", "256"} {
+		out.Reset()
+		if code := run(context.Background(), []string{"sim", "serve", "-socket", filepath.Join(t.TempDir(), "s"), "-refuse-pdn", bad}, &out, &out); code != 2 {
+			t.Errorf("-refuse-pdn %q: exit %d, want 2:\n%s", bad, code, out.String())
+		}
+	}
+	var f refusalFlag
+	for v, want := range map[string]refusalFlag{"26": {cause: 26}, "26:3": {cause: 26, calls: 3}, "38:30s": {cause: 38, d: 30 * time.Second}} {
+		if err := f.Set(v); err != nil || f != want {
+			t.Errorf("-refuse-pdn %q: %+v, %v; want %+v", v, f, err, want)
+		}
+	}
+}
+
+// FuzzRefusePDNFlag: any -refuse-pdn value is taken or refused without a
+// panic, and a taken one names a cause and at most one positive limit,
+// and prints back as a value that parses to the same.
+func FuzzRefusePDNFlag(f *testing.F) {
+	for _, s := range []string{"26", "33", "26:3", "38:30s", "0", "26:0", "256", "26:-1s", "26:x", ":", "26:3:4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		var r refusalFlag
+		if err := r.Set(v); err != nil {
+			return
+		}
+		if r.cause == 0 || r.calls < 0 || r.d < 0 || (r.calls > 0 && r.d > 0) {
+			t.Fatalf("%q: %+v", v, r)
+		}
+		var again refusalFlag
+		if err := again.Set(r.String()); err != nil || again != r {
+			t.Fatalf("%q: %+v prints as %q, which parses to %+v, %v", v, r, r.String(), again, err)
+		}
+	})
 }

@@ -38,11 +38,19 @@ type netEventRig struct {
 // proxy empty and the exit status, the output in stdout and stderr.
 func startNetEventRig(t *testing.T, profile string, cfg simnet.NetworkConfig, args ...string) (*netEventRig, int) {
 	t.Helper()
+	return startNetEventRigRetrying(t, profile, cfg, 0, args...)
+}
+
+// startNetEventRigRetrying is startNetEventRig with the session's first
+// back-off after a failed attempt at retry (0: the default).
+func startNetEventRigRetrying(t *testing.T, profile string, cfg simnet.NetworkConfig, retry time.Duration, args ...string) (*netEventRig, int) {
+	t.Helper()
 	r := &netEventRig{nw: simnet.NewNetwork(cfg), stdout: new(syncBuffer), stderr: new(syncBuffer)}
 	r.echo = hostEchoForTest(t)
 	open := func(ctx context.Context, o openOptions) (network, error) {
 		o.Stack.Sim.NetworkConfig = cfg
 		o.Stack.Sim.Network = r.nw
+		o.Stack.RetryInterval = retry
 		n, err := openModem(ctx, o)
 		if err == nil {
 			// Read after the ready line, which mhiproxy prints after
@@ -279,6 +287,66 @@ func TestNetworkEventsThroughTheProxy(t *testing.T) {
 				}
 			}
 			echoThrough(t, r.dial(t), "a new connection after the changes")
+		}},
+		{"pdn-refused-for-a-while", func(t *testing.T, profile string) {
+			// mhiproxy starts on a network that refuses the session
+			// twice (3GPP cause 26): it waits and serves.
+			busy := home
+			busy.ConnectReject, busy.ConnectRejectCalls = 26, 2
+			r, code := startNetEventRigRetrying(t, profile, busy, 50*time.Millisecond)
+			if r.proxy == "" {
+				t.Fatalf("mhiproxy on a network refusing the session twice: exit %d; stderr %q", code, r.stderr.String())
+			}
+			if n := r.nw.RefusedCalls(); n != 2 {
+				t.Errorf("the network refused %d attempts, want 2", n)
+			}
+			c := r.dial(t)
+			echoThrough(t, c, "before")
+			// The network deactivates the session and refuses it
+			// until told otherwise: a new request fails with a SOCKS5
+			// reply (network unreachable), the held connection waits.
+			r.nw.RefuseCalls(26, 0, 0)
+			r.nw.DeactivateCalls(26)
+			r.waitEvent(t, "link-down", kind(stack.EventLinkDown))
+			r.waitEvent(t, "a refused attempt", func(e stack.Event) bool {
+				cause, ok := stack.RefusalCause(e.Err)
+				return e.Kind == stack.EventSession && ok && cause == 26
+			})
+			if _, err := c.Write([]byte("during")); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := (&proxy.Client{Proxy: r.proxy}).DialContext(ctx, "tcp", r.echo.String())
+			var re *proxy.ReplyError
+			if !errors.As(err, &re) || re.Reply != proxy.ReplyNetworkUnreachable {
+				t.Errorf("SOCKS5 CONNECT while the network refuses the session: %v, want the reply network unreachable", err)
+			}
+			r.nw.RefuseCalls(0, 0, 0)
+			r.waitEvent(t, "link-up", kind(stack.EventLinkUp))
+			got := make([]byte, len("during"))
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != "during" {
+				t.Fatalf("echo of what was written during the refusal: %q, %v", got, err)
+			}
+			echoThrough(t, c, "after")
+			echoThrough(t, r.dial(t), "a new connection after the refusal")
+		}},
+		{"pdn-refused-for-good", func(t *testing.T, profile string) {
+			// A refusal for good (3GPP cause 33) fails mhiproxy at
+			// once, saying so.
+			unsub := home
+			unsub.ConnectReject = 33
+			r, code := startNetEventRig(t, profile, unsub)
+			if r.proxy != "" || code != 1 {
+				t.Fatalf("mhiproxy on a network refusing the session for good: exit %d, listening at %q; want exit 1", code, r.proxy)
+			}
+			if !strings.Contains(r.stderr.String(), "cause 33") || !strings.Contains(r.stderr.String(), "for good") {
+				t.Errorf("the error does not name the cause: %q", r.stderr.String())
+			}
+			if n := r.nw.RefusedCalls(); n != 1 {
+				t.Errorf("the network refused %d attempts, want 1", n)
+			}
 		}},
 		{"roaming-refused", func(t *testing.T, profile string) {
 			roam := home

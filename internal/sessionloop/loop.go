@@ -331,14 +331,22 @@ type Ends[S comparable, C any] struct {
 	Protocol           string
 	// Config reads the session's configuration and whether it is set.
 	Config func() (C, bool)
+	// Retry, if set, says which failed attempts do not end the wait:
+	// for those WaitUp waits for the session's next attempt (after its
+	// back-off) instead.
+	Retry func(error) bool
 }
 
 // WaitUp waits until the session is up and returns its configuration, or
-// until an attempt fails or the session closes and returns why. A wait
-// ended by ctx says which step the session was still in and wraps ctx's
-// error.
+// until an attempt fails (unless Ends.Retry accepts its error) or the
+// session closes, and returns why. A wait ended by ctx says which step
+// the session was still in and wraps ctx's error and, if an attempt
+// failed meanwhile, the last attempt's.
 func WaitUp[S comparable, C any](ctx context.Context, s *Steps[S], e Ends[S, C]) (C, error) {
-	var cfg C
+	var (
+		cfg  C
+		last error // the newest failure Retry accepted
+	)
 	st, err := s.Wait(ctx, func(st S, err error) (bool, error) {
 		switch st {
 		case e.Up:
@@ -349,6 +357,10 @@ func WaitUp[S comparable, C any](ctx context.Context, s *Steps[S], e Ends[S, C])
 			cfg, ok = e.Config()
 			return ok, nil
 		case e.Failed:
+			if e.Retry != nil && err != nil && e.Retry(err) {
+				last = err
+				return false, nil
+			}
 			return true, err
 		case e.Closed:
 			return true, e.ErrClosed
@@ -359,6 +371,8 @@ func WaitUp[S comparable, C any](ctx context.Context, s *Steps[S], e Ends[S, C])
 	switch {
 	case err == nil:
 		return cfg, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()) && last != nil:
+		return zero, fmt.Errorf("%s: session still %v: %w (the last attempt: %w)", e.Protocol, st, err, last)
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return zero, fmt.Errorf("%s: session still %v: %w", e.Protocol, st, err)
 	}

@@ -1,6 +1,7 @@
 package sessionloop
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -127,6 +128,59 @@ func TestRetryDelayDoublesToMaxRetryWithJitter(t *testing.T) {
 	}
 	if got := retryDelay(2*MaxRetry, 3, 0); got != 2*MaxRetry {
 		t.Errorf("a retry above MaxRetry: %v, want it kept", got)
+	}
+}
+
+// WaitUp with Retry waits through the failed attempts Retry accepts (a
+// network refusing for a while) until the session is up; a failure it
+// does not accept ends the wait; a wait its context ends wraps both the
+// context's error and the last failure.
+func TestWaitUpWaitsThroughFailuresRetryAccepts(t *testing.T) {
+	const (
+		idle = iota
+		up
+		failed
+		closed
+	)
+	transient, permanent := errors.New("refused for now"), errors.New("refused for good")
+	ends := func(cfg *int) Ends[int, int] {
+		return Ends[int, int]{Up: up, Failed: failed, Closed: closed, ErrClosed: errors.New("closed"), Protocol: "test",
+			Config: func() (int, bool) { return *cfg, *cfg != 0 },
+			Retry:  func(err error) bool { return errors.Is(err, transient) }}
+	}
+
+	s, cfg := NewSteps(idle), 0
+	s.Set(failed, transient) // an earlier attempt, still failed
+	got := make(chan error, 1)
+	go func() { _, err := WaitUp(context.Background(), s, ends(&cfg)); got <- err }()
+	s.Set(idle, nil)
+	s.Set(failed, transient)
+	select {
+	case err := <-got:
+		t.Fatalf("WaitUp returned %v on a failure Retry accepts", err)
+	default:
+	}
+	cfg = 7
+	s.Set(up, nil)
+	if err := <-got; err != nil {
+		t.Fatalf("WaitUp after the session came up: %v", err)
+	}
+
+	s = NewSteps(idle)
+	go func() { _, err := WaitUp(context.Background(), s, ends(new(int))); got <- err }()
+	s.Set(failed, transient)
+	s.Set(failed, permanent)
+	if err := <-got; err != permanent {
+		t.Fatalf("WaitUp after a failure Retry refuses: %v, want it", err)
+	}
+
+	s = NewSteps(idle)
+	s.Set(failed, transient)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	_, err := WaitUp(ctx, s, ends(new(int)))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, transient) {
+		t.Fatalf("WaitUp ended by its context: %v, want the deadline and the last failure", err)
 	}
 }
 

@@ -5,11 +5,12 @@
 // mhistack reads (+CSQ, TS 27.007 §8.5).
 //
 //	var r at.Reader
-//	resp, done, err := r.Feed(chunk) // until done
+//	resp, err := at.Command(ctx, port, &r, "AT+CSQ") // or r.Feed(chunk) until done
 //	rssi, ber, err := at.ParseCSQ(resp.Lines[0])
 package at
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,6 +31,50 @@ var (
 	// ErrSyntax: a value line did not have the command's syntax.
 	ErrSyntax = errors.New("at: malformed response")
 )
+
+// MaxCommand bounds a command line Command sends (V.250 §5.2.1 asks a
+// modem for at least 40 characters; TS 27.007 modems take a few hundred).
+const MaxCommand = 512
+
+// Port carries a command line and its answer: a modem's AT channel pair
+// (mhi.ControlPort).
+type Port interface {
+	Send(ctx context.Context, b []byte) error
+	Recv(ctx context.Context) ([]byte, error)
+}
+
+// CheckCommand returns an error unless cmd is one AT command line: AT…,
+// no CR or LF, at most MaxCommand bytes.
+func CheckCommand(cmd string) error {
+	if !strings.HasPrefix(strings.ToUpper(cmd), "AT") || strings.ContainsAny(cmd, "\r\n") || len(cmd) > MaxCommand {
+		return fmt.Errorf("at: %q is not an AT command line (AT…, one line, at most %d bytes)", cmd, MaxCommand)
+	}
+	return nil
+}
+
+// Command sends cmd (CheckCommand) on p, ended by CR as V.250 §6.2.1
+// ends a command line, and reads its answer through r up to the final
+// result code. r keeps what follows the answer for the next command on
+// the same port, and bounds the answer (ErrTooLong). A failing final
+// result code returns the response with an *Error; ctx bounds the whole.
+func Command(ctx context.Context, p Port, r *Reader, cmd string) (Response, error) {
+	if err := CheckCommand(cmd); err != nil {
+		return Response{}, err
+	}
+	if err := p.Send(ctx, []byte(cmd+"\r")); err != nil {
+		return Response{}, err
+	}
+	r.Echo = cmd
+	for {
+		b, err := p.Recv(ctx)
+		if err != nil {
+			return Response{}, err
+		}
+		if resp, done, err := r.Feed(b); done || err != nil {
+			return resp, err
+		}
+	}
+}
 
 // Error is a failing final result code: ERROR, +CME ERROR: <err> (the
 // mobile equipment's error, TS 27.007 §9.2) or +CMS ERROR: <err>. It

@@ -1,9 +1,11 @@
 package at
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestATReaderAssemblesAResponseFromPiecesUpToOK(t *testing.T) {
@@ -87,4 +89,52 @@ func FuzzATResponse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// chunkPort answers every command with the chunks in order.
+type chunkPort struct {
+	sent   []string
+	chunks []string
+}
+
+func (p *chunkPort) Send(_ context.Context, b []byte) error {
+	p.sent = append(p.sent, string(b))
+	return nil
+}
+
+func (p *chunkPort) Recv(ctx context.Context) ([]byte, error) {
+	if len(p.chunks) == 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	c := p.chunks[0]
+	p.chunks = p.chunks[1:]
+	return []byte(c), nil
+}
+
+// Command sends the line ended by CR, reads the answer in whatever
+// pieces it comes, keeps what follows it for the next command, fails on
+// ERROR with the response, refuses what is not one command line before
+// sending, and ends with ctx when no final result code comes.
+func TestCommandSendsALineAndReadsItsAnswerInPieces(t *testing.T) {
+	p := &chunkPort{chunks: []string{"AT+CSQ\r\r\n+CS", "Q: 20,0\r\n\r\nOK\r\n+CREG: 1\r", "\n", "ERROR\r\n"}}
+	var r Reader
+	resp, err := Command(context.Background(), p, &r, "AT+CSQ")
+	if err != nil || resp.Final != "OK" || len(resp.Lines) != 1 || resp.Lines[0] != "+CSQ: 20,0" || p.sent[0] != "AT+CSQ\r" {
+		t.Fatalf("AT+CSQ: %+v, %v (sent %q)", resp, err, p.sent)
+	}
+	resp, err = Command(context.Background(), p, &r, "AT+NOSUCH")
+	if !errors.Is(err, ErrCommand) || resp.Final != "ERROR" || len(resp.Lines) != 1 || resp.Lines[0] != "+CREG: 1" {
+		t.Fatalf("AT+NOSUCH after an unsolicited line: %+v, %v", resp, err)
+	}
+	for _, bad := range []string{"hello", "AT\rATI", strings.Repeat("A", MaxCommand+1)} {
+		if _, err := Command(context.Background(), p, &r, bad); err == nil || len(p.sent) != 2 {
+			t.Errorf("Command(%.20q): %v, sent %d lines", bad, err, len(p.sent))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := Command(ctx, p, &r, "ATI"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Command with no answer: %v", err)
+	}
 }

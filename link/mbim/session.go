@@ -180,12 +180,18 @@ func (s *Session) IPConfig() IPConfig {
 
 // WaitUp waits until the session is connected and returns its IP
 // configuration, or until an attempt fails and returns why (the session
-// keeps retrying in the background; call WaitUp again to wait for the
-// next attempt, or Close).
-func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) {
+// keeps retrying in the background; WaitConnected waits through the
+// failures it is told to, or Close).
+func (s *Session) WaitUp(ctx context.Context) (IPConfig, error) { return s.WaitConnected(ctx, nil) }
+
+// WaitConnected is WaitUp that waits through the failed attempts whose
+// error retry accepts (nil: none) — a network that refuses the context
+// for a while, say — for the session's next attempt, after its back-off.
+// If ctx ends first, the error wraps ctx's and the last attempt's.
+func (s *Session) WaitConnected(ctx context.Context, retry func(error) bool) (IPConfig, error) {
 	return sessionloop.WaitUp(ctx, s.steps, sessionloop.Ends[SessionState, IPConfig]{
 		Up: StateConnected, Failed: StateFailed, Closed: StateClosed,
-		ErrClosed: ErrClosed, Protocol: "mbim",
+		ErrClosed: ErrClosed, Protocol: "mbim", Retry: retry,
 		Config: func() (IPConfig, bool) { ip := s.IPConfig(); return ip, !ip.IsZero() },
 	})
 }

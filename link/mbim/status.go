@@ -230,6 +230,8 @@ var nwText = map[NwError]string{
 	32:  "service option not supported",
 	33:  "requested service option not subscribed",
 	34:  "service option temporarily out of order",
+	36:  "regular deactivation",
+	38:  "network failure",
 	50:  "PDP type IPv4 only allowed",
 	51:  "PDP type IPv6 only allowed",
 	111: "protocol error, unspecified",

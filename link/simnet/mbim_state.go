@@ -46,7 +46,7 @@ func (f *MBIMFunction) deactivateAllLocked(nw mbim.NwError) {
 // networkEventLocked reports a change of the network as MBIM indications.
 func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 	switch ev {
-	case evCallsDropped:
+	case evCallsDropped, evCallsDeactivated:
 		f.deactivateAllLocked(nw)
 	case evRegistration:
 		f.indicateLocked(mbim.CIDRegisterState, f.registerState().Encode())
@@ -418,7 +418,7 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 	if req.ContextType != mbim.ContextTypeInternet && req.ContextType != (mbim.UUID{}) {
 		return mbim.StatusContextNotSupported, state(req.SessionID, 0)
 	}
-	if st, nw := f.net.admitCallLocked(req.APN, req.User, req.Password); st != mbim.StatusNone {
+	if st, nw := f.net.admitCallLocked(req.APN, req.User, req.Password, 0); st != mbim.StatusNone {
 		return st, state(req.SessionID, nw)
 	}
 	t := req.IPType

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mhistack/mhistack/link/mbim"
+	"github.com/mhistack/mhistack/link/qmi"
 	"github.com/mhistack/mhistack/mhi"
 )
 
@@ -42,6 +43,9 @@ type Network struct {
 	// only while one is.
 	running int
 	timers  timerSet
+	// refusal is ConnectReject's count, kept across modem restarts: it is
+	// the network that refuses.
+	refusal refusalState
 	// followers are the started functions, told of every change.
 	followers map[int]follower
 	nextID    int
@@ -107,8 +111,22 @@ type NetworkConfig struct {
 	// as carriers do. User and Password, when set, must match (else
 	// cause 29).
 	APN, User, Password string
-	// ConnectReject refuses every call with this cause.
-	ConnectReject mbim.NwError
+	// ConnectReject refuses data calls with this 3GPP cause (an MBIM
+	// CONNECT answered FAILURE with it as NwError, a QMI Start Network
+	// answered Call Failed with it as the verbose call end reason): every
+	// call, or only while ConnectRejectCalls calls have not yet been
+	// refused and ConnectRejectFor has not yet passed since the first
+	// refused one (each bound when set; the first to end ends the
+	// refusal); then calls are admitted. A network short of resources
+	// refuses with 26 for a while; 33 (option not subscribed) or 27
+	// (unknown APN) are a subscription's, for good. A dual-stack QMI
+	// session makes one call per IP family: each family counts its own
+	// calls, so ConnectRejectCalls n refuses n attempts on MBIM and on QMI
+	// alike. Changing any of the three (Configure), or RefuseCalls,
+	// starts the count again.
+	ConnectReject      mbim.NwError
+	ConnectRejectCalls int
+	ConnectRejectFor   time.Duration
 
 	// Carrier is what a data session on the default APN (APN above,
 	// any name not in APNs when APN is empty, or an empty access string)
@@ -209,6 +227,9 @@ const (
 	// evCallsDropped: the network ended every data call (cause nw);
 	// packet service detaches next.
 	evCallsDropped netEvent = iota
+	// evCallsDeactivated: the network deactivated every data call
+	// (cause nw), the modem staying attached.
+	evCallsDeactivated
 	evRegistration
 	evPacketService // cause nw
 	evSIMReady      // the SIM was unlocked
@@ -448,8 +469,9 @@ func (n *Network) PINState() (locked bool, need mbim.PINType, left int) {
 // is refused with 3GPP cause 27 (missing or unknown APN), wrong
 // credentials with 29 (user authentication failed), as carriers do. An
 // APN is wrong when the network does not serve it (NetworkConfig.APN and
-// APNs).
-func (n *Network) admitCallLocked(apn, user, password string) (mbim.Status, mbim.NwError) {
+// APNs). family is the call's IP family (qmi.IPv4 or qmi.IPv6) on QMI,
+// 0 for an MBIM CONNECT, whose one call carries both.
+func (n *Network) admitCallLocked(apn, user, password string, family qmi.IPFamily) (mbim.Status, mbim.NwError) {
 	s, cfg := &n.st, &n.cfg
 	switch {
 	case !s.radioOn():
@@ -458,7 +480,7 @@ func (n *Network) admitCallLocked(apn, user, password string) (mbim.Status, mbim
 		return mbim.StatusNotRegistered, 0
 	case s.ps != mbim.PacketServiceAttached:
 		return mbim.StatusPacketServiceDetached, 0
-	case cfg.ConnectReject != 0:
+	case n.refuseLocked(family):
 		return mbim.StatusFailure, cfg.ConnectReject
 	case !servesAPN(cfg, apn):
 		return mbim.StatusFailure, 27
@@ -466,6 +488,67 @@ func (n *Network) admitCallLocked(apn, user, password string) (mbim.Status, mbim
 		return mbim.StatusFailure, 29
 	}
 	return mbim.StatusNone, 0
+}
+
+// refusalState counts the calls ConnectReject refused, per call family
+// (MBIM's one call, QMI's IPv4 and IPv6 calls), and when it refused the
+// first.
+type refusalState struct {
+	refused [3]int
+	first   time.Time
+	// cause, calls, d are the knobs the count was started for.
+	cause mbim.NwError
+	calls int
+	d     time.Duration
+}
+
+// refuseLocked reports whether ConnectReject refuses a call of family
+// now, and counts it.
+func (n *Network) refuseLocked(family qmi.IPFamily) bool {
+	cfg, r := &n.cfg, &n.refusal
+	if cfg.ConnectReject != r.cause || cfg.ConnectRejectCalls != r.calls || cfg.ConnectRejectFor != r.d {
+		*r = refusalState{cause: cfg.ConnectReject, calls: cfg.ConnectRejectCalls, d: cfg.ConnectRejectFor}
+	}
+	if r.cause == 0 {
+		return false
+	}
+	i := 0
+	switch family {
+	case qmi.IPv4:
+		i = 1
+	case qmi.IPv6:
+		i = 2
+	}
+	now := time.Now()
+	if r.calls > 0 && r.refused[i] >= r.calls || r.d > 0 && !r.first.IsZero() && now.Sub(r.first) >= r.d {
+		return false
+	}
+	if r.first.IsZero() {
+		r.first = now
+	}
+	r.refused[i]++
+	return true
+}
+
+// RefuseCalls makes the network refuse data calls with 3GPP cause nw from
+// now on (NetworkConfig.ConnectReject): at most calls of them (0: no
+// bound), for at most d from the first refused one (0: no bound); nw 0
+// admits calls again. It starts RefusedCalls' count again.
+func (n *Network) RefuseCalls(nw mbim.NwError, calls int, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cfg.ConnectReject, n.cfg.ConnectRejectCalls, n.cfg.ConnectRejectFor = nw, calls, d
+	n.refusal = refusalState{cause: nw, calls: calls, d: d}
+}
+
+// RefusedCalls is how many data calls of one family ConnectReject has
+// refused since it was set: the host's refused attempts (a dual-stack
+// QMI attempt makes two calls, one per family; the larger count is
+// reported).
+func (n *Network) RefusedCalls() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return max(n.refusal.refused[0], n.refusal.refused[1], n.refusal.refused[2])
 }
 
 func servesAPN(cfg *NetworkConfig, apn string) bool {
@@ -481,6 +564,20 @@ func (n *Network) NetworkDetach(nw mbim.NwError) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.detachLocked(nw)
+}
+
+// DeactivateCalls makes the network deactivate every data call with 3GPP
+// cause nw, the modem staying registered and attached, as an EPS bearer
+// deactivation does (TS 24.301 §6.4.4; 26 insufficient resources, 36
+// regular deactivation, 39 reactivation requested): MBIM indicates each
+// context deactivated (CONNECT, NwError nw), QMI ends each WDS call
+// (Packet Service Status disconnected, nw as its verbose call end
+// reason). The host connects again; RefuseCalls before it makes the
+// network refuse that for a while.
+func (n *Network) DeactivateCalls(nw mbim.NwError) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.eventLocked(evCallsDeactivated, nw)
 }
 
 // NetworkLost makes the modem lose the network (out of coverage): the

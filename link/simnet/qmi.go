@@ -836,7 +836,7 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 		if fam != qmi.IPv4 && fam != qmi.IPv6 {
 			return qmi.ErrInvalidArgument, nil, nil
 		}
-		if st, nw := n.admitCallLocked(req.APN, req.User, req.Password); st != mbim.StatusNone {
+		if st, nw := n.admitCallLocked(req.APN, req.User, req.Password, fam); st != mbim.StatusNone {
 			return qmi.ErrCallFailed, callEnd(nw).TLVs(), nil
 		}
 		car := carrier(req.APN)
@@ -953,8 +953,20 @@ func (f *QMIFunction) wdaLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 
 // networkEventLocked follows the network: a change of registration,
 // packet service or carrier is reported as networkChangedLocked says.
-func (f *QMIFunction) networkEventLocked(ev netEvent, _ mbim.NwError) {
+func (f *QMIFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 	switch ev {
+	case evCallsDeactivated:
+		// Calls ended by a detach or a lost registration end in
+		// networkChangedLocked, after the Serving System that says why.
+		if f.out == nil {
+			return
+		}
+		for id, c := range f.clients {
+			if id.Service == qmi.ServiceWDS && c.handle != 0 {
+				c.handle = 0
+				f.indicateStatusLocked(id.Client, c, qmi.StatusDisconnected, callEnd(nw))
+			}
+		}
 	case evRegistration, evPacketService:
 		f.networkChangedLocked()
 	case evCarrier:
