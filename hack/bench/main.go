@@ -97,6 +97,7 @@ func main() {
 	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "table 10: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (every stack, proxy and origin in this process) to this file")
 	renderOnly := flag.Bool("render", false, "measure nothing: re-render the -o report from its data (see -o; the plots are not redrawn)")
 	flag.Parse()
 	if *renderOnly {
@@ -127,6 +128,17 @@ func main() {
 				fatal(err)
 			}
 		}()
+	}
+
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 
 	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr, verbose: *verbose, linger0: *linger0}

@@ -147,6 +147,34 @@ func TestPoolHonoursMaxIdleConnsPerOrigin(t *testing.T) {
 	}
 }
 
+// TestPoolKeepsEveryConnectionOfABurst: by default the connections that
+// one burst of parallel requests opened all serve the next burst; none is
+// closed for being over an idle limit and dialed again.
+func TestPoolKeepsEveryConnectionOfABurst(t *testing.T) {
+	const burst = 32 // more than net/http's and the old default idle limits
+	r := newRig(t, nil)
+	var gate atomic.Pointer[sync.WaitGroup]
+	o := newCountingOrigin(t, func(w http.ResponseWriter, _ *http.Request) {
+		if g := gate.Load(); g != nil {
+			g.Done()
+			g.Wait() // every request of the burst is at the origin at once
+		}
+		io.WriteString(w, "ok")
+	})
+	for range 2 {
+		var g sync.WaitGroup
+		g.Add(burst)
+		gate.Store(&g)
+		parallelGets(t, r.addr, o.URL+"/", burst)
+	}
+	if a, c := o.accepted.Load(), o.closed.Load(); a != burst || c != 0 {
+		t.Errorf("two bursts of %d: the origin accepted %d connections and saw %d closed; want %d and 0", burst, a, c, burst)
+	}
+	if s := r.srv.Stats(); s.HTTPPoolMisses != burst || s.HTTPPoolHits != burst {
+		t.Errorf("want %d misses (the first burst) and %d hits (the second): %+v", burst, burst, s)
+	}
+}
+
 func TestForwardStripsHopByHopHeaders(t *testing.T) {
 	r := newRig(t, nil)
 	o := newCountingOrigin(t, func(w http.ResponseWriter, req *http.Request) {
