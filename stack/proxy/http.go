@@ -271,7 +271,11 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 			keepAlive = false
 		}
 	}()
-	ctx := httptrace.WithClientTrace(s.context(), &httptrace.ClientTrace{GotConn: s.gotConn})
+	var origin net.Conn // the pooled connection the response comes on
+	ctx := httptrace.WithClientTrace(s.context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		origin = info.Conn
+		s.gotConn(info)
+	}})
 	resp, err := s.transport().RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		s.logger().Info("proxy: http forward failed", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
@@ -298,14 +302,15 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	}
 	// Response.Write writes the head in pieces (four per header field)
 	// and the chunked framing apart from the data: written straight to
-	// the client that was a system call each. The head and each body
-	// piece are gathered and sent once; nothing waits in the buffer
-	// while the origin is read (a streamed body streams on).
+	// the client that was a system call each. The head and the body are
+	// gathered and sent in as few writes as the buffer allows; nothing
+	// waits in the buffer while the origin is waited for (a streamed body
+	// streams on).
 	down := &idleConn{Conn: c, idle: s.idleTimeout(), counter: &s.stats.BytesDown}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(down)
 	defer func() { bw.Reset(nil); writers.Put(bw) }()
-	resp.Body = flushBeforeRead{resp.Body, bw}
+	resp.Body = flushBeforeRead{resp.Body, bw, origin}
 	// Without bw's ReadFrom: it reads into bw's own buffer, which the
 	// flush before the read would then reuse under it.
 	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
@@ -357,17 +362,25 @@ func (b *clientBody) stop(c net.Conn) (complete bool) {
 	return b.eof
 }
 
-var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+// writers recycles the buffers that gather a forwarded response. 32 KiB
+// holds the head and the body of most objects of a web page (table 11 of
+// docs/BENCHMARKS.md: 2–200 KB), so that such a response leaves in one
+// or a few writes rather than one per read of the origin.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
 
-// flushBeforeRead sends what w holds before each read of the body, so
-// that a read that waits for the origin never holds data back.
+// flushBeforeRead sends what w holds before a read of the body that may
+// wait for the origin, so that waiting never holds data back. A read that
+// returns at once (the origin's bytes are already queued on origin, which
+// says so: readable) adds to w instead, so that the head and the body go
+// out together. Without origin, it sends before every read.
 type flushBeforeRead struct {
 	io.ReadCloser
-	w *bufio.Writer
+	w      *bufio.Writer
+	origin net.Conn
 }
 
 func (b flushBeforeRead) Read(p []byte) (int, error) {
-	if b.w.Buffered() > 0 {
+	if b.w.Buffered() > 0 && (b.origin == nil || !readable(b.origin)) {
 		if err := b.w.Flush(); err != nil {
 			return 0, err
 		}

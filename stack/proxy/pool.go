@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the origin connection pool that absolute-URI forwarding
@@ -118,4 +121,29 @@ func (c *poolConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.up.Add(uint64(n))
 	return n, err
+}
+
+// readable reports whether a Read of c returns without waiting: received
+// bytes are queued on it. The stack's TCPConn tells (Buffered) and a host
+// socket does (SIOCINQ, tcp(7)); any other conn reports false. A pooled
+// connection asks its own conn: the bytes the Transport has buffered
+// above it are not counted (a read of them returns at once anyway).
+func readable(c net.Conn) bool {
+	switch c := c.(type) {
+	case *poolConn:
+		return readable(c.Conn)
+	case interface{ Buffered() int }:
+		return c.Buffered() > 0
+	case syscall.Conn:
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return false
+		}
+		n := 0
+		if rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }) != nil {
+			return false
+		}
+		return n > 0
+	}
+	return false
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -266,5 +267,83 @@ func TestForwardEndsTheClientConnectionWhenTheOriginAnswersBeforeTheBody(t *test
 	}
 	if rest, err := io.ReadAll(br); err != nil && !strings.Contains(err.Error(), "reset") || len(rest) > 0 {
 		t.Errorf("want the proxy to close the client connection; got %q, %v", rest, err)
+	}
+}
+
+// writeCounter is a listener whose connections count their writes (a
+// write is counted before it is made: once the peer has read everything,
+// every write has been counted).
+type writeCounter struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *writeCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{c, &l.writes}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestForwardSendsAResponseThatHasArrivedInOneWrite: a response whose
+// head and body are already queued on the origin connection goes to the
+// client in one write, not one per read of the origin.
+func TestForwardSendsAResponseThatHasArrivedInOneWrite(t *testing.T) {
+	r := newRig(t, nil)
+	const size = 16 << 10
+	resp := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size))
+	origin := newTarget(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			req.Body.Close()
+			io.WriteString(c, resp) // the whole response in one write
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &writeCounter{Listener: ln}
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(wc) }()
+	t.Cleanup(func() { r.srv.Close(); <-served })
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		before := wc.writes.Load()
+		fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %[1]s\r\n\r\n", origin.addr())
+		got, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, got.Body)
+		got.Body.Close()
+		if err != nil || n != size {
+			t.Fatalf("response %d: %d bytes, %v; want %d", i, n, err, size)
+		}
+		if w := wc.writes.Load() - before; w != 1 {
+			t.Errorf("response %d (head and %d bytes, all queued at the proxy): %d writes to the client, want 1", i, size, w)
+		}
 	}
 }
