@@ -302,15 +302,20 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	}
 	// Response.Write writes the head in pieces (four per header field)
 	// and the chunked framing apart from the data: written straight to
-	// the client that was a system call each. The head and the body are
-	// gathered and sent in as few writes as the buffer allows; nothing
-	// waits in the buffer while the origin is waited for (a streamed body
-	// streams on).
+	// the client that was a system call each. The head and each body
+	// piece are gathered and sent once; nothing waits in the buffer
+	// while the origin is waited for (a streamed body streams on). A
+	// response that fits in smallResponse whole is gathered in one write
+	// when it has arrived (see flushBeforeRead).
 	down := &idleConn{Conn: c, idle: s.idleTimeout(), counter: &s.stats.BytesDown}
-	bw := writers.Get().(*bufio.Writer)
+	pool, gather := &writers, net.Conn(nil)
+	if resp.ContentLength >= 0 && resp.ContentLength <= smallResponse-maxSmallHead {
+		pool, gather = &smallResponses, origin
+	}
+	bw := pool.Get().(*bufio.Writer)
 	bw.Reset(down)
-	defer func() { bw.Reset(nil); writers.Put(bw) }()
-	resp.Body = flushBeforeRead{resp.Body, bw, origin}
+	defer func() { bw.Reset(nil); pool.Put(bw) }()
+	resp.Body = flushBeforeRead{resp.Body, bw, gather}
 	// Without bw's ReadFrom: it reads into bw's own buffer, which the
 	// flush before the read would then reuse under it.
 	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
@@ -362,17 +367,30 @@ func (b *clientBody) stop(c net.Conn) (complete bool) {
 	return b.eof
 }
 
-// writers recycles the buffers that gather a forwarded response. 32 KiB
-// holds the head and the body of most objects of a web page (table 11 of
-// docs/BENCHMARKS.md: 2–200 KB), so that such a response leaves in one
-// or a few writes rather than one per read of the origin.
-var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
+// writers recycles the buffers that gather a forwarded response's head
+// and body pieces. A piece larger than the buffer goes to the client
+// without being copied into it.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+
+// smallResponses recycle the buffers of the responses that are gathered
+// whole: a body of up to smallResponse-maxSmallHead bytes (16 KiB, ab's
+// object in table 11 of docs/BENCHMARKS.md, fits) with a head of up to
+// maxSmallHead. A longer head is sent when the buffer fills, as any
+// piece that overflows it.
+const (
+	smallResponse = 32 << 10
+	maxSmallHead  = 4 << 10
+)
+
+var smallResponses = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, smallResponse) }}
 
 // flushBeforeRead sends what w holds before a read of the body that may
-// wait for the origin, so that waiting never holds data back. A read that
-// returns at once (the origin's bytes are already queued on origin, which
-// says so: readable) adds to w instead, so that the head and the body go
-// out together. Without origin, it sends before every read.
+// wait for the origin, so that waiting never holds data back. With
+// origin set (a small response, gathered whole), a read that returns at
+// once because the origin's bytes are already queued on origin (it says
+// so: readable) adds to w instead, so that the head and the body go out
+// in one write. Without origin it sends before every read: a large
+// body's pieces then bypass w's buffer rather than being copied into it.
 type flushBeforeRead struct {
 	io.ReadCloser
 	w      *bufio.Writer
