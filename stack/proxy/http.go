@@ -317,8 +317,13 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	defer func() { bw.Reset(nil); pool.Put(bw) }()
 	resp.Body = flushBeforeRead{resp.Body, bw, gather}
 	// Without bw's ReadFrom: it reads into bw's own buffer, which the
-	// flush before the read would then reuse under it.
-	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
+	// flush before the read would then reuse under it. A large body is
+	// copied by bodyWriter's instead.
+	var w io.Writer = struct{ io.Writer }{bw}
+	if gather == nil {
+		w = bodyWriter{bw}
+	}
+	if err := resp.Write(w); err != nil {
 		return false
 	}
 	if err := bw.Flush(); err != nil {
@@ -383,6 +388,41 @@ const (
 )
 
 var smallResponses = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, smallResponse) }}
+
+// bodyWriter is what a response that is not gathered whole is written
+// to. Response.Write copies a body of known or close-delimited length
+// with the writer's ReadFrom when it has one: this one reads like the
+// relay (copyBuf: 32 KiB pieces until one fills, then 128 KiB), where
+// net/http's own copy reads 32 KiB at a time. Each piece goes to the
+// client as it is (bufio passes a piece larger than its buffer
+// straight through once what it holds is sent, which flushBeforeRead
+// does before each read).
+type bodyWriter struct{ w *bufio.Writer }
+
+func (b bodyWriter) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+func (b bodyWriter) ReadFrom(r io.Reader) (int64, error) {
+	buf := getCopyBuf()
+	defer buf.release()
+	var total int64
+	for {
+		p := buf.read()
+		n, err := r.Read(p)
+		if n > 0 {
+			if _, werr := b.w.Write(p[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+			buf.got(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
 
 // flushBeforeRead sends what w holds before a read of the body that may
 // wait for the origin, so that waiting never holds data back. With

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -345,5 +346,89 @@ func TestForwardSendsAResponseThatHasArrivedInOneWrite(t *testing.T) {
 		if w := wc.writes.Load() - before; w != 1 {
 			t.Errorf("response %d (head and %d bytes, all queued at the proxy): %d writes to the client, want 1", i, size, w)
 		}
+	}
+}
+
+// bulkOrigin is an origin connection that answers the first request it
+// is sent with a head and a body whose every read fills the buffer it is
+// given (a download always ahead of the proxy); then it waits for Close.
+type bulkOrigin struct {
+	bulkSource
+	head               string
+	asked, closed      chan struct{}
+	askOnce, closeOnce sync.Once
+}
+
+func newBulkOrigin(size int) *bulkOrigin {
+	return &bulkOrigin{bulkSource: bulkSource{size: size}, asked: make(chan struct{}), closed: make(chan struct{}),
+		head: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)}
+}
+
+func (o *bulkOrigin) Read(p []byte) (int, error) {
+	select {
+	case <-o.asked:
+	case <-o.closed:
+		return 0, io.EOF
+	}
+	if o.head != "" {
+		n := copy(p, o.head)
+		o.head = o.head[n:]
+		return n, nil
+	}
+	if o.size > 0 {
+		return o.bulkSource.Read(p)
+	}
+	<-o.closed
+	return 0, io.EOF
+}
+
+func (o *bulkOrigin) Write(p []byte) (int, error) {
+	o.askOnce.Do(func() { close(o.asked) })
+	return len(p), nil
+}
+
+func (o *bulkOrigin) Close() error {
+	o.closeOnce.Do(func() { close(o.closed) })
+	return nil
+}
+
+// TestForwardMovesALargeBodyInLargePieces: a large response body is
+// copied like a relay's download (32 KiB, then 128 KiB pieces once a read
+// fills one), not in net/http's 32 KiB pieces.
+func TestForwardMovesALargeBodyInLargePieces(t *testing.T) {
+	const size = 1 << 20
+	o := newBulkOrigin(size)
+	r := newRig(t, func(s *Server) {
+		s.Dialer = DialerFunc(func(context.Context, string, string) (net.Conn, error) { return o, nil })
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &writeCounter{Listener: ln}
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(wc) }()
+	t.Cleanup(func() { r.srv.Close(); <-served })
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET http://192.0.2.1/big HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size {
+		t.Fatalf("body: %d bytes, %v; want %d", n, err, size)
+	}
+	// The head, one 32 KiB piece, then 128 KiB ones.
+	want := 2 + (size-copyBufSize+bulkBufSize-1)/bulkBufSize
+	if w := wc.writes.Load(); w != int64(want) {
+		t.Errorf("a %d-byte body reached the client in %d writes, want %d; the origin's reads: %v", size, w, want, o.reads)
 	}
 }

@@ -31,6 +31,36 @@ var (
 	bulkBufs = sync.Pool{New: func() any { b := make([]byte, bulkBufSize); return &b }}
 )
 
+// copyBuf is one direction's buffer: copyBufSize from copyBufs until a
+// read fills it, then bulkBufSize from bulkBufs. The relay and the body
+// of a large forwarded response (bodyWriter) copy through it.
+type copyBuf struct {
+	p    *[]byte
+	bulk bool
+}
+
+func getCopyBuf() copyBuf { return copyBuf{p: copyBufs.Get().(*[]byte)} }
+
+// read is the buffer for the next read.
+func (b *copyBuf) read() []byte { return *b.p }
+
+// got takes note of a read of n bytes, whose data the caller has
+// finished with: a full small buffer is swapped for a bulk one.
+func (b *copyBuf) got(n int) {
+	if !b.bulk && n == len(*b.p) {
+		copyBufs.Put(b.p)
+		b.p, b.bulk = bulkBufs.Get().(*[]byte), true
+	}
+}
+
+func (b *copyBuf) release() {
+	if b.bulk {
+		bulkBufs.Put(b.p)
+	} else {
+		copyBufs.Put(b.p)
+	}
+}
+
 // closeWriter is a connection that can send FIN while still reading:
 // *net.TCPConn, gVisor's gonet.TCPConn and the stack's TCPConn all are.
 type closeWriter interface{ CloseWrite() error }
@@ -88,9 +118,8 @@ func (r *relayState) touch() { r.last.Store(time.Now().UnixNano()) }
 // a busy stream does not re-arm a timer per read; a deadline that fires
 // while the other direction moved data is extended, not fatal.
 func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
-	bp, pool := copyBufs.Get().(*[]byte), &copyBufs
-	defer func() { pool.Put(bp) }()
-	buf := *bp
+	buf := getCopyBuf()
+	defer buf.release()
 	var total int64
 	var armed time.Time
 	for {
@@ -100,10 +129,11 @@ func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
 				src.SetReadDeadline(now.Add(r.idle))
 			}
 		}
-		n, err := src.Read(buf)
+		b := buf.read()
+		n, err := src.Read(b)
 		if n > 0 {
 			r.touch()
-			w, werr := dst.Write(buf[:n])
+			w, werr := dst.Write(b[:n])
 			total += int64(w)
 			counter.Add(uint64(w))
 			if werr != nil {
@@ -114,11 +144,7 @@ func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
 				r.fail(dst, src, targetErr)
 				return total
 			}
-			if n == len(buf) && pool == &copyBufs {
-				pool.Put(bp)
-				bp, pool = bulkBufs.Get().(*[]byte), &bulkBufs
-				buf = *bp
-			}
+			buf.got(n)
 		}
 		if err == nil {
 			continue
