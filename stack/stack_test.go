@@ -79,6 +79,37 @@ func TestTCPEchoThroughTheModemToTheHost(t *testing.T) {
 	})
 }
 
+// TestTCPConnBufferedCountsWhatAReadReturnsAtOnce: Buffered is the
+// received bytes not yet read, as FIONREAD on a host socket.
+func TestTCPConnBufferedCountsWhatAReadReturnsAtOnce(t *testing.T) {
+	r := newRig(t, stack.Config{})
+	port := hostEcho(t, "tcp4", "127.0.0.1:0")
+	c, err := r.s.DialTCP(ctxT(t, 10*time.Second), netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n := c.Buffered(); n != 0 {
+		t.Fatalf("Buffered %d before anything was sent, want 0", n)
+	}
+	msg := bytes.Repeat([]byte("x"), 3000)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return c.Buffered() == len(msg) })
+	got := make([]byte, 1000)
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Buffered(); n != len(msg)-len(got) {
+		t.Errorf("Buffered %d after reading %d of %d, want %d", n, len(got), len(msg), len(msg)-len(got))
+	}
+	c.Close()
+	if n := c.Buffered(); n != 0 {
+		t.Errorf("Buffered %d after Close, want 0", n)
+	}
+}
+
 func TestDialRefusedIsECONNREFUSED(t *testing.T) {
 	r := newRig(t, stack.Config{})
 	l, _ := net.Listen("tcp4", "127.0.0.1:0")

@@ -261,6 +261,21 @@ func (c *TCPConn) SetWriteBuffer(n int) error {
 	return nil
 }
 
+// Buffered returns how many received bytes wait to be read: a Read
+// returns at once when it is above zero. It is the SIOCINQ (FIONREAD) of a host
+// socket; a proxy asks it to tell whether it may hold data back for one
+// write. 0 after Close.
+func (c *TCPConn) Buffered() int {
+	if c.isClosed() {
+		return 0
+	}
+	n, err := c.ep.GetSockOptInt(tcpip.ReceiveQueueSizeOption)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
 // Info returns the connection's TCP state (RTT, congestion window…).
 func (c *TCPConn) Info() tcpip.TCPInfoOption {
 	var i tcpip.TCPInfoOption

@@ -100,7 +100,7 @@ func main() {
 	flag.StringVar(&radioOnly, "radio-presets", "", "tables 10 and 10b: only these presets (comma-separated, e.g. lte,nr-mmwave; default all)")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (every stack, proxy and origin in this process) to this file")
 	renderOnly := flag.Bool("render", false, "measure nothing: re-render the -o report from its data (see -o; the plots are not redrawn)")
 	flag.Parse()
 	if *renderOnly {
@@ -144,6 +144,17 @@ func main() {
 				fatal(err)
 			}
 		}()
+	}
+
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 
 	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr, verbose: *verbose, linger0: *linger0}

@@ -271,7 +271,11 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 			keepAlive = false
 		}
 	}()
-	ctx := httptrace.WithClientTrace(s.context(), &httptrace.ClientTrace{GotConn: s.gotConn})
+	var origin net.Conn // the pooled connection the response comes on
+	ctx := httptrace.WithClientTrace(s.context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		origin = info.Conn
+		s.gotConn(info)
+	}})
 	resp, err := s.transport().RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		s.logger().Info("proxy: http forward failed", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
@@ -300,15 +304,26 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	// and the chunked framing apart from the data: written straight to
 	// the client that was a system call each. The head and each body
 	// piece are gathered and sent once; nothing waits in the buffer
-	// while the origin is read (a streamed body streams on).
+	// while the origin is waited for (a streamed body streams on). A
+	// response that fits in smallResponse whole is gathered in one write
+	// when it has arrived (see flushBeforeRead).
 	down := &idleConn{Conn: c, idle: s.idleTimeout(), counter: &s.stats.BytesDown}
-	bw := writers.Get().(*bufio.Writer)
+	pool, gather := &writers, net.Conn(nil)
+	if resp.ContentLength >= 0 && resp.ContentLength <= smallResponse-maxSmallHead {
+		pool, gather = &smallResponses, origin
+	}
+	bw := pool.Get().(*bufio.Writer)
 	bw.Reset(down)
-	defer func() { bw.Reset(nil); writers.Put(bw) }()
-	resp.Body = flushBeforeRead{resp.Body, bw}
+	defer func() { bw.Reset(nil); pool.Put(bw) }()
+	resp.Body = flushBeforeRead{resp.Body, bw, gather}
 	// Without bw's ReadFrom: it reads into bw's own buffer, which the
-	// flush before the read would then reuse under it.
-	if err := resp.Write(struct{ io.Writer }{bw}); err != nil {
+	// flush before the read would then reuse under it. A large body is
+	// copied by bodyWriter's instead.
+	var w io.Writer = struct{ io.Writer }{bw}
+	if gather == nil {
+		w = bodyWriter{bw}
+	}
+	if err := resp.Write(w); err != nil {
 		return false
 	}
 	if err := bw.Flush(); err != nil {
@@ -357,17 +372,73 @@ func (b *clientBody) stop(c net.Conn) (complete bool) {
 	return b.eof
 }
 
+// writers recycles the buffers that gather a forwarded response's head
+// and body pieces. A piece larger than the buffer goes to the client
+// without being copied into it.
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
 
-// flushBeforeRead sends what w holds before each read of the body, so
-// that a read that waits for the origin never holds data back.
+// smallResponses recycle the buffers of the responses that are gathered
+// whole: a body of up to smallResponse-maxSmallHead bytes (16 KiB, ab's
+// object in table 11 of docs/BENCHMARKS.md, fits) with a head of up to
+// maxSmallHead. A longer head is sent when the buffer fills, as any
+// piece that overflows it.
+const (
+	smallResponse = 32 << 10
+	maxSmallHead  = 4 << 10
+)
+
+var smallResponses = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, smallResponse) }}
+
+// bodyWriter is what a response that is not gathered whole is written
+// to. Response.Write copies a body of known or close-delimited length
+// with the writer's ReadFrom when it has one: this one reads like the
+// relay (copyBuf: 32 KiB pieces until one fills, then 128 KiB), where
+// net/http's own copy reads 32 KiB at a time. Each piece goes to the
+// client as it is (bufio passes a piece larger than its buffer
+// straight through once what it holds is sent, which flushBeforeRead
+// does before each read).
+type bodyWriter struct{ w *bufio.Writer }
+
+func (b bodyWriter) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+func (b bodyWriter) ReadFrom(r io.Reader) (int64, error) {
+	buf := getCopyBuf()
+	defer buf.release()
+	var total int64
+	for {
+		p := buf.read()
+		n, err := r.Read(p)
+		if n > 0 {
+			if _, werr := b.w.Write(p[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+			buf.got(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// flushBeforeRead sends what w holds before a read of the body that may
+// wait for the origin, so that waiting never holds data back. With
+// origin set (a small response, gathered whole), a read that returns at
+// once because the origin's bytes are already queued on origin (it says
+// so: readable) adds to w instead, so that the head and the body go out
+// in one write. Without origin it sends before every read: a large
+// body's pieces then bypass w's buffer rather than being copied into it.
 type flushBeforeRead struct {
 	io.ReadCloser
-	w *bufio.Writer
+	w      *bufio.Writer
+	origin net.Conn
 }
 
 func (b flushBeforeRead) Read(p []byte) (int, error) {
-	if b.w.Buffered() > 0 {
+	if b.w.Buffered() > 0 && (b.origin == nil || !readable(b.origin)) {
 		if err := b.w.Flush(); err != nil {
 			return 0, err
 		}

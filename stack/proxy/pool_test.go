@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -147,6 +149,34 @@ func TestPoolHonoursMaxIdleConnsPerOrigin(t *testing.T) {
 	}
 }
 
+// TestPoolKeepsEveryConnectionOfABurst: by default the connections that
+// one burst of parallel requests opened all serve the next burst; none is
+// closed for being over an idle limit and dialed again.
+func TestPoolKeepsEveryConnectionOfABurst(t *testing.T) {
+	const burst = 32 // more than net/http's and the old default idle limits
+	r := newRig(t, nil)
+	var gate atomic.Pointer[sync.WaitGroup]
+	o := newCountingOrigin(t, func(w http.ResponseWriter, _ *http.Request) {
+		if g := gate.Load(); g != nil {
+			g.Done()
+			g.Wait() // every request of the burst is at the origin at once
+		}
+		io.WriteString(w, "ok")
+	})
+	for range 2 {
+		var g sync.WaitGroup
+		g.Add(burst)
+		gate.Store(&g)
+		parallelGets(t, r.addr, o.URL+"/", burst)
+	}
+	if a, c := o.accepted.Load(), o.closed.Load(); a != burst || c != 0 {
+		t.Errorf("two bursts of %d: the origin accepted %d connections and saw %d closed; want %d and 0", burst, a, c, burst)
+	}
+	if s := r.srv.Stats(); s.HTTPPoolMisses != burst || s.HTTPPoolHits != burst {
+		t.Errorf("want %d misses (the first burst) and %d hits (the second): %+v", burst, burst, s)
+	}
+}
+
 func TestForwardStripsHopByHopHeaders(t *testing.T) {
 	r := newRig(t, nil)
 	o := newCountingOrigin(t, func(w http.ResponseWriter, req *http.Request) {
@@ -238,5 +268,167 @@ func TestForwardEndsTheClientConnectionWhenTheOriginAnswersBeforeTheBody(t *test
 	}
 	if rest, err := io.ReadAll(br); err != nil && !strings.Contains(err.Error(), "reset") || len(rest) > 0 {
 		t.Errorf("want the proxy to close the client connection; got %q, %v", rest, err)
+	}
+}
+
+// writeCounter is a listener whose connections count their writes (a
+// write is counted before it is made: once the peer has read everything,
+// every write has been counted).
+type writeCounter struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *writeCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{c, &l.writes}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestForwardSendsAResponseThatHasArrivedInOneWrite: a response whose
+// head and body are already queued on the origin connection goes to the
+// client in one write, not one per read of the origin.
+func TestForwardSendsAResponseThatHasArrivedInOneWrite(t *testing.T) {
+	r := newRig(t, nil)
+	const size = 16 << 10
+	resp := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size))
+	origin := newTarget(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			req.Body.Close()
+			io.WriteString(c, resp) // the whole response in one write
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &writeCounter{Listener: ln}
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(wc) }()
+	t.Cleanup(func() { r.srv.Close(); <-served })
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		before := wc.writes.Load()
+		fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %[1]s\r\n\r\n", origin.addr())
+		got, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, got.Body)
+		got.Body.Close()
+		if err != nil || n != size {
+			t.Fatalf("response %d: %d bytes, %v; want %d", i, n, err, size)
+		}
+		if w := wc.writes.Load() - before; w != 1 {
+			t.Errorf("response %d (head and %d bytes, all queued at the proxy): %d writes to the client, want 1", i, size, w)
+		}
+	}
+}
+
+// bulkOrigin is an origin connection that answers the first request it
+// is sent with a head and a body whose every read fills the buffer it is
+// given (a download always ahead of the proxy); then it waits for Close.
+type bulkOrigin struct {
+	bulkSource
+	head               string
+	asked, closed      chan struct{}
+	askOnce, closeOnce sync.Once
+}
+
+func newBulkOrigin(size int) *bulkOrigin {
+	return &bulkOrigin{bulkSource: bulkSource{size: size}, asked: make(chan struct{}), closed: make(chan struct{}),
+		head: fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)}
+}
+
+func (o *bulkOrigin) Read(p []byte) (int, error) {
+	select {
+	case <-o.asked:
+	case <-o.closed:
+		return 0, io.EOF
+	}
+	if o.head != "" {
+		n := copy(p, o.head)
+		o.head = o.head[n:]
+		return n, nil
+	}
+	if o.size > 0 {
+		return o.bulkSource.Read(p)
+	}
+	<-o.closed
+	return 0, io.EOF
+}
+
+func (o *bulkOrigin) Write(p []byte) (int, error) {
+	o.askOnce.Do(func() { close(o.asked) })
+	return len(p), nil
+}
+
+func (o *bulkOrigin) Close() error {
+	o.closeOnce.Do(func() { close(o.closed) })
+	return nil
+}
+
+// TestForwardMovesALargeBodyInLargePieces: a large response body is
+// copied like a relay's download (32 KiB, then 128 KiB pieces once a read
+// fills one), not in net/http's 32 KiB pieces.
+func TestForwardMovesALargeBodyInLargePieces(t *testing.T) {
+	const size = 1 << 20
+	o := newBulkOrigin(size)
+	r := newRig(t, func(s *Server) {
+		s.Dialer = DialerFunc(func(context.Context, string, string) (net.Conn, error) { return o, nil })
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &writeCounter{Listener: ln}
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(wc) }()
+	t.Cleanup(func() { r.srv.Close(); <-served })
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET http://192.0.2.1/big HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size {
+		t.Fatalf("body: %d bytes, %v; want %d", n, err, size)
+	}
+	// The head, one 32 KiB piece, then 128 KiB ones.
+	want := 2 + (size-copyBufSize+bulkBufSize-1)/bulkBufSize
+	if w := wc.writes.Load(); w != int64(want) {
+		t.Errorf("a %d-byte body reached the client in %d writes, want %d; the origin's reads: %v", size, w, want, o.reads)
 	}
 }

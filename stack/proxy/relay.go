@@ -10,14 +10,56 @@ import (
 	"time"
 )
 
-// copyBufSize is the relay buffer per direction. 32 KiB is io.Copy's size
-// and gVisor's largest single read at default buffer sizes; a larger one
-// did not move the bulk benchmark and costs memory per idle connection.
+// copyBufSize is the relay buffer per direction. 32 KiB is io.Copy's
+// size; an idle or interactive connection never needs more, and a relay
+// holds its buffers for as long as the connection lives.
 const copyBufSize = 32 << 10
 
-// copyBufs recycles relay buffers so that a connection costs no large
-// allocation: a busy proxy would otherwise allocate 64 KiB per CONNECT.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+// bulkBufSize is the buffer a direction moves to once a read fills the
+// small one: a download through the stack then crosses to the client in
+// a quarter of the writes (and of the client's wake-ups). On a page of
+// 50 objects through SOCKS5 (table 11 of docs/BENCHMARKS.md) that took
+// about a fifth off the process's CPU per page; 32 KiB reads had come
+// back 24 KiB on average, most of them full.
+const bulkBufSize = 128 << 10
+
+// copyBufs and bulkBufs recycle relay buffers so that a connection costs
+// no large allocation: a busy proxy would otherwise allocate 64 KiB per
+// CONNECT.
+var (
+	copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+	bulkBufs = sync.Pool{New: func() any { b := make([]byte, bulkBufSize); return &b }}
+)
+
+// copyBuf is one direction's buffer: copyBufSize from copyBufs until a
+// read fills it, then bulkBufSize from bulkBufs. The relay and the body
+// of a large forwarded response (bodyWriter) copy through it.
+type copyBuf struct {
+	p    *[]byte
+	bulk bool
+}
+
+func getCopyBuf() copyBuf { return copyBuf{p: copyBufs.Get().(*[]byte)} }
+
+// read is the buffer for the next read.
+func (b *copyBuf) read() []byte { return *b.p }
+
+// got takes note of a read of n bytes, whose data the caller has
+// finished with: a full small buffer is swapped for a bulk one.
+func (b *copyBuf) got(n int) {
+	if !b.bulk && n == len(*b.p) {
+		copyBufs.Put(b.p)
+		b.p, b.bulk = bulkBufs.Get().(*[]byte), true
+	}
+}
+
+func (b *copyBuf) release() {
+	if b.bulk {
+		bulkBufs.Put(b.p)
+	} else {
+		copyBufs.Put(b.p)
+	}
+}
 
 // closeWriter is a connection that can send FIN while still reading:
 // *net.TCPConn, gVisor's gonet.TCPConn and the stack's TCPConn all are.
@@ -66,7 +108,8 @@ type relayState struct {
 
 func (r *relayState) touch() { r.last.Store(time.Now().UnixNano()) }
 
-// copy moves src to dst until EOF or an error. On EOF it half-closes dst
+// copy moves src to dst until EOF or an error, in copyBufSize pieces
+// until a read fills one, then in bulkBufSize pieces. On EOF it half-closes dst
 // (FIN toward that peer) so that the other direction keeps flowing: a
 // client that shuts down its sending side still gets the whole answer.
 // On an error both conns are closed so that the other direction stops.
@@ -75,9 +118,8 @@ func (r *relayState) touch() { r.last.Store(time.Now().UnixNano()) }
 // a busy stream does not re-arm a timer per read; a deadline that fires
 // while the other direction moved data is extended, not fatal.
 func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
+	buf := getCopyBuf()
+	defer buf.release()
 	var total int64
 	var armed time.Time
 	for {
@@ -87,10 +129,11 @@ func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
 				src.SetReadDeadline(now.Add(r.idle))
 			}
 		}
-		n, err := src.Read(buf)
+		b := buf.read()
+		n, err := src.Read(b)
 		if n > 0 {
 			r.touch()
-			w, werr := dst.Write(buf[:n])
+			w, werr := dst.Write(b[:n])
 			total += int64(w)
 			counter.Add(uint64(w))
 			if werr != nil {
@@ -101,6 +144,7 @@ func (r *relayState) copy(dst, src net.Conn, counter *atomic.Uint64) int64 {
 				r.fail(dst, src, targetErr)
 				return total
 			}
+			buf.got(n)
 		}
 		if err == nil {
 			continue
