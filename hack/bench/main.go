@@ -146,17 +146,6 @@ func main() {
 		}()
 	}
 
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fatal(err)
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-	}
-
 	c := &config{runs: *runs, dur: *dur, warm: min(*dur/3, 300*time.Millisecond), progress: os.Stderr, verbose: *verbose, linger0: *linger0}
 	if *quick {
 		c.quick, c.runs, c.dur, c.warm = true, 1, 150*time.Millisecond, 50*time.Millisecond
