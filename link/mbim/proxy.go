@@ -110,9 +110,12 @@ var standardSubscriptions = []EventSubscription{{Service: ServiceBasicConnect, C
 // indication for every interested client, never waiting.
 func (p *Proxy) indication(m *Message) {
 	var enc []*proxyClient
+	// The MBIMEx version the Client agreed goes to every client: it
+	// decides how they parse the modem's answers.
+	all := m.Service == ServiceProxyControl && m.CID == CIDProxyVersion
 	p.srv.Mu.Lock()
 	for pc := range p.srv.ClientsLocked() {
-		if pc.wants(m.Service, m.CID) {
+		if (all && pc.opened) || pc.wants(m.Service, m.CID) {
 			enc = append(enc, pc)
 		}
 	}
@@ -268,6 +271,13 @@ func (pc *proxyClient) handle(m *Message) {
 			p.srv.Mu.Unlock()
 		}
 		pc.queue(&Message{Type: TypeOpenDone, TID: m.TID, Status: st})
+		if ex := p.c.MBIMEx(); st == StatusNone && ex != MBIMEx1 {
+			// As libmbim's proxy does: a client that opens after
+			// the MBIMEx exchange learns its outcome (libmbim >=
+			// 1.28 adopts it; older ones ignore the indication).
+			v := VersionInfo{MBIM: MBIMVersion1, Extended: ex}
+			pc.queue(&Message{Type: TypeIndicateStatus, Service: ServiceProxyControl, CID: CIDProxyVersion, Buffer: v.Encode()})
+		}
 	case TypeClose:
 		p.srv.Mu.Lock()
 		pc.opened = false
@@ -349,6 +359,12 @@ func (pc *proxyClient) request(m *Message) {
 	ans := *r
 	ans.TID = tid
 	pc.queue(&ans)
+	if r.Status == StatusNone && m.Service == ServiceMSBasicConnectExtensions && m.CID == CIDMSVersion {
+		// The client switched the modem's layouts for everyone:
+		// the host parses them too, the other clients are told (as
+		// libmbim's proxy does).
+		pc.p.c.sawVersionAnswer(r.Buffer)
+	}
 	if r.Status == StatusNone && m.CommandType == Set && m.Service == ServiceBasicConnect && announced[m.CID] {
 		// The modem will not indicate a change its (only) host
 		// asked for; tell mhistack's session and the other
