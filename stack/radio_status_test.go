@@ -103,3 +103,39 @@ func TestRadioStatusOverMBIM1LeavesTheSignalEmpty(t *testing.T) {
 		t.Errorf("MBIMEx = %v, want 1.0", v)
 	}
 }
+
+// TestRadioStatusFollowsTheSignalSchedule: the emulated cell plays a
+// schedule (simnet.Schedule, what mhictl sim serve -signal sets) and
+// RadioStatus, over MBIM and over QMI, reads each step: LTE alone at
+// -80 dBm, then EN-DC with LTE at -110 dBm, over and over.
+func TestRadioStatusFollowsTheSignalSchedule(t *testing.T) {
+	good := &simnet.Measurement{RSRP: -80, RSRQ: -8, SINR: 20}
+	edge := &simnet.Measurement{RSRP: -110, RSRQ: -15, SINR: 0}
+	nr := &simnet.Measurement{RSRP: -100, RSRQ: -12, SINR: 6}
+	cell := simnet.Cell{LTE: good, Schedule: simnet.Schedule{Period: 300 * time.Millisecond, Steps: []simnet.Step{
+		{At: 0, LTE: good}, {At: 150 * time.Millisecond, LTE: edge, NR: nr}}}}
+	for _, control := range []string{"mbim", "qmi"} {
+		t.Run(control, func(t *testing.T) {
+			s := openRadio(t, control, cell, false)
+			sawGood, sawEdge := false, false
+			for deadline := time.Now().Add(30 * time.Second); !sawGood || !sawEdge; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("in 30 s: saw the -80 dBm step %v, the -110 dBm EN-DC step %v", sawGood, sawEdge)
+				}
+				r := radioStatus(t, s)
+				switch {
+				case r.LTE == nil:
+					t.Fatalf("no LTE signal: %+v", r)
+				case r.LTE.RSRP == -80 && r.NR == nil && r.RAT == "lte":
+					sawGood = true
+				case r.LTE.RSRP == -110 && r.NR != nil && r.NR.RSRP == -100 && r.RAT == "lte+nr":
+					sawEdge = true
+				case r.LTE.RSRP != -80 && r.LTE.RSRP != -110:
+					t.Fatalf("LTE RSRP %v: not a step of the schedule", r.LTE.RSRP)
+				}
+				// Otherwise the step changed between two of
+				// RadioStatus's queries: read again.
+			}
+		})
+	}
+}

@@ -136,6 +136,11 @@ queue, one-way delay, loss, handover gaps and RRC promotion after idle
 (-radio list prints the presets: lte, nr-sa, nr-mmwave, nr-mmwave-far,
 congested-cell, handover-train; docs/RADIO.md); its counters join the
 carrier counters (SIGUSR2, stats).
+-signal PRESET|FILE plays the emulated cell's signal over time, which the
+MBIM and QMI functions both report (RSRP, RSRQ, SINR, RATs, bands): by
+default a gentle drift of LTE B3; -signal list prints the presets (drift,
+steady, fade, endc, handover), a FILE holds one step per line
+(TIME,lte=RSRP/RSRQ/SINR,nr=...,bands=B3+n78; repeat=DURATION).
 
 The modem plays the documented behaviours (quirks) of the profile's model,
 e.g. slow-ready (READY comes up -ready-delay after power-on or a reset) or
@@ -208,6 +213,8 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	readyDelay := fs.Duration("ready-delay", serveReadyDelay, "with the slow-ready quirk: how long READY takes after power-on or a reset (0: at once)")
 	fccLock := fs.Bool("fcc-lock", false, "start FCC-locked, as the presented PCI ID ships (mhi.Profile.FCCLock; a profile whose ID is not locked is a usage error):\n"+
 		"the radio stays off until the host runs the vendor unlock (mhiproxy or mhictl -fcc-unlock; docs/GETTING-ONLINE.md)")
+	signalName := fs.String("signal", signalPresets[0].name, "the emulated cell's signal over time: a preset `NAME` or a FILE of steps (TIME,lte=RSRP/RSRQ/SINR,nr=...,bands=...;\n"+
+		"repeat=DURATION; drift=SEED/INTERVAL); list: print the presets and exit (docs/GETTING-ONLINE.md, \"The emulated cell\")")
 	simPIN := fs.String("sim-pin", "", "lock the emulated SIM with this `PIN` (3 tries, then the PUK 12345678): the host enters it with -pin (a host takes 4 to 8 digits)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -222,6 +229,14 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *radioName == "list" {
 		printRadioPresets(stdout)
 		return nil
+	}
+	if *signalName == "list" {
+		printSignalPresets(stdout)
+		return nil
+	}
+	cell, err := loadSignal(*signalName)
+	if err != nil {
+		return usagef("-signal: %v", err)
 	}
 	carrier := simnet.CarrierOptions{FlushDelay: *flushDelay}
 	if *radioName != "" {
@@ -290,6 +305,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	carrier.NTBQuirks = ntbq
 	network, err := serveNetwork(p, *idIndex, *fccLock, *simPIN)
+	network.Cell = cell
 	if err != nil {
 		return err
 	}

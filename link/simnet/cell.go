@@ -17,8 +17,11 @@ type Cell struct {
 	// Components are the component carriers, the primary cell first;
 	// more than one is carrier aggregation.
 	Components []Component
-	// Drift moves the signal over time.
-	Drift Drift
+	// Drift moves the signal over time, randomly; Schedule plays
+	// measurements, RATs and carriers set in advance (both may be set:
+	// the drift moves the scheduled values).
+	Drift    Drift
+	Schedule Schedule
 }
 
 // Measurement is a RAT's signal: RSRP (dBm), RSRQ (dB), SINR (dB).
@@ -70,6 +73,7 @@ func (c *Cell) setDefaults() {
 	if c.Drift.Range <= 0 {
 		c.Drift.Range = 6
 	}
+	c.Schedule.Steps = c.Schedule.sorted()
 }
 
 // CellState is what the modem measures now.
@@ -92,18 +96,19 @@ func (n *Network) Cell() CellState {
 }
 
 func (n *Network) cellLocked() CellState {
-	st, c := &n.st, &n.cfg.Cell
+	st := &n.st
 	if !st.reg.Registered() || st.signal.RSSI == 99 {
 		return CellState{}
 	}
+	lte, nr, comps := n.baseLocked()
 	at := func(m *Measurement) *Measurement {
 		if m == nil {
 			return nil
 		}
 		return &Measurement{RSRP: m.RSRP + st.drift, RSRQ: m.RSRQ + st.drift/4, SINR: m.SINR + st.drift}
 	}
-	return CellState{Registered: true, RSSIdBm: -113 + 2*int(min(st.signal.RSSI, 31)), LTE: at(c.LTE), NR: at(c.NR),
-		Components: append([]Component(nil), c.Components...)}
+	return CellState{Registered: true, RSSIdBm: -113 + 2*int(min(st.signal.RSSI, 31)), LTE: at(lte), NR: at(nr),
+		Components: append([]Component(nil), comps...)}
 }
 
 // baseRSSI is the coded RSSI of a registered modem before drift: 20,
@@ -132,7 +137,7 @@ func (n *Network) driftLocked() {
 		st.walk = newDriftWalk(d.Seed)
 	}
 	st.drift = st.walk.next(d)
-	st.signal.RSSI = uint32(max(0, min(31, baseRSSI+int(math.Round(st.drift/2)))))
+	st.signal.RSSI = n.rssiLocked()
 	n.eventLocked(evSignal, 0)
 	n.afterLocked(d.Interval, n.driftLocked)
 }
