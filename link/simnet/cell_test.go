@@ -72,7 +72,7 @@ func TestSignalDriftsDeterministicallyWithinItsRange(t *testing.T) {
 func TestScheduleStepsThroughItsMeasurementsAndRepeats(t *testing.T) {
 	lteOnly := Step{At: 0, LTE: &Measurement{RSRP: -90, RSRQ: -8, SINR: 15}}
 	endc := Step{At: 20 * time.Millisecond, LTE: &Measurement{RSRP: -110, RSRQ: -14, SINR: 2},
-		NR: &Measurement{RSRP: -100, RSRQ: -12, SINR: 5},
+		NR:         &Measurement{RSRP: -100, RSRQ: -12, SINR: 5},
 		Components: []Component{{Band: 20, Channel: 6300, PCI: 7, BandwidthMHz: 10}, {NR: true, Band: 78, Channel: 636666, PCI: 8, BandwidthMHz: 100}}}
 	// Given out of order: played in time order.
 	// The configured cell's RSRP is the first step's: RSSI moves by the
