@@ -129,8 +129,8 @@ func TestProxyTellsClientsTheMBIMExVersion(t *testing.T) {
 	if v, err := host.NegotiateMBIMEx(testCtx(t)); v != mbim.MBIMEx2 {
 		t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
 	}
-	// A client connected before hears the indication; one that opens
-	// after gets it right after OPEN_DONE.
+	// A client connected before hears the indication; one that
+	// connects after gets it with its CONFIGURATION's answer.
 	waitFor(t, 5*time.Second, "early client adopts 2.0", func() bool { return early.MBIMEx() == mbim.MBIMEx2 })
 	late := dialProxy(t, p)
 	waitFor(t, 5*time.Second, "late client adopts 2.0", func() bool { return late.MBIMEx() == mbim.MBIMEx2 })

@@ -110,12 +110,12 @@ var standardSubscriptions = []EventSubscription{{Service: ServiceBasicConnect, C
 // indication for every interested client, never waiting.
 func (p *Proxy) indication(m *Message) {
 	var enc []*proxyClient
-	// The MBIMEx version the Client agreed goes to every client: it
-	// decides how they parse the modem's answers.
+	// The MBIMEx version the Client agreed goes to every configured
+	// client: it decides how they parse the modem's answers.
 	all := m.Service == ServiceProxyControl && m.CID == CIDProxyVersion
 	p.srv.Mu.Lock()
 	for pc := range p.srv.ClientsLocked() {
-		if (all && pc.opened) || pc.wants(m.Service, m.CID) {
+		if (all && pc.configured) || pc.wants(m.Service, m.CID) {
 			enc = append(enc, pc)
 		}
 	}
@@ -271,13 +271,6 @@ func (pc *proxyClient) handle(m *Message) {
 			p.srv.Mu.Unlock()
 		}
 		pc.queue(&Message{Type: TypeOpenDone, TID: m.TID, Status: st})
-		if ex := p.c.MBIMEx(); st == StatusNone && ex != MBIMEx1 {
-			// As libmbim's proxy does: a client that opens after
-			// the MBIMEx exchange learns its outcome (libmbim >=
-			// 1.28 adopts it; older ones ignore the indication).
-			v := VersionInfo{MBIM: MBIMVersion1, Extended: ex}
-			pc.queue(&Message{Type: TypeIndicateStatus, Service: ServiceProxyControl, CID: CIDProxyVersion, Buffer: v.Encode()})
-		}
 	case TypeClose:
 		p.srv.Mu.Lock()
 		pc.opened = false
@@ -320,6 +313,14 @@ func (pc *proxyClient) proxyControl(m *Message) {
 			p.srv.Mu.Lock()
 			pc.configured = true
 			p.srv.Mu.Unlock()
+			if ex := p.c.MBIMEx(); ex != MBIMEx1 {
+				// As libmbim's proxy does, before the answer: a
+				// client learns the MBIMEx version agreed so far
+				// (libmbim >= 1.28 adopts it, older ones ignore
+				// it).
+				v := VersionInfo{MBIM: MBIMVersion1, Extended: ex}
+				pc.queue(&Message{Type: TypeIndicateStatus, Service: ServiceProxyControl, CID: CIDProxyVersion, Buffer: v.Encode()})
+			}
 		}
 	}
 	pc.queue(done)

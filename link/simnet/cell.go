@@ -51,7 +51,9 @@ type Drift struct {
 	Step, Range float64
 }
 
-// DefaultCell is the zero Cell's meaning.
+// DefaultCell is the zero Cell's meaning. A Cell with measurements but
+// no Components gets this one's B3 carrier (n78, 100 MHz, when on NR
+// alone).
 func DefaultCell() Cell {
 	return Cell{
 		LTE:        &Measurement{RSRP: -93, RSRQ: -9, SINR: 13},
@@ -61,10 +63,14 @@ func DefaultCell() Cell {
 
 func (c *Cell) setDefaults() {
 	if c.LTE == nil && c.NR == nil {
-		d := DefaultCell()
-		c.LTE = d.LTE
-		if len(c.Components) == 0 {
-			c.Components = d.Components
+		c.LTE = DefaultCell().LTE
+	}
+	if len(c.Components) == 0 {
+		// A cell on a RAT has a carrier on it: B3 on LTE (the
+		// anchor, with EN-DC), else n78.
+		c.Components = DefaultCell().Components
+		if c.LTE == nil {
+			c.Components = []Component{{NR: true, Band: 78, Channel: 636666, PCI: 101, BandwidthMHz: 100}}
 		}
 	}
 	if c.Drift.Step <= 0 {
