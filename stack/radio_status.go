@@ -18,14 +18,21 @@ type RadioStatus struct {
 	// 3GPP TS 23.038; MBIM: REGISTER_STATE's ProviderName).
 	OperatorName string
 	// RAT is the radio access technology: "lte", "nr" or "lte+nr"
-	// (EN-DC) on QMI; on MBIM the highest available data class
+	// (EN-DC) on QMI, and on MBIM when the modem reports RSRP per RAT
+	// (MBIMEx 2.0); otherwise on MBIM the highest available data class
 	// ("5G-SA").
 	RAT string
-	// Bands are the bands in use ("B3", "n78").
+	// Bands are the bands in use ("B3", "n78"). On MBIM only the LTE
+	// serving cell's band is known (from its EARFCN in
+	// BASE_STATIONS_INFO; NR cells need MBIMEx 3.0).
 	Bands []string
-	// Carriers are the LTE component carriers, the primary cell first.
+	// Carriers are the LTE component carriers, the primary cell first
+	// (on MBIM: the serving cell alone).
 	Carriers []Carrier
-	// LTE and NR are each RAT's signal (nil: not measured).
+	// LTE and NR are each RAT's signal (nil: not measured). On MBIM,
+	// RSRP and SINR come from the MBIMEx 2.0 SIGNAL_STATE (1 dB and
+	// 0.5 dB steps) and LTE's RSRQ from BASE_STATIONS_INFO; NR has no
+	// RSRQ there.
 	LTE, NR *Signal
 	// SIM is the SIM's state: "ready", "pin-required", "puk-required",
 	// "blocked", "absent", "error" or "not-initialized".
@@ -70,6 +77,7 @@ func (s *Stack) RadioStatus(ctx context.Context) (RadioStatus, error) {
 		if rs, err := cl.SubscriberReadyStatus(ctx); err == nil {
 			r.SIM = mbimSIM(rs.ReadyState)
 		}
+		mbimRadio(ctx, cl, &r)
 		return r, nil
 	}
 	return RadioStatus{}, fmt.Errorf("stack: no control client (a stack made with New)")
@@ -193,4 +201,58 @@ func qmiSIM(ctx context.Context, c *qmi.Client) string {
 		return "error"
 	}
 	return "not-initialized"
+}
+
+// mbimRadio adds what the MBIM extensions say: RSRP and SNR per RAT
+// (MBIMEx 2.0 SIGNAL_STATE, negotiated here if the session has not yet)
+// and the LTE serving cell (BASE_STATIONS_INFO). A modem without them
+// leaves the fields empty.
+func mbimRadio(ctx context.Context, cl *mbim.Client, r *RadioStatus) {
+	if v, err := cl.NegotiateMBIMEx(ctx); err != nil || v < mbim.MBIMEx2 {
+		return
+	}
+	if sig, err := cl.SignalState(ctx); err == nil {
+		for _, e := range sig.RSRPSNR {
+			rsrp, ok1 := e.RSRPdBm()
+			snr, ok2 := e.SNRdB()
+			if !ok1 || !ok2 {
+				continue
+			}
+			switch {
+			case e.SystemType&mbim.DataClassLTE != 0 && r.LTE == nil:
+				r.LTE = &Signal{RSRP: rsrp, SINR: snr}
+			case e.SystemType&(mbim.DataClass5GNSA|mbim.DataClass5GSA) != 0 && r.NR == nil:
+				r.NR = &Signal{RSRP: rsrp, SINR: snr}
+			}
+		}
+		switch {
+		case r.LTE != nil && r.NR != nil:
+			r.RAT = "lte+nr"
+		case r.LTE != nil:
+			r.RAT = "lte"
+		case r.NR != nil:
+			r.RAT = "nr"
+		}
+	}
+	bs, err := cl.BaseStationsInfo(ctx)
+	if err != nil || bs.LTE == nil {
+		return
+	}
+	c := bs.LTE
+	if r.LTE != nil && c.RSRQ != -1 { // 0xFFFFFFFF: not measured
+		r.LTE.RSRQ, r.LTE.HasRSRQ = float64(c.RSRQ), true
+	}
+	if c.EARFCN == mbim.Unknown {
+		return
+	}
+	band := fmt.Sprintf("earfcn-%d", c.EARFCN)
+	if b, ok := mbim.LTEBandOfEARFCN(c.EARFCN); ok {
+		band = fmt.Sprintf("B%d", b)
+	}
+	r.Bands = append(r.Bands, band)
+	pci := uint16(0)
+	if c.PCI <= 503 { // TS 36.211 §6.11: 504 physical cell IDs
+		pci = uint16(c.PCI)
+	}
+	r.Carriers = append(r.Carriers, Carrier{Band: band, PCI: pci, Channel: c.EARFCN, Primary: true})
 }

@@ -142,6 +142,11 @@ queue, one-way delay, loss, handover gaps and RRC promotion after idle
 (-radio list prints the presets: lte, nr-sa, nr-mmwave, nr-mmwave-far,
 congested-cell, handover-train; docs/RADIO.md); its counters join the
 carrier counters (SIGUSR2, stats).
+-signal PRESET|FILE plays the emulated cell's signal over time, which the
+MBIM and QMI functions both report (RSRP, RSRQ, SINR, RATs, bands): by
+default a gentle drift of LTE B3; -signal list prints the presets (drift,
+steady, fade, endc, handover), a FILE holds one step per line
+(TIME,lte=RSRP/RSRQ/SINR,nr=...,bands=B3+n78; repeat=DURATION).
 
 The modem plays the documented behaviours (quirks) of the profile's model,
 e.g. slow-ready (READY comes up -ready-delay after power-on or a reset) or
@@ -264,6 +269,8 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"for ever, or for LIMIT attempts (a count: 3) or for LIMIT from the first refusal (a duration: 30s), then accepts. "+
 		"26 (insufficient resources), 34 or 38 (network failure) pass with time: a host retries with back-off, and stack.Open waits; "+
 		"others, such as 33 (option not subscribed) or 27 (unknown APN), fail stack.Open at once (docs/GETTING-ONLINE.md, \"A network that refuses the data session\")")
+	signalName := fs.String("signal", signalPresets[0].name, "the emulated cell's signal over time: a preset `NAME` or a FILE of steps (TIME,lte=RSRP/RSRQ/SINR,nr=...,bands=...;\n"+
+		"repeat=DURATION; drift=SEED/INTERVAL); list: print the presets and exit (docs/GETTING-ONLINE.md, \"The emulated cell\")")
 	simPIN := fs.String("sim-pin", "", "lock the emulated SIM with this `PIN` (3 tries, then the PUK 12345678): the host enters it with -pin (a host takes 4 to 8 digits)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -278,6 +285,14 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *radioName == "list" {
 		printRadioPresets(stdout)
 		return nil
+	}
+	if *signalName == "list" {
+		printSignalPresets(stdout)
+		return nil
+	}
+	cell, err := loadSignal(*signalName)
+	if err != nil {
+		return usagef("-signal: %v", err)
 	}
 	carrier := simnet.CarrierOptions{FlushDelay: *flushDelay}
 	if *radioName != "" {
@@ -346,6 +361,7 @@ func simServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	carrier.NTBQuirks = ntbq
 	network, err := serveNetwork(p, *idIndex, *fccLock, *simPIN)
+	network.Cell = cell
 	if err != nil {
 		return err
 	}

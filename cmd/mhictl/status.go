@@ -324,12 +324,8 @@ func collectStatusQMI(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*s
 		return nil, fmt.Errorf("QMI: %w", err)
 	}
 	defer qc.ReleaseCID(context.WithoutCancel(ctx), qmi.ClientID{Service: qmi.ServiceNAS, Client: cid})
-	nas := qc.Service(qmi.ServiceNAS, cid)
-	r, err := nas.Do(ctx, qmi.NewRequest(qmi.ServiceNAS, qmi.NASGetServingSystem))
-	if err != nil {
-		return nil, err
-	}
-	ss, err := qmi.ParseServingSystem(r)
+	nas := qmi.NAS{ServiceClient: qc.Service(qmi.ServiceNAS, cid)}
+	ss, err := nas.ServingSystem(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -374,13 +370,11 @@ func collectStatusQMI(ctx context.Context, sf *sessionFlags, s *stack.Stack) (*s
 	if s.LinkUp() {
 		out.Session = "activated"
 	}
-	if r, err := nas.Do(ctx, qmi.NewRequest(qmi.ServiceNAS, qmi.NASGetSignalStrength)); err == nil {
-		if sig, err := qmi.ParseSignalStrength(r); err == nil {
-			dbm := int(sig.Strength)
-			out.RSSIdBm = &dbm
-			// The MBIM coding status prints: -113 dBm + 2 per step.
-			out.RSSI = uint32(min(max((dbm+113)/2, 0), 31))
-		}
+	if sig, err := nas.SignalStrength(ctx); err == nil {
+		dbm := int(sig.Strength)
+		out.RSSIdBm = &dbm
+		// The MBIM coding status prints: -113 dBm + 2 per step.
+		out.RSSI = uint32(min(max((dbm+113)/2, 0), 31))
 	}
 	stackStatus(out, s)
 	v4, v6 := len(out.IPv4) > 0, len(out.IPv6) > 0

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -82,7 +83,10 @@ func printRadio(w io.Writer, o *radioOut, provider string) {
 	fmt.Fprintf(w, "rat\t%s\n", orDash(nonEmpty(o.RAT)))
 	fmt.Fprintf(w, "bands\t%s\n", orDash(o.Bands))
 	for _, c := range o.Carriers {
-		cc := fmt.Sprintf("%s, PCI %d, EARFCN %d, %g MHz", c.Band, c.PCI, c.EARFCN, c.BandwidthMHz)
+		cc := fmt.Sprintf("%s, PCI %d, EARFCN %d", c.Band, c.PCI, c.EARFCN)
+		if c.BandwidthMHz > 0 { // MBIM does not say
+			cc += fmt.Sprintf(", %g MHz", c.BandwidthMHz)
+		}
 		if c.State != "" {
 			cc += ", " + c.State
 		}
@@ -208,6 +212,12 @@ func componentOf(b string, i int) (simnet.Component, error) {
 	c := simnet.Component{NR: nr, Band: n, PCI: uint16(101 + i), BandwidthMHz: 20, Channel: uint32(100 * n)}
 	if nr {
 		c.BandwidthMHz = 100
+	} else if ch, ok := mbim.LTEEARFCNOfBand(n); ok {
+		// A channel in the band, so that a host reading the EARFCN
+		// (MBIM BASE_STATIONS_INFO) finds the same band.
+		c.Channel = ch
+	} else {
+		return simnet.Component{}, fmt.Errorf("band %q: not an LTE band the emulator knows", b)
 	}
 	return c, nil
 }

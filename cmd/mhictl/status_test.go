@@ -241,8 +241,28 @@ func TestStatusShowsTheSIMStateAndRATOverMBIM(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
 		t.Fatalf("-json: %v", err)
 	}
-	if o.SIMState != "ready" || o.RAT != "5G-SA" || o.Bands == nil {
+	// The default cell: LTE B3, read through MBIMEx 2.0.
+	if o.SIMState != "ready" || o.RAT != "lte" || len(o.Bands) != 1 || o.Bands[0] != "B3" || o.LTE == nil {
 		t.Errorf("MBIM radio: %+v", o.radioOut)
+	}
+}
+
+// TestStatusShowsTheCellOverMBIM: over MBIM, status prints the fields
+// it prints over QMI (TestStatusShowsTheCellOverQMI) from the MBIMEx 2.0
+// SIGNAL_STATE and BASE_STATIONS_INFO: RAT, the LTE band and serving
+// cell, RSRP/RSRQ/SINR (SINR in 0.5 dB steps; no NR RSRQ on MBIM).
+func TestStatusShowsTheCellOverMBIM(t *testing.T) {
+	args := []string{"status", "-device", "sim", "-sim-cell", "lte=-101/-12/7.5,nr=-88/-11/18.2,bands=B3+B7+n78"}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"rat             lte+nr", "bands           B3\n", "primary  B3, PCI 101, EARFCN 1574\n",
+		"LTE signal      RSRP -101 dBm, RSRQ -12 dB, SINR 7.5 dB", "NR signal       RSRP -88 dBm, RSRQ ?, SINR 18 dB",
+		"SIM card        ready"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 

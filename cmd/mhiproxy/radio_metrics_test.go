@@ -90,3 +90,58 @@ func indexOf(s []string, v string) int {
 	}
 	return -1
 }
+
+// TestRadioGaugesOverMBIMFollowTheSignalSchedule: on an MBIM modem
+// (MBIMEx 2.0 SIGNAL_STATE, BASE_STATIONS_INFO) whose emulated cell plays
+// a schedule, the gauges show each step's LTE RSRP and SINR, RSRQ and the
+// serving cell.
+func TestRadioGaugesOverMBIMFollowTheSignalSchedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	o := openOptions{Device: "sim:qcom-sdx55m", APN: "internet", RadioInterval: 5 * time.Millisecond}
+	good := &simnet.Measurement{RSRP: -80, RSRQ: -8, SINR: 20}
+	o.Stack.Sim.NetworkConfig.Cell = simnet.Cell{LTE: good, Schedule: simnet.Schedule{Period: 200 * time.Millisecond, Steps: []simnet.Step{
+		{At: 0, LTE: good}, {At: 100 * time.Millisecond, LTE: &simnet.Measurement{RSRP: -110, RSRQ: -15, SINR: 0}}}}}
+	nw, err := openModem(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nw.Close()
+	srcs := nw.Metrics()
+	for i := range srcs {
+		srcs[i].labels = prometheus.Labels{"device": "0"}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: metricsHandler(srcs)}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	rsrp, sinr, rsrq := `mhiproxy_radio_rsrp_dbm{device="0",rat="lte"}`, `mhiproxy_radio_sinr_db{device="0",rat="lte"}`, `mhiproxy_radio_rsrq_db{device="0",rat="lte"}`
+	seen := map[float64]bool{}
+	for deadline := time.Now().Add(30 * time.Second); !seen[-80] || !seen[-110]; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("in 30 s the LTE RSRP gauge showed %v, want -80 and -110", seen)
+		}
+		e := scrape(t, ln.Addr().String())
+		if _, ok := e.series[rsrp]; !ok {
+			continue // no answer yet
+		}
+		if v := e.value(t, `mhiproxy_radio_carriers{device="0"}`); v != 1 {
+			t.Errorf("carriers = %v, want the LTE serving cell", v)
+		}
+		r, s, q := e.value(t, rsrp), e.value(t, sinr), e.value(t, rsrq)
+		switch {
+		case r == -80 && s == 20 && q == -8, r == -110 && s == 0 && q == -15:
+			seen[r] = true
+		case r != -80 && r != -110:
+			t.Fatalf("LTE RSRP %v is no step of the schedule:\n%s", r, e.text)
+		}
+		// Else the step changed between RadioStatus's queries.
+	}
+}

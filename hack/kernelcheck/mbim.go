@@ -4,7 +4,10 @@ package main
 // copied into the initramfs with its shared libraries, talks over the
 // kernel's /dev/wwan0mbim0 (mhi_wwan_ctrl) to the emulated modem's MBIM
 // function (link/simnet MBIMFunction, attached by `mhictl sim serve`):
-// device caps, subscriber status, registration, CONNECT (with
+// device caps, subscriber status, registration, the MBIMEx 2.0 signal
+// (RSRP/SNR per RAT) and the LTE serving cell of MS BASE_STATIONS_INFO
+// (mbimcli --device-open-ms-mbimex-v2 negotiates MBIMEx as mhistack
+// does), CONNECT (with
 // --no-close, since a CLOSE ends the data session on a modem) and IP
 // configuration, then a ping through the data interface with the
 // address the modem assigned.
@@ -18,7 +21,8 @@ import (
 )
 
 // mbimChecks are the MBIM verdicts, in the order the section prints them.
-var mbimChecks = []string{"mbim-device-caps", "mbim-subscriber", "mbim-registration", "mbim-connect", "mbim-ip-config", "mbim-ping"}
+var mbimChecks = []string{"mbim-device-caps", "mbim-subscriber", "mbim-registration", "mbim-signal", "mbim-base-stations",
+	"mbim-connect", "mbim-ip-config", "mbim-ping"}
 
 // mbimcliPath is the host's mbimcli (libmbim-utils).
 const mbimcliPath = "/usr/bin/mbimcli"
@@ -51,6 +55,11 @@ mbim_section() {
 	if echo "$out" | grep -q "Ready state: 'initialized'"; then check mbim-subscriber PASS "$(echo "$out" | grep -E 'Ready state|Subscriber ID' | tr -s ' \t' ' ' | tr '\n' ';')"; else check mbim-subscriber FAIL "$(echo $out | head -c 300)"; fi
 	out=$(mbim --query-registration-state); echo "$out" | sed 's/^/mbimcli| /'
 	if echo "$out" | grep -q "Register state: 'home'"; then check mbim-registration PASS "$(echo "$out" | grep -E 'Register state|Provider ID' | tr -s ' \t' ' ' | tr '\n' ';')"; else check mbim-registration FAIL "$(echo $out | head -c 300)"; fi
+	# MBIMEx 2.0, negotiated by mbimcli (DEVICE_SERVICES, then MS VERSION).
+	out=$(mbim --device-open-ms-mbimex-v2 --query-signal-state); echo "$out" | sed 's/^/mbimcli| /'
+	if echo "$out" | grep -q "RSRP: '-[0-9]* dBm'"; then check mbim-signal PASS "$(echo "$out" | grep -E 'RSRP/SNR info|RSRP:|SNR:' | tr -s ' \t' ' ' | tr '\n' ';')"; else check mbim-signal FAIL "no MBIMEx 2.0 RSRP: $(echo $out | head -c 300)"; fi
+	out=$(mbim --device-open-ms-mbimex-v2 --ms-query-base-stations-info); echo "$out" | sed 's/^/mbimcli| /'
+	if echo "$out" | grep -q "EARFCN: [0-9]"; then check mbim-base-stations PASS "$(echo "$out" | grep -E 'EARFCN|Physical cell id|RSRP|RSRQ' | tr -s ' \t' ' ' | tr '\n' ';')"; else check mbim-base-stations FAIL "no LTE serving cell: $(echo $out | head -c 300)"; fi
 	# --no-close: CLOSE would end the data session, as on a real modem.
 	out=$(mbim --connect=apn=internet --no-close); echo "$out" | sed 's/^/mbimcli| /'
 	if echo "$out" | grep -q "Activation state: 'activated'"; then check mbim-connect PASS "session 0 activated"; else check mbim-connect FAIL "$(echo $out | head -c 300)"; fi

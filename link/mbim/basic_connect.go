@@ -3,6 +3,7 @@ package mbim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -53,6 +54,13 @@ func cidName(svc UUID, cid uint32) string {
 	case ServiceBasicConnect:
 		if n, ok := basicConnectNames[cid]; ok {
 			return n
+		}
+	case ServiceMSBasicConnectExtensions:
+		switch cid {
+		case CIDMSBaseStationsInfo:
+			return "MS_BASE_STATIONS_INFO"
+		case CIDMSVersion:
+			return "MS_VERSION"
 		}
 	case ServiceProxyControl:
 		switch cid {
@@ -386,21 +394,31 @@ type RegisterState struct {
 	ProviderName         string
 	RoamingText          string
 	RegistrationFlag     uint32
+	// PreferredDataClasses is MBIMEx 2.0's (EncodeV2 only).
+	PreferredDataClasses DataClass
 }
 
 // Encode returns the information buffer.
 func (s *RegisterState) Encode() []byte {
 	w := newWriter(48)
+	s.encodeFixed(w)
+	s.encodeStrings(w)
+	return w.bytes()
+}
+
+func (s *RegisterState) encodeFixed(w *writer) {
 	w.u32(0, uint32(s.NwError))
 	w.u32(4, uint32(s.State))
 	w.u32(8, s.Mode)
 	w.u32(12, uint32(s.AvailableDataClasses))
 	w.u32(16, s.CurrentCellularClass)
+	w.u32(44, s.RegistrationFlag)
+}
+
+func (s *RegisterState) encodeStrings(w *writer) {
 	w.str(20, s.ProviderID)
 	w.str(28, s.ProviderName)
 	w.str(36, s.RoamingText)
-	w.u32(44, s.RegistrationFlag)
-	return w.bytes()
 }
 
 // ParseRegisterState decodes REGISTER_STATE.
@@ -442,6 +460,9 @@ type PacketService struct {
 	HighestAvailableDataClass DataClass
 	UplinkSpeed               uint64 // bit/s
 	DownlinkSpeed             uint64
+	// FrequencyRange is MBIMEx 2.0's (EncodeV2 only): bit 0 FR1, bit 1
+	// FR2 (libmbim MbimFrequencyRange).
+	FrequencyRange uint32
 }
 
 // Encode returns the information buffer.
@@ -490,14 +511,18 @@ func ParsePacketServiceSet(b []byte) (PacketServiceAction, error) {
 	return a, r.err
 }
 
-// SignalState is the SIGNAL_STATE answer and indication (20 bytes).
-// RSSI is coded 0..31 (−113 + 2·RSSI dBm), 99 unknown; ErrorRate 0..7, 99.
+// SignalState is the SIGNAL_STATE answer and indication (20 bytes; 28
+// and more in the MBIMEx 2.0 layout, ms_extensions.go). RSSI is coded
+// 0..31 (−113 + 2·RSSI dBm), 99 unknown; ErrorRate 0..7, 99.
 type SignalState struct {
 	RSSI                   uint32
 	ErrorRate              uint32
 	SignalStrengthInterval uint32
 	RSSIThreshold          uint32
 	ErrorRateThreshold     uint32
+	// RSRPSNR is MBIMEx 2.0's per-RAT RSRP and SNR (Encode and
+	// ParseSignalState, the 1.0 layout, leave it out).
+	RSRPSNR []RSRPSNR
 }
 
 // DBm converts the coded RSSI; ok is false for "unknown".
@@ -943,6 +968,17 @@ const (
 )
 
 // Encode returns the information buffer.
+// Supports reports whether the function lists service svc with command
+// cid.
+func (d *DeviceServices) Supports(svc UUID, cid uint32) bool {
+	for _, s := range d.Services {
+		if s.ID == svc {
+			return slices.Contains(s.CIDs, cid)
+		}
+	}
+	return false
+}
+
 func (d *DeviceServices) Encode() []byte {
 	w := newWriter(8 + 8*len(d.Services))
 	w.u32(0, uint32(len(d.Services)))

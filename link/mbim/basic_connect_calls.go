@@ -108,15 +108,6 @@ func (c *Client) SetPacketService(ctx context.Context, a PacketServiceAction) (P
 	return parseWithNwError(b, err, ParsePacketService, func(s PacketService) NwError { return s.NwError })
 }
 
-// SignalState queries SIGNAL_STATE.
-func (c *Client) SignalState(ctx context.Context) (SignalState, error) {
-	b, err := c.basic(ctx, CIDSignalState, Query, nil)
-	if err != nil {
-		return SignalState{}, err
-	}
-	return ParseSignalState(b)
-}
-
 // Connect activates (or, with Activate false, deactivates) a context.
 // A refusal is a *CommandError carrying the 3GPP cause, so that
 // errors.Is(err, ErrBadAPN) holds for "missing or unknown APN".

@@ -80,10 +80,20 @@ type Client struct {
 
 	sendMu sync.Mutex // keeps the fragments of one message together
 
+	exMu sync.Mutex // one MBIMEx negotiation at a time
+
 	// guarded by conn.Mu
 	nextTID  uint32
 	opened   bool
 	resetDec bool // the reader must drop its partial input
+	// opens counts successful OPENs; ex is the MBIMEx version agreed
+	// during open number exOpen (a function forgets it when reopened).
+	opens, exOpen uint64
+	ex            Version
+	// proxyEx is the version a proxy reported (PROXY_CONTROL VERSION):
+	// a client behind a proxy shares the proxy's agreement with the
+	// modem, whatever its own OPENs.
+	proxyEx Version
 }
 
 // NewClient starts a client over t; the client owns t and closes it in
@@ -140,6 +150,7 @@ func (c *Client) Open(ctx context.Context) error {
 		if err == nil {
 			c.conn.Mu.Lock()
 			c.opened = true
+			c.opens++
 			c.conn.Mu.Unlock()
 			return nil
 		}
@@ -320,6 +331,13 @@ func (c *Client) dispatch(m *Message) {
 			c.log.Warn("mbim: function error", "tid", m.TID, "code", m.Error)
 		}
 	case TypeIndicateStatus:
+		if m.Service == ServiceProxyControl && m.CID == CIDProxyVersion {
+			if v, err := ParseVersionInfo(m.Buffer); err == nil {
+				c.conn.Mu.Lock()
+				c.proxyEx = v.Extended
+				c.conn.Mu.Unlock()
+			}
+		}
 		c.conn.Indicate(m)
 	default:
 		c.log.Debug("mbim: ignored message from function", "msg", m.String())

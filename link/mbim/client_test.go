@@ -24,7 +24,8 @@ func TestClientQueriesEveryBasicConnectCIDOverMHI(t *testing.T) {
 				t.Errorf("DeviceCaps = %+v, %v", caps, err)
 			}
 			ds, err := c.DeviceServices(ctx)
-			if err != nil || len(ds.Services) != 1 || ds.Services[0].ID != mbim.ServiceBasicConnect {
+			if err != nil || len(ds.Services) != 2 || ds.Services[0].ID != mbim.ServiceBasicConnect ||
+				!ds.Supports(mbim.ServiceMSBasicConnectExtensions, mbim.CIDMSVersion) {
 				t.Errorf("DeviceServices = %+v, %v", ds, err)
 			}
 			rs, err := c.SubscriberReadyStatus(ctx)

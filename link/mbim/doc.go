@@ -20,6 +20,9 @@
 // (an mhi.ControlPort, a pipe, a socket) and Client.Command sends one
 // COMMAND; the typed calls (DeviceCaps, Connect, IPConfiguration, …)
 // encode and decode the information buffers of docs/FRAMING.md §2.8.
+// The session agrees on Microsoft's MBIMEx 2.0 where the modem has it
+// (NegotiateMBIMEx, ms_extensions.go), which gives SignalState RSRP and
+// SNR per RAT, and BaseStationsInfo reads the LTE serving cell.
 // Proxy serves the abstract unix socket "mbim-proxy" so that unmodified
 // mbimcli -p and ModemManager share the modem with this process.
 //

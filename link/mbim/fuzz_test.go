@@ -208,6 +208,39 @@ func FuzzSignalAndRadioAndPIN(f *testing.F) {
 	})
 }
 
+func FuzzSignalStateV2(f *testing.F) {
+	s := mbim.SignalState{RSSI: 20, RSRPSNR: []mbim.RSRPSNR{{RSRP: 64, SNR: 73, SystemType: mbim.DataClassLTE},
+		{RSRP: 56, SNR: 60, SystemType: mbim.DataClass5GNSA}}}
+	f.Add(s.EncodeV2())
+	f.Add((&mbim.SignalState{RSSI: 99}).EncodeV2())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, mbim.ParseSignalStateV2, (*mbim.SignalState).EncodeV2)
+	})
+}
+
+func FuzzBaseStationsInfo(f *testing.F) {
+	b := mbim.BaseStationsInfo{SystemType: mbim.DataClassLTE, LTE: &mbim.LTEServingCell{ProviderID: "00101", CellID: 1,
+		EARFCN: 1300, PCI: 101, TAC: 7, RSRP: -95, RSRQ: -11, TimingAdvance: mbim.Unknown}}
+	f.Add(b.Encode())
+	f.Add((&mbim.BaseStationsInfo{}).Encode())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, mbim.ParseBaseStationsInfo, (*mbim.BaseStationsInfo).Encode)
+	})
+}
+
+func FuzzVersionInfo(f *testing.F) {
+	f.Add((&mbim.VersionInfo{MBIM: mbim.MBIMVersion1, Extended: mbim.MBIMEx2}).Encode())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := mbim.ParseVersionInfo(data)
+		if err != nil {
+			return
+		}
+		if back := v.Encode(); !bytes.Equal(back, data[:4]) {
+			t.Fatalf("VERSION %x re-encodes to %x", data, back)
+		}
+	})
+}
+
 func FuzzConnectState(f *testing.F) {
 	c := mbim.ContextState{SessionID: 1, ActivationState: 1, IPType: 3, ContextType: mbim.ContextTypeInternet, NwError: 27}
 	f.Add(c.Encode())

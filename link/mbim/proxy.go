@@ -110,9 +110,12 @@ var standardSubscriptions = []EventSubscription{{Service: ServiceBasicConnect, C
 // indication for every interested client, never waiting.
 func (p *Proxy) indication(m *Message) {
 	var enc []*proxyClient
+	// The MBIMEx version the Client agreed goes to every configured
+	// client: it decides how they parse the modem's answers.
+	all := m.Service == ServiceProxyControl && m.CID == CIDProxyVersion
 	p.srv.Mu.Lock()
 	for pc := range p.srv.ClientsLocked() {
-		if pc.wants(m.Service, m.CID) {
+		if (all && pc.configured) || pc.wants(m.Service, m.CID) {
 			enc = append(enc, pc)
 		}
 	}
@@ -310,6 +313,14 @@ func (pc *proxyClient) proxyControl(m *Message) {
 			p.srv.Mu.Lock()
 			pc.configured = true
 			p.srv.Mu.Unlock()
+			if ex := p.c.MBIMEx(); ex != MBIMEx1 {
+				// As libmbim's proxy does, before the answer: a
+				// client learns the MBIMEx version agreed so far
+				// (libmbim >= 1.28 adopts it, older ones ignore
+				// it).
+				v := VersionInfo{MBIM: MBIMVersion1, Extended: ex}
+				pc.queue(&Message{Type: TypeIndicateStatus, Service: ServiceProxyControl, CID: CIDProxyVersion, Buffer: v.Encode()})
+			}
 		}
 	}
 	pc.queue(done)
@@ -349,6 +360,12 @@ func (pc *proxyClient) request(m *Message) {
 	ans := *r
 	ans.TID = tid
 	pc.queue(&ans)
+	if r.Status == StatusNone && m.Service == ServiceMSBasicConnectExtensions && m.CID == CIDMSVersion {
+		// The client switched the modem's layouts for everyone:
+		// the host parses them too, the other clients are told (as
+		// libmbim's proxy does).
+		pc.p.c.sawVersionAnswer(r.Buffer)
+	}
 	if r.Status == StatusNone && m.CommandType == Set && m.Service == ServiceBasicConnect && announced[m.CID] {
 		// The modem will not indicate a change its (only) host
 		// asked for; tell mhistack's session and the other

@@ -216,7 +216,15 @@ func TestMbimcliThroughProxy(t *testing.T) {
 	expect(run("--query-pin-state"), "unlocked")
 	expect(run("--query-radio-state"), "Software radio state: 'on'")
 	expect(run("--query-packet-service-state"), "attached")
-	expect(run("--query-signal-state"), "RSSI")
+	// The host agreed MBIMEx 2.0 and the proxy told mbimcli so: it
+	// reads the 2.0 SIGNAL_STATE (the default cell, LTE at -93 dBm, SNR
+	// 13 dB) and the LTE serving cell (B3's EARFCN 1300, PCI 101).
+	expect(run("--query-signal-state"), "RSSI", "RSRP/SNR info: 'lte'", "RSRP: '-93 dBm'", "SNR: '13.0 dB'")
+	expect(run("--ms-query-base-stations-info"), "EARFCN: 1300", "Physical cell id: 101", "RSRP: -93 dBm", "RSRQ: -9 dBm")
+	// --device-open-ms-mbimex-v2 through the proxy: mbimcli's own
+	// exchange agrees on the same version.
+	expect(run("--device-open-ms-mbimex-v2", "--query-signal-state"), "RSRP: '-93 dBm'")
+	expect(run("--query-registration-state"), "home", "00101")
 	expect(run("--query-connection-state"), "activated")
 	expect(run("--query-ip-configuration"), "2001:db8:64::2/64")
 	if !r.f.Active(0) || !r.f.Opened() {

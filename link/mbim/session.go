@@ -361,6 +361,15 @@ func (s *Session) bringUp() (IPConfig, error) {
 			s.log.Debug("mbim session: subscribe list", "err", err)
 		}
 	}
+	// MBIMEx 2.0 where the function has it (RSRP, SNR per RAT), once
+	// per open of the function (whoever opened it); a function without
+	// it, or one that fails the exchange, keeps MBIM 1.0, which is all
+	// the session needs.
+	if v, err := s.c.NegotiateMBIMEx(ctx); err != nil {
+		s.log.Debug("mbim session: MBIMEx", "err", err)
+	} else {
+		s.log.Debug("mbim session: MBIMEx", "version", v)
+	}
 	steps := []struct {
 		st SessionState
 		fn func(context.Context) error

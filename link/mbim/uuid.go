@@ -18,7 +18,7 @@ var (
 	// mbim-proxy and its clients; it never reaches a modem.
 	ServiceProxyControl = MustParseUUID("838cf7fb-8d0d-4d7f-871e-d71dbefbb39b")
 	// ServiceMSBasicConnectExtensions is Microsoft's extension service
-	// (MBIMEx); listed so that DEVICE_SERVICES output can name it.
+	// (MBIMEx): VERSION and BASE_STATIONS_INFO (ms_extensions.go).
 	ServiceMSBasicConnectExtensions = MustParseUUID("3d01dcc5-fef5-4d05-0d3a-bef7058e9aaf")
 	// ServiceQMI is the Qualcomm QMI-over-MBIM ("QMUX") service.
 	ServiceQMI = MustParseUUID("d1a30bc2-f97a-6e43-bf65-c7e24fb0f0d3")

@@ -28,6 +28,16 @@ func (n NAS) ServingSystem(ctx context.Context) (ServingSystem, error) {
 	return ParseServingSystem(r)
 }
 
+// SignalStrength asks Get Signal Strength (the RSSI of the radio in
+// use, and per RAT in its optional TLVs).
+func (n NAS) SignalStrength(ctx context.Context) (SignalStrength, error) {
+	r, err := n.call(ctx, NASGetSignalStrength)
+	if err != nil {
+		return SignalStrength{}, err
+	}
+	return ParseSignalStrength(r)
+}
+
 // SignalInfo asks Get Signal Info (LTE and NR RSRP, RSRQ, SNR).
 func (n NAS) SignalInfo(ctx context.Context) (SignalInfo, error) {
 	r, err := n.call(ctx, NASGetSignalInfo)

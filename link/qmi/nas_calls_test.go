@@ -59,6 +59,9 @@ func TestNASStatusCallsReadTheEmulatedCell(t *testing.T) {
 	if err != nil || len(ss.RadioInterfaces) != 2 || ss.RadioInterfaces[0] != qmi.RadioLTE || ss.RadioInterfaces[1] != qmi.Radio5GNR {
 		t.Errorf("ServingSystem: %+v, %v", ss, err)
 	}
+	if sig, err := nas.SignalStrength(ctx); err != nil || sig.Strength != -73 || sig.Radio != qmi.RadioLTE {
+		t.Errorf("SignalStrength: %+v, %v", sig, err)
+	}
 	// A typed NAS call on a client of another service is refused
 	// before anything is sent.
 	if _, err := (qmi.NAS{ServiceClient: c.Service(qmi.ServiceWDS, 1)}).SignalInfo(ctx); err == nil {

@@ -143,10 +143,10 @@ func (f *ATFunction) answer(line string) string {
 		// <AcT> (TS 27.007 §7.3): 7 E-UTRAN, 13 E-UTRA-NR dual
 		// connectivity, 11 NR connected to 5GCN.
 		act := 7
-		switch c := &cfg.Cell; {
-		case c.LTE != nil && c.NR != nil:
+		switch lte, nr, _ := n.baseLocked(); {
+		case lte != nil && nr != nil:
 			act = 13
-		case c.NR != nil:
+		case nr != nil:
 			act = 11
 		}
 		return info(fmt.Sprintf("+COPS: 0,0,%q,%d", strings.ReplaceAll(cfg.ProviderName, `"`, ""), act))

@@ -17,8 +17,11 @@ type Cell struct {
 	// Components are the component carriers, the primary cell first;
 	// more than one is carrier aggregation.
 	Components []Component
-	// Drift moves the signal over time.
-	Drift Drift
+	// Drift moves the signal over time, randomly; Schedule plays
+	// measurements, RATs and carriers set in advance (both may be set:
+	// the drift moves the scheduled values).
+	Drift    Drift
+	Schedule Schedule
 }
 
 // Measurement is a RAT's signal: RSRP (dBm), RSRQ (dB), SINR (dB).
@@ -48,7 +51,9 @@ type Drift struct {
 	Step, Range float64
 }
 
-// DefaultCell is the zero Cell's meaning.
+// DefaultCell is the zero Cell's meaning. A Cell with measurements but
+// no Components gets this one's B3 carrier (n78, 100 MHz, when on NR
+// alone).
 func DefaultCell() Cell {
 	return Cell{
 		LTE:        &Measurement{RSRP: -93, RSRQ: -9, SINR: 13},
@@ -58,10 +63,14 @@ func DefaultCell() Cell {
 
 func (c *Cell) setDefaults() {
 	if c.LTE == nil && c.NR == nil {
-		d := DefaultCell()
-		c.LTE = d.LTE
-		if len(c.Components) == 0 {
-			c.Components = d.Components
+		c.LTE = DefaultCell().LTE
+	}
+	if len(c.Components) == 0 {
+		// A cell on a RAT has a carrier on it: B3 on LTE (the
+		// anchor, with EN-DC), else n78.
+		c.Components = DefaultCell().Components
+		if c.LTE == nil {
+			c.Components = []Component{{NR: true, Band: 78, Channel: 636666, PCI: 101, BandwidthMHz: 100}}
 		}
 	}
 	if c.Drift.Step <= 0 {
@@ -70,6 +79,7 @@ func (c *Cell) setDefaults() {
 	if c.Drift.Range <= 0 {
 		c.Drift.Range = 6
 	}
+	c.Schedule.Steps = c.Schedule.sorted()
 }
 
 // CellState is what the modem measures now.
@@ -92,18 +102,19 @@ func (n *Network) Cell() CellState {
 }
 
 func (n *Network) cellLocked() CellState {
-	st, c := &n.st, &n.cfg.Cell
+	st := &n.st
 	if !st.reg.Registered() || st.signal.RSSI == 99 {
 		return CellState{}
 	}
+	lte, nr, comps := n.baseLocked()
 	at := func(m *Measurement) *Measurement {
 		if m == nil {
 			return nil
 		}
 		return &Measurement{RSRP: m.RSRP + st.drift, RSRQ: m.RSRQ + st.drift/4, SINR: m.SINR + st.drift}
 	}
-	return CellState{Registered: true, RSSIdBm: -113 + 2*int(min(st.signal.RSSI, 31)), LTE: at(c.LTE), NR: at(c.NR),
-		Components: append([]Component(nil), c.Components...)}
+	return CellState{Registered: true, RSSIdBm: -113 + 2*int(min(st.signal.RSSI, 31)), LTE: at(lte), NR: at(nr),
+		Components: append([]Component(nil), comps...)}
 }
 
 // baseRSSI is the coded RSSI of a registered modem before drift: 20,
@@ -132,7 +143,7 @@ func (n *Network) driftLocked() {
 		st.walk = newDriftWalk(d.Seed)
 	}
 	st.drift = st.walk.next(d)
-	st.signal.RSSI = uint32(max(0, min(31, baseRSSI+int(math.Round(st.drift/2)))))
+	st.signal.RSSI = n.rssiLocked()
 	n.eventLocked(evSignal, 0)
 	n.afterLocked(d.Interval, n.driftLocked)
 }

@@ -69,6 +69,10 @@ type MBIMConfig struct {
 	// SignalInterval, when set, sends an unsolicited SIGNAL_STATE
 	// indication this often.
 	SignalInterval time.Duration
+	// NoMBIMEx makes a function of MBIM 1.0 only: no
+	// MS_BASIC_CONNECT_EXTENSIONS (VERSION, BASE_STATIONS_INFO), so a host
+	// keeps the 1.0 layouts and has no RSRP, RSRQ, SINR or band.
+	NoMBIMEx bool
 	// Logger receives the function's diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -262,7 +266,7 @@ func (f *MBIMFunction) scheduleLocked() {
 	if iv := f.cfg.SignalInterval; iv > 0 {
 		var tick func()
 		tick = func() {
-			f.indicateLocked(mbim.CIDSignalState, f.net.st.signal.Encode())
+			f.indicateLocked(mbim.CIDSignalState, f.encodeSignalState())
 			f.afterLocked(iv, tick)
 		}
 		f.afterLocked(iv, tick)

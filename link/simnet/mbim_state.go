@@ -18,6 +18,9 @@ type mbimState struct {
 	subs     []mbim.EventSubscription // nil: every indication
 	// tunnelCID is the last DMS client ID the QMI tunnel gave out.
 	tunnelCID uint8
+	// ex is the MBIMEx version agreed with the host since OPEN (0:
+	// none, the MBIM 1.0 layouts).
+	ex mbim.Version
 }
 
 // reset is the state of a function that just started.
@@ -49,11 +52,11 @@ func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 	case evCallsDropped, evCallsDeactivated:
 		f.deactivateAllLocked(nw)
 	case evRegistration:
-		f.indicateLocked(mbim.CIDRegisterState, f.registerState().Encode())
+		f.indicateLocked(mbim.CIDRegisterState, f.encodeRegisterState())
 	case evPacketService:
 		ps := f.packetService()
 		ps.NwError = nw
-		f.indicateLocked(mbim.CIDPacketService, ps.Encode())
+		f.indicateLocked(mbim.CIDPacketService, f.encodePacketService(ps))
 	case evSIMReady:
 		f.indicateLocked(mbim.CIDSubscriberReadyStatus, f.subscriberReady().Encode())
 	case evCarrier:
@@ -61,8 +64,53 @@ func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 			f.indicateLocked(mbim.CIDIPConfiguration, f.ipConfig(id, ctx).Encode())
 		}
 	case evSignal:
-		f.indicateLocked(mbim.CIDSignalState, f.net.st.signal.Encode())
+		f.indicateLocked(mbim.CIDSignalState, f.encodeSignalState())
 	}
+}
+
+// The answers and indications whose layout MBIMEx 2.0 changes, in the
+// layout agreed with the host.
+
+func (f *MBIMFunction) encodeRegisterState() []byte {
+	r := f.registerState()
+	if f.st.ex >= mbim.MBIMEx2 {
+		r.PreferredDataClasses = f.net.cfg.DataClass
+		return r.EncodeV2()
+	}
+	return r.Encode()
+}
+
+func (f *MBIMFunction) encodePacketService(p *mbim.PacketService) []byte {
+	if f.st.ex >= mbim.MBIMEx2 {
+		if p.State == mbim.PacketServiceAttached {
+			p.FrequencyRange = 1 // FR1: the emulated carriers are all below 7.125 GHz
+		}
+		return p.EncodeV2()
+	}
+	return p.Encode()
+}
+
+// encodeSignalState adds MBIMEx 2.0's RSRP and SNR of each RAT the cell
+// measures, from the same state QMI's Get Signal Info reads.
+func (f *MBIMFunction) encodeSignalState() []byte {
+	s := f.net.st.signal
+	if f.st.ex < mbim.MBIMEx2 {
+		return s.Encode()
+	}
+	c := f.net.cellLocked()
+	add := func(m *Measurement, dc mbim.DataClass) {
+		if m != nil {
+			s.RSRPSNR = append(s.RSRPSNR, mbim.RSRPSNR{RSRP: mbim.CodeRSRP(m.RSRP), SNR: mbim.CodeSNR(m.SINR),
+				RSRPThreshold: mbim.Unknown, SNRThreshold: mbim.Unknown, SystemType: dc})
+		}
+	}
+	add(c.LTE, mbim.DataClassLTE)
+	nr := mbim.DataClass5GSA
+	if c.LTE != nil {
+		nr = mbim.DataClass5GNSA // EN-DC
+	}
+	add(c.NR, nr)
+	return s.EncodeV2()
 }
 
 func (f *MBIMFunction) registerState() *mbim.RegisterState {
@@ -166,6 +214,7 @@ func (f *MBIMFunction) handleLocked(m *mbim.Message) {
 			st = mbim.StatusInvalidParameters
 		} else {
 			s.opened = true
+			s.ex = 0 // a new host: the MBIM 1.0 layouts until VERSION
 			s.maxXfer = int(min(m.MaxControlTransfer, mbim.MaxControlTransfer))
 		}
 		f.sendLocked(&mbim.Message{Type: mbim.TypeOpenDone, TID: m.TID, Status: st})
@@ -176,6 +225,7 @@ func (f *MBIMFunction) handleLocked(m *mbim.Message) {
 		f.deactivateAllLocked(0)
 		s.opened = false
 		s.subs = nil
+		s.ex = 0
 		f.sendLocked(&mbim.Message{Type: mbim.TypeCloseDone, TID: m.TID})
 	case mbim.TypeCommand:
 		f.stats.commands.Add(1)
@@ -203,6 +253,11 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		return f.qmiTunnelLocked(m)
 	case mbim.ServiceQuectel:
 		return f.quectelLocked(m)
+	case mbim.ServiceMSBasicConnectExtensions:
+		if !f.cfg.NoMBIMEx {
+			return f.msExtensionsLocked(m)
+		}
+		return mbim.StatusNoDeviceSupport, nil
 	default:
 		return mbim.StatusNoDeviceSupport, nil
 	}
@@ -227,6 +282,10 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		}
 		ds := mbim.DeviceServices{Services: []mbim.DeviceService{{ID: mbim.ServiceBasicConnect,
 			CIDs: []uint32{1, 2, 3, 4, 9, 10, 11, 12, 15, 16, 19}}}}
+		if !f.cfg.NoMBIMEx {
+			ds.Services = append(ds.Services, mbim.DeviceService{ID: mbim.ServiceMSBasicConnectExtensions,
+				CIDs: []uint32{mbim.CIDMSBaseStationsInfo, mbim.CIDMSVersion}})
+		}
 		switch cfg.FCCLock {
 		case mhi.FCCUnlockFoxconn:
 			ds.Services = append(ds.Services, mbim.DeviceService{ID: mbim.ServiceQMI, CIDs: []uint32{mbim.CIDQMIMsg}})
@@ -274,7 +333,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 			}
 			n.radioChangedLocked()
 		}
-		return mbim.StatusNone, f.registerState().Encode()
+		return mbim.StatusNone, f.encodeRegisterState()
 	case mbim.CIDPacketService:
 		return f.packetServiceLocked(m)
 	case mbim.CIDSignalState:
@@ -288,7 +347,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 			n.st.signal.SignalStrengthInterval, n.st.signal.RSSIThreshold, n.st.signal.ErrorRateThreshold =
 				p.SignalStrengthInterval, p.RSSIThreshold, p.ErrorRateThreshold
 		}
-		return mbim.StatusNone, n.st.signal.Encode()
+		return mbim.StatusNone, f.encodeSignalState()
 	case mbim.CIDConnect:
 		return f.connectLocked(m)
 	case mbim.CIDIPConfiguration:
@@ -364,7 +423,7 @@ func (f *MBIMFunction) pinLocked(m *mbim.Message) (mbim.Status, []byte) {
 func (f *MBIMFunction) packetServiceLocked(m *mbim.Message) (mbim.Status, []byte) {
 	n := f.net
 	if m.CommandType != mbim.Set {
-		return mbim.StatusNone, f.packetService().Encode()
+		return mbim.StatusNone, f.encodePacketService(f.packetService())
 	}
 	a, err := mbim.ParsePacketServiceSet(m.Buffer)
 	if err != nil {
@@ -372,16 +431,16 @@ func (f *MBIMFunction) packetServiceLocked(m *mbim.Message) (mbim.Status, []byte
 	}
 	if a == mbim.Detach {
 		n.detachLocked(0)
-		return mbim.StatusNone, f.packetService().Encode()
+		return mbim.StatusNone, f.encodePacketService(f.packetService())
 	}
 	switch {
 	case !n.st.radioOn():
-		return mbim.StatusRadioPowerOff, f.packetService().Encode()
+		return mbim.StatusRadioPowerOff, f.encodePacketService(f.packetService())
 	case !n.st.reg.Registered():
-		return mbim.StatusNotRegistered, f.packetService().Encode()
+		return mbim.StatusNotRegistered, f.encodePacketService(f.packetService())
 	}
 	n.setPacketServiceLocked(mbim.PacketServiceAttached, 0)
-	return mbim.StatusNone, f.packetService().Encode()
+	return mbim.StatusNone, f.encodePacketService(f.packetService())
 }
 
 func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {

@@ -2,7 +2,6 @@ package simnet
 
 import (
 	"encoding/binary"
-	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -214,6 +213,10 @@ type networkState struct {
 	drift    float64
 	walk     *driftWalk
 	drifting bool
+	// step is the Schedule step in force plus one (0: none yet),
+	// schedGen the newest schedule start's; older timers do nothing.
+	step     int
+	schedGen uint64
 	// noCoverage: the modem is out of coverage (OutOfCoverage): no
 	// registration until it is back.
 	noCoverage  bool
@@ -363,7 +366,8 @@ func (n *Network) radioChangedLocked() {
 // registeredLocked registers (at home, or roaming) and, unless
 // NoAutoAttach, attaches.
 func (n *Network) registeredLocked() {
-	n.st.signal.RSSI, n.st.signal.ErrorRate = uint32(max(0, min(31, baseRSSI+int(math.Round(n.st.drift/2))))), 0
+	n.startScheduleLocked()
+	n.st.signal.RSSI, n.st.signal.ErrorRate = n.rssiLocked(), 0
 	reg := mbim.RegisterHome
 	if n.cfg.Roaming {
 		reg = mbim.RegisterRoaming

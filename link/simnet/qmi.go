@@ -538,10 +538,11 @@ func (f *QMIFunction) servingSystemLocked() qmi.ServingSystem {
 	case st.reg.Registered():
 		ss.Registration = qmi.Registered
 		ss.CSAttach = qmi.Attached
-		if cfg.Cell.LTE != nil {
+		lte, nr, _ := f.net.baseLocked()
+		if lte != nil {
 			ss.RadioInterfaces = append(ss.RadioInterfaces, qmi.RadioLTE)
 		}
-		if cfg.Cell.NR != nil {
+		if nr != nil {
 			ss.RadioInterfaces = append(ss.RadioInterfaces, qmi.Radio5GNR)
 		}
 		ss.HasRoaming, ss.Roaming = true, 1 // home
