@@ -107,6 +107,9 @@ func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 			h, got, end := tailLossDownload(t, k)
 			defer end()
 			port := h.cn.ep.port.Load()
+			// A failure while the pair is stopped must not leave end
+			// waiting for a network sender blocked on a dead pair.
+			defer h.cn.Start(port)
 			// Counted from before the stop: the probe can fall due just
 			// before it and be answered after the start (no probe after
 			// the start then), or be lost with the pair and go again.
@@ -150,6 +153,7 @@ func TestCarrierTailLossProbeLostWithThePairGoesAgainOnStart(t *testing.T) {
 			}
 			waitFor(t, "a tail loss probe into the dead pair", func() bool { return h.cn.Stats().TailLossProbes > probes })
 			port := h.cn.ep.port.Load()
+			defer h.cn.Start(port) // as in TestCarrierTailLossProbeRepairsALostFlight
 			h.cn.Stop()
 			if err := h.s.EnableNIC(1); err != nil {
 				t.Fatal(err)
