@@ -151,6 +151,7 @@ func TestCarrierTailLossProbeLostWithThePairGoesAgainOnStart(t *testing.T) {
 			if err := h.s.DisableNIC(1); err != nil {
 				t.Fatal(err)
 			}
+			defer h.s.EnableNIC(1) // a failed wait must not leave it down for end
 			waitFor(t, "a tail loss probe into the dead pair", func() bool { return h.cn.Stats().TailLossProbes > probes })
 			port := h.cn.ep.port.Load()
 			defer h.cn.Start(port) // as in TestCarrierTailLossProbeRepairsALostFlight
