@@ -134,7 +134,8 @@ network, and DL packets are aggregated like a modem (-flush-delay).
 of the modem, both ways: a bottleneck rate or trace, a drop-tail or CoDel
 queue, one-way delay, loss, handover gaps and RRC promotion after idle
 (-radio list prints the presets: lte, nr-sa, nr-mmwave, nr-mmwave-far,
-congested-cell, handover-train; docs/RADIO.md); its counters join the
+nr-mmwave-far-scaled, congested-cell, handover-train; docs/RADIO.md); its
+counters join the
 carrier counters (SIGUSR2, stats).
 
 The modem plays the documented behaviours (quirks) of the profile's model,

@@ -95,6 +95,10 @@ func main() {
 	flag.DurationVar(&benchTXTimeout, "txtimeout", 0, "the link's Options.TXTimeout for the stack.Open rows (0: its default)")
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
 	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "table 10: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
+	flag.Func("radio-presets", "table 10: comma-separated `names` of the presets to run (default: all, the scaled form of any too fast for the machine; mhictl sim serve -radio list lists them)", func(v string) error {
+		radioPresets = strings.Split(v, ",")
+		return nil
+	})
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	renderOnly := flag.Bool("render", false, "measure nothing: re-render the -o report from its data (see -o; the plots are not redrawn)")

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +24,22 @@ const (
 	radioWindow = 5 * time.Second
 )
 
+// radioPresets is -radio-presets: the presets table 10 runs (none: all).
+var radioPresets []string
+
 // radioSeconds is -radio-seconds: the window of each table 10 stream (0:
 // radioWindow).
 var radioSeconds time.Duration
+
+// radioWarmRTTs is a radio stream's warm-up in round trips of its preset
+// when that is longer than radioWarm: slow start from 10 segments to a
+// 10 MB window (nr-mmwave-far-scaled, 480 ms) takes about ten round trips.
+const radioWarmRTTs = 12
+
+// radioTooFast are presets faster than a loaded 2-core machine carries:
+// the bench runs the scaled preset given for each instead (docs/RADIO.md;
+// the plain gVisor row shows the machine carries the scaled rate).
+var radioTooFast = map[string]string{"nr-mmwave-far": "nr-mmwave-far-scaled"}
 
 // radioTrace is the preset whose goodput over time table 10 plots.
 const radioTrace = "handover-train"
@@ -50,14 +64,25 @@ func (c *config) radioTable() (*table, error) {
 	if c.quick {
 		infos = infos[:1]
 	}
-	names := make([]string, len(infos))
-	cfgs := make([]radio.Config, len(infos))
-	for i, p := range infos {
+	var names, skipped []string
+	var cfgs []radio.Config
+	for _, p := range infos {
+		if _, ok := radioTooFast[p.Name]; ok {
+			skipped = append(skipped, p.Name)
+			continue
+		}
+		if len(radioPresets) > 0 && !slices.Contains(radioPresets, p.Name) {
+			continue
+		}
 		cfg, err := radio.Preset(p.Name)
 		if err != nil {
 			return nil, err
 		}
-		names[i], cfgs[i] = p.Name, cfg
+		names, cfgs = append(names, p.Name), append(cfgs, cfg)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("-radio-presets %s: no preset of table 10 runs (too fast for this machine: %s)",
+			strings.Join(radioPresets, ","), strings.Join(skipped, ", "))
 	}
 	d, w := max(c.dur, radioWindow), max(c.warm, radioWarm)
 	if radioSeconds > 0 {
@@ -65,6 +90,26 @@ func (c *config) radioTable() (*table, error) {
 	}
 	if c.quick {
 		d, w = c.dur, c.warm
+	}
+	warm := func(cfg radio.Config) time.Duration {
+		if c.quick {
+			return w
+		}
+		return max(w, radioWarmRTTs*(cfg.Down.Delay+cfg.Up.Delay))
+	}
+	var longWarm []string
+	for i, cfg := range cfgs {
+		if ww := warm(cfg); ww > w {
+			longWarm = append(longWarm, fmt.Sprintf("%v on %s", ww.Round(10*time.Millisecond), names[i]))
+		}
+	}
+	warmNote := ""
+	if len(longWarm) > 0 {
+		warmNote = fmt.Sprintf(" (or %d round trips when longer, for slow start: %s)", radioWarmRTTs, strings.Join(longWarm, ", "))
+	}
+	tooFast := ""
+	for _, n := range skipped {
+		tooFast += fmt.Sprintf(" %s is faster than this machine carries; its scaled form %s (docs/RADIO.md) stands for it.", n, radioTooFast[n])
 	}
 	root := os.Geteuid() == 0
 	traces := map[string][]float64{} // stack key → bins of radioTrace's download, last run
@@ -74,7 +119,7 @@ func (c *config) radioTable() (*table, error) {
 		if names[i] == radioTrace {
 			tr = map[string][]float64{}
 		}
-		s, err := radioRun(cfgs[i], d, w, root, tr)
+		s, err := radioRun(cfgs[i], d, warm(cfgs[i]), root, tr)
 		tmu.Lock()
 		for k, v := range tr {
 			traces[k] = v
@@ -88,14 +133,14 @@ func (c *config) radioTable() (*table, error) {
 	t := &table{
 		title: "10. Radio presets: TCP through the emulated modem's radio model, against gVisor and Linux on the same model",
 		intro: "One TCP stream down and one up per preset (docs/RADIO.md), measured for " +
-			fmt.Sprintf("%v after %v, each through a new instance of the model: ", d, w) +
+			fmt.Sprintf("%v after %v%s, each through a new instance of the model: ", d, w, warmNote) +
 			"mhistack is stack.Open on the emulated modem (qcom-sdx55m, raw IP) with the preset on its carrier network, " +
 			"the peer a host socket; plain gVisor is two package stacks on channel.Endpoints joined by the model (no modem); " +
 			"Linux is the kernel's TCP between two network namespaces whose TUN devices a relay in the bench joins by the " +
 			"model, with TCP_CONGESTION cubic or bbr (`ip netns exec` helpers; needs root). Each cell: Mbit/s of payload and " +
 			"its share of the preset's rate in that direction. Ping: ICMP echo to the network's side every 100 ms during the " +
 			"upload (p50/p99 ms; a ping lost to a full queue or a gap is not counted), and five idle pings of mhistack " +
-			"before it. Median of the runs.",
+			"before it. Median of the runs." + tooFast,
 		header: []string{"preset", "DL/UL Mbit/s", "RTT ms"},
 	}
 	for _, st := range radioStacks {
@@ -192,6 +237,7 @@ func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string]
 			return nil, fmt.Errorf("mhistack%s: %w", dir, err)
 		}
 		smp["mh"+dir] = m["mbps"]
+		smp["mh"+dir+"_rto"], smp["mh"+dir+"_retx"] = m["rto"], m["retx"]
 		if down {
 			smp["ping_idle"] = m["ping_idle"]
 			if binsP != nil {
@@ -212,6 +258,7 @@ func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string]
 			return nil, fmt.Errorf("gVisor pair%s: %w", dir, err)
 		}
 		smp["gv"+dir] = g["mbps"]
+		smp["gv"+dir+"_rto"], smp["gv"+dir+"_retx"] = g["rto"], g["retx"]
 		if !root {
 			continue
 		}
@@ -254,6 +301,16 @@ func mhistackRadio(cfg radio.Config, down bool, d, w time.Duration, bins *[]floa
 		return nil, err
 	}
 	e.bins = bins
+	carrier := carrierOf(s)
+	e.tcpCounters = func() (uint64, uint64) {
+		st := s.Stats()
+		rto, retx := st.TCPTimeouts, st.TCPRetransmits
+		if carrier != nil {
+			t := carrier.GVisor().Stats().TCP
+			rto, retx = rto+t.Timeouts.Value(), retx+t.Retransmits.Value()
+		}
+		return rto, retx
+	}
 	var idle []float64
 	if down {
 		for range 5 {

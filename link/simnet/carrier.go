@@ -253,6 +253,10 @@ func (c *carrierCounters) seeUL(n int) {
 }
 
 // NewCarrierNetwork starts the carrier network's stack.
+// carrierTCPBufferMax is the carrier stack's TCP buffer maximum, each
+// way. gVisor advertises half the free receive buffer as its window.
+const carrierTCPBufferMax = 32 << 20
+
 func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	if !opts.Carrier.IPv4.IsValid() && !opts.Carrier.IPv6.IsValid() {
 		opts.Carrier = DefaultCarrier()
@@ -330,9 +334,12 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 	// (TestSysErrTCPResumesBothWays, docs/RELIABILITY.md).
 	rec := tcpip.TCPRecovery(0)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rec)
-	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 8 << 20}
+	// Buffers as the host's stack (stack.DefaultTCPBufferMax): a 16 MiB
+	// window, as the network side of a path with a 10 MB
+	// bandwidth-delay product needs (link/radio's nr-mmwave-far).
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: carrierTCPBufferMax}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: 6 << 20}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4 << 10, Default: 1 << 20, Max: carrierTCPBufferMax}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
 	if err := s.CreateNIC(1, cn.ep); err != nil {
 		s.Destroy()
