@@ -93,7 +93,10 @@ type TCPOptions struct {
 	// tail loss (a SYS_ERR loses every segment in flight) gVisor's RACK
 	// can leave the sender repairing the window one or two segments per
 	// retransmission timeout (docs/RELIABILITY.md, "The stall after
-	// SYS_ERR").
+	// SYS_ERR"; TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout
+	// stalls with it on). On lossy radio links it helps: uploads over
+	// link/radio's presets took more RTOs without it, on retransmissions
+	// lost unnoticed (docs/PERFORMANCE.md, "Radio presets").
 	RACK bool
 	// NoTailProbe turns off the probes sent when the data session comes
 	// back after an outage the stack bridged (a SYS_ERR): each flow that
