@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/internal/chanpair"
@@ -49,7 +50,8 @@ type altEnv struct {
 	busyCPUs []int
 	// tcpCounters, if set, are the TCP timeouts (RTOs) and retransmits
 	// of the stacks on the path that are gVisor's; tcpStream records
-	// how many a stream took (rto, retx; table 10 prints them with -v).
+	// how many a stream took (rto, retx; table 10 prints them with -v),
+	// and, when the sender is a package stack's, its cwnd and ssthresh.
 	tcpCounters func() (timeouts, retransmits uint64)
 	// bins, if set, receives tcpStream's goodput (Mbit/s) per binEvery
 	// from the stream's start to the window's end (table 10).
@@ -356,6 +358,12 @@ func (e *altEnv) tcpStream(send bool, d, w time.Duration) (sample, error) {
 	if e.tcpCounters != nil {
 		rto, retx := e.tcpCounters()
 		s["rto"], s["retx"] = float64(rto-rto0), float64(retx-retx0)
+	}
+	if i, ok := src.(interface{ Info() tcpip.TCPInfoOption }); ok {
+		// A package stack sender: its congestion window and slow-start
+		// threshold at the window's end, in segments.
+		info := i.Info()
+		s["cwnd"], s["ssthresh"] = float64(info.SndCwnd), float64(info.SndSsthresh)
 	}
 	stop.Store(true)
 	c.Close()

@@ -237,7 +237,7 @@ func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string]
 			return nil, fmt.Errorf("mhistack%s: %w", dir, err)
 		}
 		smp["mh"+dir] = m["mbps"]
-		smp["mh"+dir+"_rto"], smp["mh"+dir+"_retx"] = m["rto"], m["retx"]
+		copyTCPState(smp, "mh"+dir, m)
 		if down {
 			smp["ping_idle"] = m["ping_idle"]
 			if binsP != nil {
@@ -258,7 +258,7 @@ func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string]
 			return nil, fmt.Errorf("gVisor pair%s: %w", dir, err)
 		}
 		smp["gv"+dir] = g["mbps"]
-		smp["gv"+dir+"_rto"], smp["gv"+dir+"_retx"] = g["rto"], g["retx"]
+		copyTCPState(smp, "gv"+dir, g)
 		if !root {
 			continue
 		}
@@ -365,6 +365,16 @@ func mhistackRadio(cfg radio.Config, down bool, d, w time.Duration, bins *[]floa
 		smp["ping50"], smp["ping99"] = quantile(loaded, 0.5), quantile(loaded, 0.99)
 	}
 	return smp, nil
+}
+
+// copyTCPState copies a stream's TCP counters and sender state (tcpStream)
+// into smp under prefix, for -v.
+func copyTCPState(smp sample, prefix string, from sample) {
+	for _, k := range []string{"rto", "retx", "cwnd", "ssthresh"} {
+		if v, ok := from[k]; ok {
+			smp[prefix+"_"+k] = v
+		}
+	}
 }
 
 // quantile is v's q-quantile (nearest rank).
