@@ -237,6 +237,24 @@ func TestCarrierSendsADatagramLargerThanAFrameAlone(t *testing.T) {
 	}
 }
 
+// TestCarrierSendsWithReno: the carrier's TCP, the sender of every
+// download, runs Reno, the congestion control table 10's download rows
+// were measured with (carrier.go says why not CUBIC).
+func TestCarrierSendsWithReno(t *testing.T) {
+	cn, err := NewCarrierNetwork(CarrierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	var cc tcpip.CongestionControlOption
+	if err := cn.GVisor().TransportProtocolOption(tcp.ProtocolNumber, &cc); err != nil {
+		t.Fatal(err)
+	}
+	if cc != "reno" {
+		t.Errorf("carrier congestion control %q, want reno", cc)
+	}
+}
+
 // TestCarrierBuffersCoverEveryRadioPreset: the carrier's TCP, the sender
 // of every download, can keep each link/radio preset's bandwidth-delay
 // product in flight (a send buffer of at least it) and receive one (a
