@@ -64,8 +64,17 @@ type Config struct {
 // defaults given.
 type TCPOptions struct {
 	// SendBuffer and ReceiveBuffer are the buffer ranges (defaults
-	// 4 KiB / 1 MiB / 6 MiB and 4 KiB / 1 MiB / 8 MiB, tailscale's maxima:
-	// the maximum must cover the bearer's bandwidth-delay product).
+	// 4 KiB / 1 MiB / 32 MiB each). Both grow with the connection (gVisor
+	// tunes the send buffer to twice the congestion window and, with
+	// moderation, the receive buffer to twice what the application read
+	// in a round trip), so the maxima bound only what a fast path may
+	// take. gVisor advertises half of the free receive buffer as the
+	// window (like Linux's tcp_adv_win_scale 1), so a path's
+	// bandwidth-delay product needs a ReceiveBuffer.Max of twice it and a
+	// SendBuffer.Max of once it: 32 MiB covers 16 MiB, e.g. 5G mmWave to
+	// a distant server, 1686 Mbit/s × 48 ms = 10 MB (link/radio's
+	// nr-mmwave-far; docs/RADIO.md). Tailscale's 8 MiB / 6 MiB cap the
+	// window at 4 MiB: 3.3 MB in flight, a third of that path.
 	SendBuffer, ReceiveBuffer BufferRange
 	// NoSACK turns selective acknowledgements off (on by default).
 	NoSACK bool
@@ -84,7 +93,10 @@ type TCPOptions struct {
 	// tail loss (a SYS_ERR loses every segment in flight) gVisor's RACK
 	// can leave the sender repairing the window one or two segments per
 	// retransmission timeout (docs/RELIABILITY.md, "The stall after
-	// SYS_ERR").
+	// SYS_ERR"; TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout
+	// stalls with it on). On lossy radio links it helps: uploads over
+	// link/radio's presets took more RTOs without it, on retransmissions
+	// lost unnoticed (docs/PERFORMANCE.md, "Radio presets").
 	RACK bool
 	// NoTailProbe turns off the probes sent when the data session comes
 	// back after an outage the stack bridged (a SYS_ERR): each flow that
@@ -109,6 +121,10 @@ type TCPOptions struct {
 // DefaultTXQueueLen is Config.TXQueueLen's default: ten packets for each
 // of 1,000 busy connections.
 const DefaultTXQueueLen = 10000
+
+// DefaultTCPBufferMax is the default maximum of TCPOptions.SendBuffer and
+// ReceiveBuffer: a window of 16 MiB (TCPOptions).
+const DefaultTCPBufferMax = 32 << 20
 
 // BufferRange is a TCP buffer size range in bytes.
 type BufferRange struct{ Min, Default, Max int }
@@ -138,8 +154,8 @@ func (c *Config) setDefaults() {
 			r.Max = d.Max
 		}
 	}
-	def(&c.TCP.SendBuffer, BufferRange{4 << 10, 1 << 20, 6 << 20})
-	def(&c.TCP.ReceiveBuffer, BufferRange{4 << 10, 1 << 20, 8 << 20})
+	def(&c.TCP.SendBuffer, BufferRange{4 << 10, 1 << 20, DefaultTCPBufferMax})
+	def(&c.TCP.ReceiveBuffer, BufferRange{4 << 10, 1 << 20, DefaultTCPBufferMax})
 	if c.TCP.CongestionControl == "" {
 		c.TCP.CongestionControl = "cubic"
 	}

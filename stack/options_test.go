@@ -12,7 +12,9 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
 	"github.com/mhistack/mhistack/stack"
 )
@@ -252,5 +254,37 @@ func TestCloseReadEndsReadsAndKeepsWriting(t *testing.T) {
 	c.CloseWrite()
 	if s := <-got; s != "still sending" {
 		t.Fatalf("host received %q", s)
+	}
+}
+
+// TestDefaultBuffersCoverEveryRadioPreset: the default TCP buffer maxima,
+// as gVisor holds them, let one connection keep every link/radio
+// preset's bandwidth-delay product in flight, both ways: a send buffer of
+// at least the BDP and a receive buffer of twice it (gVisor advertises
+// half of the free receive buffer). Tailscale's 8 MiB / 6 MiB held a third
+// of nr-mmwave-far's 10 MB.
+func TestDefaultBuffersCoverEveryRadioPreset(t *testing.T) {
+	s := blackHole(t, stack.Config{})
+	var rcv tcpip.TCPReceiveBufferSizeRangeOption
+	var snd tcpip.TCPSendBufferSizeRangeOption
+	if err := s.GVisor().TransportProtocolOption(tcp.ProtocolNumber, &rcv); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GVisor().TransportProtocolOption(tcp.ProtocolNumber, &snd); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range radio.Presets() {
+		c, err := radio.Preset(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rtt := c.Down.Delay + c.Up.Delay
+		for _, d := range []radio.Direction{c.Down, c.Up} {
+			bdp := int(d.BDP(rtt))
+			if rcv.Max/2 < bdp || snd.Max < bdp {
+				t.Errorf("%s: BDP %d bytes, receive buffer max %d (window %d), send buffer max %d",
+					p.Name, bdp, rcv.Max, rcv.Max/2, snd.Max)
+			}
+		}
 	}
 }

@@ -140,7 +140,8 @@ network, and DL packets are aggregated like a modem (-flush-delay).
 of the modem, both ways: a bottleneck rate or trace, a drop-tail or CoDel
 queue, one-way delay, loss, handover gaps and RRC promotion after idle
 (-radio list prints the presets: lte, nr-sa, nr-mmwave, nr-mmwave-far,
-congested-cell, handover-train; docs/RADIO.md); its counters join the
+nr-mmwave-far-scaled, congested-cell, handover-train; docs/RADIO.md); its
+counters join the
 carrier counters (SIGUSR2, stats).
 -signal PRESET|FILE plays the emulated cell's signal over time, which the
 MBIM and QMI functions both report (RSRP, RSRQ, SINR, RATs, bands): by

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/mhistack/mhistack/internal/chanpair"
@@ -47,6 +48,11 @@ type altEnv struct {
 	// busyCPUs are CPUs whose busy time (every process's, /proc/stat) the
 	// window records as busy0, busy1, … (table 8).
 	busyCPUs []int
+	// tcpCounters, if set, are the TCP timeouts (RTOs) and retransmits
+	// of the stacks on the path that are gVisor's; tcpStream records
+	// how many a stream took (rto, retx; table 10 prints them with -v),
+	// and, when the sender is a package stack's, its cwnd and ssthresh.
+	tcpCounters func() (timeouts, retransmits uint64)
 	// bins, if set, receives tcpStream's goodput (Mbit/s) per binEvery
 	// from the stream's start to the window's end (table 10).
 	bins  *[]float64
@@ -116,6 +122,30 @@ func mhistackEnv(so sim.Options) (*altEnv, error) {
 	})
 }
 
+// modemOf is s's emulated modem (nil on other devices).
+func modemOf(s *mstack.Stack) *sim.Modem {
+	if d, ok := s.Controller().Device().(*vpci.Device); ok {
+		m, _ := d.Model().(*sim.Modem)
+		return m
+	}
+	return nil
+}
+
+// carrierOf is the carrier network on s's data path (nil without an
+// emulated modem).
+func carrierOf(s *mstack.Stack) *simnet.CarrierNetwork {
+	m := modemOf(s)
+	if m == nil {
+		return nil
+	}
+	dp, err := s.Controller().Profile().DataPath("", "")
+	if err != nil {
+		return nil
+	}
+	c, _ := m.Function(dp.Channel).(*simnet.CarrierNetwork)
+	return c
+}
+
 // openedEnv is the altEnv of a stack that stack.Open brought up, with its
 // peers on this host's 127.0.0.1 reached through the carrier's TestAddr4;
 // check, if set, runs after the stack closed.
@@ -137,16 +167,7 @@ func openedEnv(s *mstack.Stack, check func() error) (*altEnv, error) {
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return s.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return s.DialUDP(ctx, netip.AddrPort{}, udpTo) }
 	e.stats = s.Stats
-	var modem *sim.Modem
-	var carrier *simnet.CarrierNetwork
-	if d, ok := s.Controller().Device().(*vpci.Device); ok {
-		modem, _ = d.Model().(*sim.Modem)
-	}
-	if modem != nil {
-		if dp, err := s.Controller().Profile().DataPath("", ""); err == nil {
-			carrier, _ = modem.Function(dp.Channel).(*simnet.CarrierNetwork)
-		}
-	}
+	modem, carrier := modemOf(s), carrierOf(s)
 	e.stages = func() [nStages]uint64 {
 		var v [nStages]uint64
 		st := s.Stats()
@@ -225,6 +246,10 @@ func stackPairEnv(a, b gstack.LinkEndpoint, closeLinks func(), after ...func() e
 	udpTo := netip.MustParseAddrPort(e.peerUDP.LocalAddr().String())
 	e.dialTCP = func(ctx context.Context) (net.Conn, error) { return sa.DialTCP(ctx, netip.AddrPort{}, tcpTo) }
 	e.dialUDP = func(ctx context.Context) (net.Conn, error) { return sa.DialUDP(ctx, netip.AddrPort{}, udpTo) }
+	e.tcpCounters = func() (uint64, uint64) {
+		a, b := sa.Stats(), sb.Stats()
+		return a.TCPTimeouts + b.TCPTimeouts, a.TCPRetransmits + b.TCPRetransmits
+	}
 	e.stages = func() [nStages]uint64 {
 		var v [nStages]uint64
 		st := sa.Stats()
@@ -296,6 +321,10 @@ func (e *altEnv) tcpStream(send bool, d, w time.Duration) (sample, error) {
 		}
 		acc <- c
 	}()
+	var rto0, retx0 uint64
+	if e.tcpCounters != nil {
+		rto0, retx0 = e.tcpCounters()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := e.dialTCP(ctx)
@@ -326,6 +355,16 @@ func (e *altEnv) tcpStream(send bool, d, w time.Duration) (sample, error) {
 	}
 	s, _ := e.window(d, w, &got)
 	<-binned
+	if e.tcpCounters != nil {
+		rto, retx := e.tcpCounters()
+		s["rto"], s["retx"] = float64(rto-rto0), float64(retx-retx0)
+	}
+	if i, ok := src.(interface{ Info() tcpip.TCPInfoOption }); ok {
+		// A package stack sender: its congestion window and slow-start
+		// threshold at the window's end, in segments.
+		info := i.Info()
+		s["cwnd"], s["ssthresh"] = float64(info.SndCwnd), float64(info.SndSsthresh)
+	}
 	stop.Store(true)
 	c.Close()
 	p.Close()

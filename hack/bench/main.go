@@ -97,7 +97,7 @@ func main() {
 	flag.DurationVar(&benchTXTimeout, "txtimeout", 0, "the link's Options.TXTimeout for the stack.Open rows (0: its default)")
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
 	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "tables 10 and 10b: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
-	flag.StringVar(&radioOnly, "radio-presets", "", "tables 10 and 10b: only these presets (comma-separated, e.g. lte,nr-mmwave; default all)")
+	flag.StringVar(&radioOnly, "radio-presets", "", "tables 10 and 10b: only these presets (comma-separated, e.g. lte,nr-mmwave; default all; table 10 runs the scaled form of a preset too fast for this machine; mhictl sim serve -radio list lists them)")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (every stack, proxy and origin in this process) to this file")

@@ -31,6 +31,16 @@ var (
 	radioOnly    string
 )
 
+// radioWarmRTTs is a radio stream's warm-up in round trips of its preset
+// when that is longer than radioWarm: slow start from 10 segments to a
+// 10 MB window (nr-mmwave-far-scaled, 480 ms) takes about ten round trips.
+const radioWarmRTTs = 12
+
+// radioTooFast are presets faster than a loaded 2-core machine carries:
+// the bench runs the scaled preset given for each instead (docs/RADIO.md;
+// the plain gVisor row shows the machine carries the scaled rate).
+var radioTooFast = map[string]string{"nr-mmwave-far": "nr-mmwave-far-scaled"}
+
 // radioTrace is the preset whose goodput over time table 10 plots.
 const radioTrace = "handover-train"
 
@@ -50,11 +60,44 @@ var radioStacks = []struct{ key, name string }{
 // the same run. It pings the network during mhistack's and cubic's
 // uploads.
 func (c *config) radioTable() (*table, error) {
-	names, cfgs, err := radioPresets(c.quick)
+	all, allCfgs, err := radioPresets(c.quick)
 	if err != nil {
 		return nil, err
 	}
+	var names, skipped []string
+	var cfgs []radio.Config
+	for i, n := range all {
+		if _, ok := radioTooFast[n]; ok {
+			skipped = append(skipped, n)
+			continue
+		}
+		names, cfgs = append(names, n), append(cfgs, allCfgs[i])
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("-radio-presets %s: no preset of table 10 runs (too fast for this machine: %s)",
+			radioOnly, strings.Join(skipped, ", "))
+	}
 	d, w := radioWindows(c)
+	warm := func(cfg radio.Config) time.Duration {
+		if c.quick {
+			return w
+		}
+		return max(w, radioWarmRTTs*(cfg.Down.Delay+cfg.Up.Delay))
+	}
+	var longWarm []string
+	for i, cfg := range cfgs {
+		if ww := warm(cfg); ww > w {
+			longWarm = append(longWarm, fmt.Sprintf("%v on %s", ww.Round(10*time.Millisecond), names[i]))
+		}
+	}
+	warmNote := ""
+	if len(longWarm) > 0 {
+		warmNote = fmt.Sprintf(" (or %d round trips when longer, for slow start: %s)", radioWarmRTTs, strings.Join(longWarm, ", "))
+	}
+	tooFast := ""
+	for _, n := range skipped {
+		tooFast += fmt.Sprintf(" %s is faster than this machine carries; its scaled form %s (docs/RADIO.md) stands for it.", n, radioTooFast[n])
+	}
 	root := os.Geteuid() == 0
 	traces := map[string][]float64{} // stack key → bins of radioTrace's download, last run
 	var tmu sync.Mutex
@@ -63,7 +106,7 @@ func (c *config) radioTable() (*table, error) {
 		if names[i] == radioTrace {
 			tr = map[string][]float64{}
 		}
-		s, err := radioRun(cfgs[i], d, w, root, tr)
+		s, err := radioRun(cfgs[i], d, warm(cfgs[i]), root, tr)
 		tmu.Lock()
 		for k, v := range tr {
 			traces[k] = v
@@ -77,14 +120,14 @@ func (c *config) radioTable() (*table, error) {
 	t := &table{
 		title: "10. Radio presets: TCP through the emulated modem's radio model, against gVisor and Linux on the same model",
 		intro: "One TCP stream down and one up per preset (docs/RADIO.md), measured for " +
-			fmt.Sprintf("%v after %v, each through a new instance of the model: ", d, w) +
+			fmt.Sprintf("%v after %v%s, each through a new instance of the model: ", d, w, warmNote) +
 			"mhistack is stack.Open on the emulated modem (qcom-sdx55m, raw IP) with the preset on its carrier network, " +
 			"the peer a host socket; plain gVisor is two package stacks on channel.Endpoints joined by the model (no modem); " +
 			"Linux is the kernel's TCP between two network namespaces whose TUN devices a relay in the bench joins by the " +
 			"model, with TCP_CONGESTION cubic or bbr (`ip netns exec` helpers; needs root). Each cell: Mbit/s of payload and " +
 			"its share of the preset's rate in that direction. Ping: ICMP echo to the network's side every 100 ms during the " +
 			"upload (p50/p99 ms; a ping lost to a full queue or a gap is not counted), and five idle pings of mhistack " +
-			"before it. Median of the runs.",
+			"before it. Median of the runs." + tooFast,
 		header: []string{"preset", "DL/UL Mbit/s", "RTT ms"},
 	}
 	for _, st := range radioStacks {
@@ -220,6 +263,7 @@ func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string]
 			return nil, fmt.Errorf("mhistack%s: %w", dir, err)
 		}
 		smp["mh"+dir] = m["mbps"]
+		copyTCPState(smp, "mh"+dir, m)
 		if down {
 			smp["ping_idle"] = m["ping_idle"]
 			if binsP != nil {
@@ -240,6 +284,7 @@ func radioRun(cfg radio.Config, d, w time.Duration, root bool, trace map[string]
 			return nil, fmt.Errorf("gVisor pair%s: %w", dir, err)
 		}
 		smp["gv"+dir] = g["mbps"]
+		copyTCPState(smp, "gv"+dir, g)
 		if !root {
 			continue
 		}
@@ -282,6 +327,16 @@ func mhistackRadio(cfg radio.Config, down bool, d, w time.Duration, bins *[]floa
 		return nil, err
 	}
 	e.bins = bins
+	carrier := carrierOf(s)
+	e.tcpCounters = func() (uint64, uint64) {
+		st := s.Stats()
+		rto, retx := st.TCPTimeouts, st.TCPRetransmits
+		if carrier != nil {
+			t := carrier.GVisor().Stats().TCP
+			rto, retx = rto+t.Timeouts.Value(), retx+t.Retransmits.Value()
+		}
+		return rto, retx
+	}
 	var idle []float64
 	if down {
 		for range 5 {
@@ -336,6 +391,16 @@ func mhistackRadio(cfg radio.Config, down bool, d, w time.Duration, bins *[]floa
 		smp["ping50"], smp["ping99"] = quantile(loaded, 0.5), quantile(loaded, 0.99)
 	}
 	return smp, nil
+}
+
+// copyTCPState copies a stream's TCP counters and sender state (tcpStream)
+// into smp under prefix, for -v.
+func copyTCPState(smp sample, prefix string, from sample) {
+	for _, k := range []string{"rto", "retx", "cwnd", "ssthresh"} {
+		if v, ok := from[k]; ok {
+			smp[prefix+"_"+k] = v
+		}
+	}
 }
 
 // quantile is v's q-quantile (nearest rank).

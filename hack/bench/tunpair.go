@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mhistack/mhistack/link/radio"
+	mstack "github.com/mhistack/mhistack/stack"
 )
 
 // tunPair is table 10's Linux reference: two named network namespaces,
@@ -78,6 +79,14 @@ func newTunPair(cfg radio.Config) (*tunPair, error) {
 			{"-n", p.ns[side], "addr", "add", p.addr[side] + "/32", "peer", peer + "/32", "dev", ifname},
 			{"-n", p.ns[side], "link", "set", ifname, "up"},
 			{"-n", p.ns[side], "link", "set", "lo", "up"},
+			// TCP buffer maxima as the gVisor stacks' (package stack's
+			// DefaultTCPBufferMax), so that a 10 MB bandwidth-delay
+			// product fits in Linux's windows as in theirs: a namespace
+			// starts with the host's tcp_wmem, whose 4 MiB maximum holds
+			// less than that in flight.
+			{"netns", "exec", p.ns[side], "sysctl", "-q", "-w",
+				fmt.Sprintf("net.ipv4.tcp_rmem=4096 131072 %d", mstack.DefaultTCPBufferMax),
+				fmt.Sprintf("net.ipv4.tcp_wmem=4096 16384 %d", mstack.DefaultTCPBufferMax)},
 		} {
 			if err := ipCmd(args...); err != nil {
 				return fail(err)

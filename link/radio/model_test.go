@@ -395,6 +395,41 @@ func TestPresetsAreValidAndOneFillsEightMegabytes(t *testing.T) {
 	}
 }
 
+// TestScaledPresetKeepsTheBandwidthDelayProduct: nr-mmwave-far-scaled is
+// nr-mmwave-far with rates a tenth and the path's durations ten times:
+// the same BDP and queues in bytes, the gaps as long in round trips.
+func TestScaledPresetKeepsTheBandwidthDelayProduct(t *testing.T) {
+	f, err := Preset("nr-mmwave-far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Preset("nr-mmwave-far-scaled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		name string
+		f, s Direction
+	}{{"down", f.Down, s.Down}, {"up", f.Up, s.Up}} {
+		if d.s.Rate*10 != d.f.Rate || d.s.Delay != 10*d.f.Delay || d.s.Queue != d.f.Queue {
+			t.Errorf("%s: scaled %+v, unscaled %+v", d.name, d.s, d.f)
+		}
+		if got, want := d.s.BDP(2*d.s.Delay), d.f.BDP(2*d.f.Delay); got != want {
+			t.Errorf("%s: BDP %d, unscaled %d", d.name, got, want)
+		}
+	}
+	if s.Down.BDP(2*s.Down.Delay) < 8<<20 {
+		t.Errorf("scaled DL BDP %d below 8 MiB", s.Down.BDP(2*s.Down.Delay))
+	}
+	h := f.Handover
+	if want := (Handover{Every: 10 * h.Every, Gap: 10 * h.Gap, GapMax: 10 * h.GapMax, DropQueue: h.DropQueue}); s.Handover != want {
+		t.Errorf("handover %+v, want %+v", s.Handover, want)
+	}
+	if s.RRC != f.RRC {
+		t.Errorf("RRC %+v, want nr-mmwave-far's %+v", s.RRC, f.RRC)
+	}
+}
+
 // BenchmarkLine is one packet through a saturated lte DL in virtual time:
 // send, cross, deliver, recycle.
 func BenchmarkLine(b *testing.B) {

@@ -85,6 +85,25 @@ var presets = []preset{
 		c.Name = "nr-mmwave-far"
 		return c
 	}},
+	{PresetInfo{"nr-mmwave-far-scaled", "nr-mmwave-far slowed tenfold for a machine that cannot carry 1686 Mbit/s: 168.6/7.5 Mbit/s, RTT 480 ms (DL BDP 10 MB, as measured), one-BDP queues, a 0.61–1.13 s blockage every 100 s",
+		[]string{srcS21, srcS22}}, func() Config {
+		// nr-mmwave-far with every rate divided by scaleDown and every
+		// duration of the path (delay, queue drain, handover interval
+		// and gaps) multiplied by it: the same bandwidth-delay product
+		// and queues in bytes, the same gaps in round trips, so TCP's
+		// windows and what it loses are those of nr-mmwave-far while
+		// the packets per second are a tenth (docs/RADIO.md). RRC is
+		// not scaled: it wakes a radio, not a path.
+		const scaleDown = 10
+		c := mmwave(1686.0/scaleDown, 48*ms*scaleDown, 48*ms*scaleDown)
+		c.Name = "nr-mmwave-far-scaled"
+		c.Up.Rate /= scaleDown
+		c.Up.Queue = drainQueue(c.Up.Rate, 48*ms*scaleDown)
+		c.Handover.Every *= scaleDown
+		c.Handover.Gap *= scaleDown
+		c.Handover.GapMax *= scaleDown
+		return c
+	}},
 	{PresetInfo{"congested-cell", "a loaded LTE cell far away: 4.6/1.9 Mbit/s, RTT 160 ms, 426-packet drop-tail queues, 0.01 %/0.26 % loss, RRC idle after 5 s (+815 ms)",
 		[]string{srcMM, srcPAN, srcS21}}, func() Config {
 		// Rates: mean of Mahimahi's ATT-LTE-driving-2016 traces

@@ -26,6 +26,7 @@ import (
 	"github.com/mhistack/mhistack/link/linktest"
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmap"
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/mhi/mhitest"
 )
 
@@ -234,5 +235,55 @@ func TestCarrierSendsADatagramLargerThanAFrameAlone(t *testing.T) {
 				t.Fatalf("%+v: want no drop and a frame per full-size segment at least", cs)
 			}
 		})
+	}
+}
+
+// TestCarrierSendsWithReno: the carrier's TCP, the sender of every
+// download, runs Reno, the congestion control table 10's download rows
+// were measured with (carrier.go says why not CUBIC).
+func TestCarrierSendsWithReno(t *testing.T) {
+	cn, err := NewCarrierNetwork(CarrierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	var cc tcpip.CongestionControlOption
+	if err := cn.GVisor().TransportProtocolOption(tcp.ProtocolNumber, &cc); err != nil {
+		t.Fatal(err)
+	}
+	if cc != "reno" {
+		t.Errorf("carrier congestion control %q, want reno", cc)
+	}
+}
+
+// TestCarrierBuffersCoverEveryRadioPreset: the carrier's TCP, the sender
+// of every download, can keep each link/radio preset's bandwidth-delay
+// product in flight (a send buffer of at least it) and receive one (a
+// receive buffer of twice it: gVisor advertises half the free space).
+func TestCarrierBuffersCoverEveryRadioPreset(t *testing.T) {
+	cn, err := NewCarrierNetwork(CarrierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	var rcv tcpip.TCPReceiveBufferSizeRangeOption
+	var snd tcpip.TCPSendBufferSizeRangeOption
+	if err := cn.GVisor().TransportProtocolOption(tcp.ProtocolNumber, &rcv); err != nil {
+		t.Fatal(err)
+	}
+	if err := cn.GVisor().TransportProtocolOption(tcp.ProtocolNumber, &snd); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range radio.Presets() {
+		c, err := radio.Preset(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rtt := c.Down.Delay + c.Up.Delay
+		for _, d := range []radio.Direction{c.Down, c.Up} {
+			if bdp := int(d.BDP(rtt)); rcv.Max/2 < bdp || snd.Max < bdp {
+				t.Errorf("%s: BDP %d bytes, receive buffer max %d, send buffer max %d", p.Name, bdp, rcv.Max, snd.Max)
+			}
+		}
 	}
 }
