@@ -2,7 +2,9 @@ package simnet
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +27,33 @@ func (t *tailProber) probeWaiting() bool {
 	}
 	for _, f := range t.flows {
 		if f.probeLost(stops) {
+			return true
+		}
+	}
+	return false
+}
+
+// flowsState describes the prober's flows, for a failed attempt's message.
+func (t *tailProber) flowsState() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var b strings.Builder
+	for _, f := range t.flows {
+		fmt.Fprintf(&b, "[outstanding %d, sacked above ack %d, probed %v, recovering %v, srtt %v, segments kept %d, started %v] ",
+			int(f.high-f.ack), int(f.sackHigh-f.ack), f.probed, f.recovering, f.srtt, f.n, f.started)
+	}
+	return b.String()
+}
+
+// openWithDataOut reports whether the network's sender has data in flight
+// and is not retransmitting: the state in which a Linux sender probes a
+// tail (under -race the carrier's TCP is now and then in SACK recovery
+// from a loss of its own, and then it has no probe to send).
+func (t *tailProber) openWithDataOut() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range t.flows {
+		if f.started && f.ack.LessThan(f.high) && !f.recovering && f.srtt != 0 {
 			return true
 		}
 	}
@@ -89,6 +118,45 @@ func tailLossDownload(t *testing.T, k carrierPair) (h *carrierHost, got *atomic.
 	}
 }
 
+// tailLossAttempts is how many times the tail-loss tests try their
+// scenario. Its setup is a race it does not control: under -race on a
+// loaded machine the network's sender is now and then retransmitting at
+// the stop (it probes only in the open state, as Linux), or an ACK sent
+// before the outage lands after the probe. The mechanism's failure is
+// not a race: without the probe (CarrierOptions.NoTailLossProbe) every
+// attempt takes a retransmission timeout.
+const tailLossAttempts = 3
+
+// tryScenario runs run up to tailLossAttempts times until it reports no
+// problem; if every attempt had one, the test fails with them all.
+func tryScenario(t *testing.T, run func() []string) {
+	t.Helper()
+	var all []string
+	for i := 1; i <= tailLossAttempts; i++ {
+		p := run()
+		if len(p) == 0 {
+			if i > 1 {
+				t.Logf("passed at attempt %d; before: %s", i, strings.Join(all, " | "))
+			}
+			return
+		}
+		all = append(all, fmt.Sprintf("attempt %d: %s", i, strings.Join(p, "; ")))
+	}
+	t.Error(strings.Join(all, "\n"))
+}
+
+// waitUntil polls cond until it holds (true) or d passes (false).
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
 // TestCarrierTailLossProbeRepairsALostFlight: a download through the
 // carrier, the data pair stopped mid-transfer (what a SYS_ERR does to
 // the network's side) until the carrier's TCP has sent its whole flight
@@ -99,7 +167,8 @@ func tailLossDownload(t *testing.T, k carrierPair) (h *carrierHost, got *atomic.
 // (RACK-TLP): the test counts the carrier stack's timeouts and the
 // probes, not wall time. Without the probe, or with a probe of one
 // segment (which the carrier's RFC 6675 sender does not count as enough
-// to start recovery), the carrier takes a timeout.
+// to start recovery), the carrier takes a timeout (tailLossAttempts says
+// why the scenario is tried more than once).
 func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	for _, k := range []carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}, framedPairs[0]} {
@@ -110,21 +179,35 @@ func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 			// A failure while the pair is stopped must not leave end
 			// waiting for a network sender blocked on a dead pair.
 			defer h.cn.Start(port)
-			// Counted from before the stop: the probe can fall due just
-			// before it and be answered after the start (no probe after
-			// the start then), or be lost with the pair and go again.
-			rtos, probes := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes
-			h.cn.Stop()
-			waitFor(t, "a tail loss probe due with the pair stopped", h.cn.tlp.probeWaiting)
-			at := got.Load()
-			h.cn.Start(port)
-			waitFor(t, "256 KiB more downloaded", func() bool { return got.Load() >= at+256<<10 })
-			if n := h.cn.s.Stats().TCP.Timeouts.Value() - rtos; n != 0 {
-				t.Errorf("the carrier's TCP took %d retransmission timeouts to repair the lost flight; want 0", n)
-			}
-			if n := h.cn.Stats().TailLossProbes - probes; n < 1 || n > 2 {
-				t.Errorf("%d tail loss probes; want 1, or 2 when the first was lost with the pair", n)
-			}
+			tryScenario(t, func() []string {
+				if !waitUntil(10*time.Second, h.cn.tlp.openWithDataOut) {
+					return []string{"the network's sender not in the open state with data out within 10 s: " + h.cn.tlp.flowsState()}
+				}
+				// Counted from before the stop: the probe can fall due
+				// just before it and be answered after the start (no
+				// probe after the start then), or be lost with the pair
+				// and go again.
+				rtos, probes := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes
+				h.cn.Stop()
+				due := waitUntil(10*time.Second, h.cn.tlp.probeWaiting)
+				state := h.cn.tlp.flowsState()
+				at := got.Load()
+				h.cn.Start(port)
+				if !waitUntil(30*time.Second, func() bool { return got.Load() >= at+256<<10 }) {
+					return []string{"the download moved less than 256 KiB in 30 s after the start"}
+				}
+				if !due {
+					return []string{"no tail loss probe due with the pair stopped within 10 s: " + state}
+				}
+				var p []string
+				if n := h.cn.s.Stats().TCP.Timeouts.Value() - rtos; n != 0 {
+					p = append(p, fmt.Sprintf("the carrier's TCP took %d retransmission timeouts to repair the lost flight; want 0", n))
+				}
+				if n := h.cn.Stats().TailLossProbes - probes; n < 1 || n > 2 {
+					p = append(p, fmt.Sprintf("%d tail loss probes; want 1, or 2 when the first was lost with the pair", n))
+				}
+				return p
+			})
 		})
 	}
 	goleak.VerifyNone(t, ignore)
@@ -138,39 +221,54 @@ func TestCarrierTailLossProbeRepairsALostFlight(t *testing.T) {
 // when the pair starts, and the network's TCP must repair the tail without
 // a retransmission timeout (counted by gVisor, with a 5 s minimum RTO so
 // that no scheduling delay counts). Before the fix the second probe never
-// went and the carrier took a timeout.
+// went and the carrier took a timeout (tailLossAttempts says why the
+// scenario is tried more than once).
 func TestCarrierTailLossProbeLostWithThePairGoesAgainOnStart(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	for _, k := range []carrierPair{{"raw-ip", "qcom-sdx55m", "IP_HW0", nil, 0}, framedPairs[0]} {
 		t.Run(k.name, func(t *testing.T) {
 			h, got, end := tailLossDownload(t, k)
 			defer end()
-			rtos, probes := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes
-			// The host's NIC down: the flight and the probe reach the
-			// host's link and are dropped, and no ACK goes back.
-			if err := h.s.DisableNIC(1); err != nil {
-				t.Fatal(err)
-			}
-			defer h.s.EnableNIC(1) // a failed wait must not leave it down for end
-			waitFor(t, "a tail loss probe into the dead pair", func() bool { return h.cn.Stats().TailLossProbes > probes })
 			port := h.cn.ep.port.Load()
-			defer h.cn.Start(port) // as in TestCarrierTailLossProbeRepairsALostFlight
-			h.cn.Stop()
-			if err := h.s.EnableNIC(1); err != nil {
-				t.Fatal(err)
-			}
-			at := got.Load()
-			h.cn.Start(port)
-			waitFor(t, "256 KiB more downloaded", func() bool { return got.Load() >= at+256<<10 })
-			if n := h.cn.s.Stats().TCP.Timeouts.Value() - rtos; n != 0 {
-				t.Errorf("the carrier's TCP took %d retransmission timeouts to repair the lost flight; want 0", n)
-			}
-			if n := h.cn.Stats().TailLossProbes - probes; n != 2 {
-				t.Errorf("%d tail loss probes; want 2 (the lost one and one after Start)", n)
-			}
-			if n := h.cn.Stats().TailLossProbesAgain; n != 1 {
-				t.Errorf("%d tail loss probes counted as sent again; want 1", n)
-			}
+			// Failures must not leave the host's NIC down or the pair
+			// stopped for end.
+			defer h.s.EnableNIC(1)
+			defer h.cn.Start(port)
+			tryScenario(t, func() []string {
+				if !waitUntil(10*time.Second, h.cn.tlp.openWithDataOut) {
+					return []string{"the network's sender not in the open state with data out within 10 s: " + h.cn.tlp.flowsState()}
+				}
+				rtos, probes, again := h.cn.s.Stats().TCP.Timeouts.Value(), h.cn.Stats().TailLossProbes, h.cn.Stats().TailLossProbesAgain
+				// The host's NIC down: the flight and the probe reach
+				// the host's link and are dropped, and no ACK goes back.
+				if err := h.s.DisableNIC(1); err != nil {
+					t.Fatal(err)
+				}
+				sent := waitUntil(10*time.Second, func() bool { return h.cn.Stats().TailLossProbes > probes })
+				h.cn.Stop()
+				if err := h.s.EnableNIC(1); err != nil {
+					t.Fatal(err)
+				}
+				at := got.Load()
+				h.cn.Start(port)
+				if !waitUntil(30*time.Second, func() bool { return got.Load() >= at+256<<10 }) {
+					return []string{"the download moved less than 256 KiB in 30 s after the start"}
+				}
+				if !sent {
+					return []string{"no tail loss probe into the dead pair within 10 s"}
+				}
+				var p []string
+				if n := h.cn.s.Stats().TCP.Timeouts.Value() - rtos; n != 0 {
+					p = append(p, fmt.Sprintf("the carrier's TCP took %d retransmission timeouts to repair the lost flight; want 0", n))
+				}
+				if n := h.cn.Stats().TailLossProbes - probes; n != 2 {
+					p = append(p, fmt.Sprintf("%d tail loss probes; want 2 (the lost one and one after Start)", n))
+				}
+				if n := h.cn.Stats().TailLossProbesAgain - again; n != 1 {
+					p = append(p, fmt.Sprintf("%d tail loss probes counted as sent again; want 1", n))
+				}
+				return p
+			})
 		})
 	}
 	goleak.VerifyNone(t, ignore)
