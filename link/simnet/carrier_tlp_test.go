@@ -123,8 +123,8 @@ func tailLossDownload(t *testing.T, k carrierPair) (h *carrierHost, got *atomic.
 // loaded machine the network's sender is now and then retransmitting at
 // the stop (it probes only in the open state, as Linux), or an ACK sent
 // before the outage lands after the probe. The mechanism's failure is
-// not a race: without the probe (CarrierOptions.NoTailLossProbe) every
-// attempt takes a retransmission timeout.
+// not a race: with a prober that sends nothing, every attempt of both
+// tests took a retransmission timeout.
 const tailLossAttempts = 3
 
 // tryScenario runs run up to tailLossAttempts times until it reports no
