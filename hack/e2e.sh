@@ -213,8 +213,9 @@ if [ "$mode" = sim ]; then
 	echo "$ready" | grep -Eq ', ip [0-9a-f:]+:[0-9a-f:]+(,| |$)' || fail "not an IPv6-only session: $ready"
 	proxy=$(echo "$ready" | sed -E 's/listening on ([^ ]+) .*/\1/')
 	metrics=$(echo "$ready" | grep -Eo 'http://[^ ]+/metrics')
-	# clat: packets the stack's CLAT translated so far.
-	clat() { curl -fsS --max-time 10 "$metrics" | awk '/^mhiproxy_stack_clat_translated[{ ]/ { print $NF; exit }'; }
+	# clat: packets the stack's CLAT translated so far (awk reads the whole exposition: an early
+	# exit made curl fail writing to the closed pipe, exit 23, once the page outgrew the pipe).
+	clat() { curl -fsS --max-time 10 "$metrics" | awk '/^mhiproxy_stack_clat_translated[{ ]/ && !n++ { print $NF }'; }
 	c0=$(clat)
 	curl -fsS --max-time 60 --socks5 "$proxy" "http://$target_ip:$www_port/blob" -o "$work/v6-1" || fail "IPv6-only: curl --socks5 $target_ip"
 	c1=$(clat)
