@@ -160,10 +160,10 @@ ok "ab -k through the HTTP proxy: 2000 HTTP/1.0 keep-alive requests ($(grep -Eo 
 if [ "$mode" = sim ]; then
 	metrics=$(echo "$ready" | grep -Eo 'http://[^ ]+/metrics')
 	m=$(curl -fsS --max-time 10 "$metrics") || fail "metrics endpoint"
-	echo "$m" | grep -Eq '^mhiproxy_proxy_socks_connects(\{[^}]*\})? [1-9]' || fail "metrics lack proxy counters"
-	echo "$m" | grep -Eq '^mhiproxy_stack_dialed(\{[^}]*\})? [1-9]' || fail "metrics lack stack counters"
-	echo "$m" | grep -Eq '^mhiproxy_stack_link_rx_bytes(\{[^}]*\})? [1-9]' || fail "metrics lack link counters"
-	echo "$m" | grep -Eq '^mhiproxy_mhi_interrupts(\{[^}]*\})? [1-9]' || fail "metrics lack MHI counters"
+	grep -Eq '^mhiproxy_proxy_socks_connects(\{[^}]*\})? [1-9]' <<<"$m" || fail "metrics lack proxy counters"
+	grep -Eq '^mhiproxy_stack_dialed(\{[^}]*\})? [1-9]' <<<"$m" || fail "metrics lack stack counters"
+	grep -Eq '^mhiproxy_stack_link_rx_bytes(\{[^}]*\})? [1-9]' <<<"$m" || fail "metrics lack link counters"
+	grep -Eq '^mhiproxy_mhi_interrupts(\{[^}]*\})? [1-9]' <<<"$m" || fail "metrics lack MHI counters"
 	ok "metrics endpoint answers ($(echo "$m" | grep -vc '^#') series)"
 fi
 
