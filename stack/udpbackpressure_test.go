@@ -93,6 +93,61 @@ func TestUDPWriterWaitsForItsSendBuffer(t *testing.T) {
 	}
 }
 
+// udpSink is a host UDP socket that counts the datagrams it receives, and
+// c, a socket of a rig's stack connected to it (closed at the test's end).
+type udpSink struct {
+	peer      *net.UDPConn
+	c         *stack.UDPConn
+	delivered atomic.Uint64
+	done      chan struct{}
+}
+
+func newUDPSink(t *testing.T, r *rig) *udpSink {
+	t.Helper()
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &udpSink{peer: peer, done: make(chan struct{})}
+	t.Cleanup(k.stop)
+	go func() {
+		defer close(k.done)
+		buf := make([]byte, 2048)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+			k.delivered.Add(1)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k.c, err = r.s.DialUDP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(peer.LocalAddr().(*net.UDPAddr).Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.c.Close() })
+	return k
+}
+
+// drops are the datagrams the rig's carrier network and the host socket
+// dropped.
+func (k *udpSink) drops(t *testing.T, r *rig) (carrier, receiver uint64) {
+	cs := r.cn.Stats()
+	carrier = cs.BadChecksums + cs.UDPReceiveBufferErrors + cs.UDPRelayErrors
+	receiver, err := sockstat.Drops(k.peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return carrier, receiver
+}
+
+// stop closes the host socket and waits for its reader (idempotent).
+func (k *udpSink) stop() {
+	k.peer.Close()
+	<-k.done
+}
+
 // TestUDPDatagramsAreDeliveredOrCountedWhereDropped: a writer sends
 // datagrams as fast as writes return, through the stack, the link, the
 // emulated modem and the carrier network to a host socket. Every datagram
@@ -105,30 +160,8 @@ func TestUDPDatagramsAreDeliveredOrCountedWhereDropped(t *testing.T) {
 		t.Skip("the receiving socket's drops are counted by Linux only (SO_MEMINFO)")
 	}
 	r := newRig(t, stack.Config{})
-	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	var delivered atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			if _, err := peer.Read(buf); err != nil {
-				return
-			}
-			delivered.Add(1)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := r.s.DialUDP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(peer.LocalAddr().(*net.UDPAddr).Port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	k := newUDPSink(t, r)
+	c, delivered := k.c, &k.delivered
 	const n = 4000
 	var sent, told uint64
 	b := make([]byte, 1400-28)
@@ -143,15 +176,7 @@ func TestUDPDatagramsAreDeliveredOrCountedWhereDropped(t *testing.T) {
 		}
 		sent++
 	}
-	drops := func() (carrier, receiver uint64) {
-		cs := r.cn.Stats()
-		carrier = cs.BadChecksums + cs.UDPReceiveBufferErrors + cs.UDPRelayErrors
-		receiver, err := sockstat.Drops(peer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return carrier, receiver
-	}
+	drops := func() (carrier, receiver uint64) { return k.drops(t, r) }
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cd, rd := drops()
@@ -181,8 +206,7 @@ func TestUDPDatagramsAreDeliveredOrCountedWhereDropped(t *testing.T) {
 	cd, rd := drops()
 	t.Logf("written %d: sent %d, refused %d; delivered %d, dropped by the carrier %d (%d in its receive buffer), by the receiving socket %d",
 		n, sent, told, delivered.Load(), cd, r.cn.Stats().UDPReceiveBufferErrors, rd)
-	peer.Close()
-	<-done
+	k.stop()
 }
 
 // stallUL makes the rig's modem stop taking UL transfers for longer than
@@ -226,30 +250,8 @@ func TestAStalledModemLosesNoDatagram(t *testing.T) {
 		t.Skip("the receiving socket's drops are counted by Linux only (SO_MEMINFO)")
 	}
 	r := newRig(t, stack.Config{})
-	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	var delivered atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			if _, err := peer.Read(buf); err != nil {
-				return
-			}
-			delivered.Add(1)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := r.s.DialUDP(ctx, netip.AddrPort{}, netip.AddrPortFrom(simnet.TestAddr4, uint16(peer.LocalAddr().(*net.UDPAddr).Port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	k := newUDPSink(t, r)
+	c, delivered := k.c, &k.delivered
 	// A send buffer of 4 MiB (~3,000 datagrams) lets the writer keep
 	// more in flight than the UL ring holds.
 	if err := c.SetWriteBuffer(4 << 20); err != nil {
@@ -284,15 +286,7 @@ func TestAStalledModemLosesNoDatagram(t *testing.T) {
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-	drops := func() (carrier, receiver uint64) {
-		cs := r.cn.Stats()
-		carrier = cs.BadChecksums + cs.UDPReceiveBufferErrors + cs.UDPRelayErrors
-		receiver, err := sockstat.Drops(peer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return carrier, receiver
-	}
+	drops := func() (carrier, receiver uint64) { return k.drops(t, r) }
 	// The link's drops are in the sum so that a link that drops fails
 	// below, on its count, rather than here at the deadline.
 	linkDrops := func() uint64 {
@@ -325,8 +319,7 @@ func TestAStalledModemLosesNoDatagram(t *testing.T) {
 	cd, rd := drops()
 	t.Logf("sent %d, refused %d; delivered %d, dropped by the carrier %d, by the receiving socket %d; UL ring found full %d times",
 		sent.Load(), told.Load(), delivered.Load(), cd, rd, st.Link.TXFull)
-	peer.Close()
-	<-done
+	k.stop()
 }
 
 // TestAStalledModemLosesNoTCPSegment: a TCP upload runs while the modem
