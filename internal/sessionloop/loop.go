@@ -151,7 +151,7 @@ func (l *Loop) Supervise(retry time.Duration, h Hooks) {
 		}
 		if err != nil {
 			h.Failed(err)
-			if l.takeReset() {
+			if l.resetPending() {
 				// The modem restarted while the attempt ran (its
 				// failure is likely the restart's): try again.
 				continue
@@ -264,15 +264,6 @@ func (l *Loop) TakeLost() error {
 	err := l.lost
 	l.lost, l.reset = nil, false
 	return err
-}
-
-// takeReset reports and clears a ModemReset since the last TakeLost.
-func (l *Loop) takeReset() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.reset
-	l.reset = false
-	return r
 }
 
 // resetPending reports a ModemReset since the last TakeLost.
