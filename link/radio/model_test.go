@@ -3,6 +3,7 @@ package radio
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -448,5 +449,14 @@ func BenchmarkLine(b *testing.B) {
 		for _, p := range out {
 			l.recycle(p.buf)
 		}
+	}
+}
+
+// TestLargestPresetBDPIsTheMmWaveFarPath: the 10 MB of nr-mmwave-far
+// (1686 Mbit/s × 48 ms; its scaled form keeps the product).
+func TestLargestPresetBDPIsTheMmWaveFarPath(t *testing.T) {
+	name, bdp := LargestPresetBDP()
+	if !strings.HasPrefix(name, "nr-mmwave-far") || bdp < 9_000_000 || bdp > 11_000_000 {
+		t.Fatalf("LargestPresetBDP = %s, %d bytes; want nr-mmwave-far's ~10 MB", name, bdp)
 	}
 }

@@ -175,3 +175,24 @@ func presetNames() string {
 	}
 	return s
 }
+
+// LargestPresetBDP returns the preset, and its bandwidth-delay product in
+// bytes, whose rate times round trip is the largest in either direction:
+// what one TCP connection's buffers must cover to fill every preset (a
+// send buffer of at least it; in gVisor, which advertises half its free
+// receive space, a receive buffer of twice it).
+func LargestPresetBDP() (name string, bdp int64) {
+	for _, p := range Presets() {
+		c, err := Preset(p.Name)
+		if err != nil {
+			continue // Presets names only presets Preset knows
+		}
+		rtt := c.Down.Delay + c.Up.Delay
+		for _, d := range []*Direction{&c.Down, &c.Up} {
+			if b := d.BDP(rtt); b > bdp {
+				name, bdp = p.Name, b
+			}
+		}
+	}
+	return name, bdp
+}
