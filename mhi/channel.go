@@ -523,6 +523,8 @@ func (ch *Channel) ringLocked() {
 		return
 	}
 	c := ch.c
+	c.dbGate.RLock()
+	defer c.dbGate.RUnlock()
 	c.mu.Lock()
 	allowed, m2 := c.doorbellAllowedLocked(), c.pm == pmM2
 	// Not for a channel the device's EE does not have: the SBL's

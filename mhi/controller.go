@@ -184,6 +184,14 @@ type Controller struct {
 	shared  bool // fewer vectors than rings: everything on vector 0
 	wg      sync.WaitGroup
 
+	// dbGate orders doorbell writes against M3 entry, as Linux's
+	// pm_lock does: a ringer holds it for reading from the check that
+	// doorbells are allowed to the doorbell write, and Suspend holds it
+	// for writing while it leaves M0/M2. Without it a doorbell checked
+	// in M0 could land after MHICTRL = M3 (§4.6: no doorbells in M3).
+	// Taken before mu.
+	dbGate sync.RWMutex
+
 	mu         sync.Mutex
 	changed    chan struct{}
 	pm         pmState

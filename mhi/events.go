@@ -131,6 +131,8 @@ func (er *EventRing) ringDoorbell() {
 }
 
 func (er *EventRing) doorbellLocked() {
+	er.c.dbGate.RLock()
+	defer er.c.dbGate.RUnlock()
 	if !er.c.doorbellAllowed() {
 		return
 	}

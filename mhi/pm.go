@@ -849,28 +849,35 @@ func (c *Controller) rewindRings() {
 // a profile with NoM3 it returns an error wrapping errors.ErrUnsupported
 // at once, without touching the device.
 func (c *Controller) Suspend(ctx context.Context) error {
+	// No doorbell may be between its check and its write while the
+	// state leaves M0/M2 (dbGate).
+	c.dbGate.Lock()
 	c.mu.Lock()
-	if err := c.operationalLocked(); err != nil {
+	unlock := func() {
 		c.mu.Unlock()
+		c.dbGate.Unlock()
+	}
+	if err := c.operationalLocked(); err != nil {
+		unlock()
 		return fmt.Errorf("mhi: %s: suspend: %w", c.name, err)
 	}
 	if c.pm != pmM0 && c.pm != pmM2 {
-		c.mu.Unlock()
+		unlock()
 		return fmt.Errorf("mhi: %s: suspend from %s: %w", c.name, c.pm, ErrState)
 	}
 	if c.prof.NoM3 {
 		// The device rejects M3 (docs/QUIRKS.md, "No M3"): asking
 		// would leave the host waiting for a STATE_CHANGE that never
 		// comes. Nothing is written; the device stays in M0.
-		c.mu.Unlock()
+		unlock()
 		return fmt.Errorf("mhi: %s: suspend: model %s has no M3 (profile NoM3): %w", c.name, c.prof.Name, errors.ErrUnsupported)
 	}
 	if ch := c.pendingULLocked(); ch != nil {
-		c.mu.Unlock()
+		unlock()
 		return fmt.Errorf("mhi: %s: suspend: %s has %d UL transfers outstanding: %w", c.name, ch, ch.Outstanding(), ErrBusy)
 	}
 	c.pm = pmM3Enter
-	c.mu.Unlock()
+	unlock()
 	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM3))
 	err := c.waitFor(ctx, c.stateBound(), "M3", func() (bool, error) {
 		if c.pm == pmSysErrProcess {
@@ -920,14 +927,19 @@ func (c *Controller) Resume(ctx context.Context) error {
 	if s := State(Field(st, StatusStateMask, StatusStateShift)); st != 0xFFFFFFFF && s != StateM3 {
 		return c.resumeByRecovery(ctx, s, ee, "power lost in suspend")
 	}
+	// Doorbells are allowed again from M3 exit on, but only after
+	// MHICTRL = M0 is written: both happen under dbGate.
+	c.dbGate.Lock()
 	c.mu.Lock()
 	if c.pm != pmM3 {
 		c.mu.Unlock()
+		c.dbGate.Unlock()
 		return fmt.Errorf("mhi: %s: resume from %s: %w", c.name, c.pm, ErrState)
 	}
 	c.pm = pmM3Exit
 	c.mu.Unlock()
 	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM0))
+	c.dbGate.Unlock()
 	err := c.waitFor(ctx, c.stateBound(), "M0", func() (bool, error) {
 		if c.pm == pmSysErrProcess {
 			return false, ErrSysErr

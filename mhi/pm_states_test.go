@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -300,5 +301,64 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, d)
 		}
 		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// TestSuspendRacingDoorbellsRingsNoneInM3: a TX or refill doorbell whose
+// check saw M0 must not land after MHICTRL = M3 (§4.6). Traffic flows
+// both ways while the host suspends and resumes over and over; the strict
+// modem fails the test on any doorbell it sees in M3.
+func TestSuspendRacingDoorbellsRingsNoneInM3(t *testing.T) {
+	r := newRig(t, "foxconn-t99w175", sim.Options{}, mhi.Options{})
+	r.powerUp()
+	l := newLoop(r, "LOOPBACK", 2048, 16, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		payload := []byte("racing the suspend")
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := l.send(ctx, payload); err != nil {
+				done <- err
+				return
+			}
+			// Drain what came back so the loopback never stalls.
+			for drained := false; !drained; {
+				select {
+				case <-l.got:
+				default:
+					drained = true
+				}
+			}
+		}
+	}()
+	cycles := 0
+	for cycles < 150 && ctx.Err() == nil {
+		err := r.c.Suspend(ctx)
+		if errors.Is(err, mhi.ErrBusy) {
+			runtime.Gosched()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Suspend (cycle %d): %v", cycles, err)
+		}
+		if err := r.c.Resume(ctx); err != nil {
+			t.Fatalf("Resume (cycle %d): %v", cycles, err)
+		}
+		cycles++
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("sender: %v", err)
+	}
+	if cycles < 150 {
+		t.Fatalf("only %d suspend cycles before %v", cycles, ctx.Err())
 	}
 }

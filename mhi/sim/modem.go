@@ -783,8 +783,10 @@ func (m *Modem) chDoorbell(n int) {
 		return
 	}
 	if m.state == mhi.StateM3 || c.state == mhi.ChanSuspended {
-		// Picked up again at M0 (resume).
-		if l := m.regs.chLatch(n); l.seq != c.dbSeq {
+		// Picked up again at M0 (resume). A host that wrote
+		// MHICTRL = M0 before this doorbell has resumed already;
+		// the request is handled later in this same pass (step).
+		if l := m.regs.chLatch(n); l.seq != c.dbSeq && !m.resumeRequested() {
 			m.violate(ruleDoorbellState, "doorbell for channel %d while the device is in M3", n)
 		}
 		return

@@ -6,6 +6,15 @@ import (
 
 // handleCtrl reacts to a host write of MHICTRL (§8.2): RESET first, then
 // the requested state. The caller holds m.mu.
+// resumeRequested reports whether MHICTRL asks for M0 while the device is
+// in M3: the host has started its resume, and doorbells it rings from then
+// on are legal (Linux rings in M3_EXIT, after writing M0).
+func (m *Modem) resumeRequested() bool {
+	v := m.regs.getCtrl()
+	return m.state == mhi.StateM3 && v&mhi.CtrlReset == 0 &&
+		mhi.State(mhi.Field(v, mhi.CtrlStateMask, mhi.CtrlStateShift)) == mhi.StateM0
+}
+
 func (m *Modem) handleCtrl() {
 	if m.hung {
 		// Wedged firmware (Hang): not even RESET is acted on.
