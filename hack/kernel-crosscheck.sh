@@ -94,7 +94,11 @@ install_build_deps() {
 
 # has_vfio_user QEMU: the binary runs here and knows vfio-user-pci.
 has_vfio_user() {
-	"$1" -L /usr/share/seabios -L /usr/share/qemu -device help 2>/dev/null | grep -q '"vfio-user-pci"'
+	# Read the whole list first: grep -q exits at the first match, and
+	# under pipefail QEMU's SIGPIPE would fail a binary that has it.
+	local devices
+	devices=$("$1" -L /usr/share/seabios -L /usr/share/qemu -device help 2>/dev/null) || return 1
+	grep -q '"vfio-user-pci"' <<<"$devices"
 }
 
 # version_ge A B: Debian version A ≥ B.
