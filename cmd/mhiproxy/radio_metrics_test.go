@@ -29,22 +29,7 @@ func TestRadioGaugesFollowTheDriftingSignal(t *testing.T) {
 		Components: []simnet.Component{{Band: 3, Channel: 1300, BandwidthMHz: 20}, {Band: 7, Channel: 3050, BandwidthMHz: 10}},
 		Drift:      simnet.Drift{Seed: 3, Interval: time.Millisecond, Step: 3},
 	}
-	nw, err := openModem(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nw.Close()
-	srcs := nw.Metrics()
-	for i := range srcs {
-		srcs[i].labels = prometheus.Labels{"device": "0"}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: metricsHandler(srcs)}
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveModemMetrics(t, ctx, o)
 
 	first := map[string]float64{}
 	series := []string{`mhiproxy_radio_rsrp_dbm{device="0",rat="lte"}`, `mhiproxy_radio_rsrp_dbm{device="0",rat="nr"}`,
@@ -54,7 +39,7 @@ func TestRadioGaugesFollowTheDriftingSignal(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the radio gauges never changed: first %v", first)
 		}
-		e := scrape(t, ln.Addr().String())
+		e := scrape(t, addr)
 		if _, ok := e.series[series[0]]; !ok {
 			continue // no answer yet
 		}
@@ -105,22 +90,7 @@ func TestRadioGaugesOverMBIMFollowTheSignalSchedule(t *testing.T) {
 	good := &simnet.Measurement{RSRP: -80, RSRQ: -8, SINR: 20}
 	o.Stack.Sim.NetworkConfig.Cell = simnet.Cell{LTE: good, Schedule: simnet.Schedule{Period: 200 * time.Millisecond, Steps: []simnet.Step{
 		{At: 0, LTE: good}, {At: 100 * time.Millisecond, LTE: &simnet.Measurement{RSRP: -110, RSRQ: -15, SINR: 0}}}}}
-	nw, err := openModem(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nw.Close()
-	srcs := nw.Metrics()
-	for i := range srcs {
-		srcs[i].labels = prometheus.Labels{"device": "0"}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: metricsHandler(srcs)}
-	go srv.Serve(ln)
-	defer srv.Close()
+	addr := serveModemMetrics(t, ctx, o)
 
 	rsrp, sinr, rsrq := `mhiproxy_radio_rsrp_dbm{device="0",rat="lte"}`, `mhiproxy_radio_sinr_db{device="0",rat="lte"}`, `mhiproxy_radio_rsrq_db{device="0",rat="lte"}`
 	seen := map[float64]bool{}
@@ -128,7 +98,7 @@ func TestRadioGaugesOverMBIMFollowTheSignalSchedule(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("in 30 s the LTE RSRP gauge showed %v, want -80 and -110", seen)
 		}
-		e := scrape(t, ln.Addr().String())
+		e := scrape(t, addr)
 		if _, ok := e.series[rsrp]; !ok {
 			continue // no answer yet
 		}
@@ -144,4 +114,28 @@ func TestRadioGaugesOverMBIMFollowTheSignalSchedule(t *testing.T) {
 		}
 		// Else the step changed between RadioStatus's queries.
 	}
+}
+
+// serveModemMetrics opens the modem o names and serves its metrics, as
+// device "0", on a loopback port whose address it returns; the test's
+// cleanup stops both.
+func serveModemMetrics(t *testing.T, ctx context.Context, o openOptions) string {
+	t.Helper()
+	nw, err := openModem(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nw.Close() })
+	srcs := nw.Metrics()
+	for i := range srcs {
+		srcs[i].labels = prometheus.Labels{"device": "0"}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: metricsHandler(srcs)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
 }

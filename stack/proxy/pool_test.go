@@ -315,21 +315,7 @@ func TestForwardSendsAResponseThatHasArrivedInOneWrite(t *testing.T) {
 			io.WriteString(c, resp) // the whole response in one write
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wc := &writeCounter{Listener: ln}
-	served := make(chan error, 1)
-	go func() { served <- r.srv.Serve(wc) }()
-	t.Cleanup(func() { r.srv.Close(); <-served })
-
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	wc, c := serveCountingWrites(t, r)
 	br := bufio.NewReader(c)
 	for i := range 3 {
 		before := wc.writes.Load()
@@ -401,21 +387,7 @@ func TestForwardMovesALargeBodyInLargePieces(t *testing.T) {
 	r := newRig(t, func(s *Server) {
 		s.Dialer = DialerFunc(func(context.Context, string, string) (net.Conn, error) { return o, nil })
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wc := &writeCounter{Listener: ln}
-	served := make(chan error, 1)
-	go func() { served <- r.srv.Serve(wc) }()
-	t.Cleanup(func() { r.srv.Close(); <-served })
-
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	wc, c := serveCountingWrites(t, r)
 	fmt.Fprintf(c, "GET http://192.0.2.1/big HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -431,4 +403,26 @@ func TestForwardMovesALargeBodyInLargePieces(t *testing.T) {
 	if w := wc.writes.Load(); w != int64(want) {
 		t.Errorf("a %d-byte body reached the client in %d writes, want %d; the origin's reads: %v", size, w, want, o.reads)
 	}
+}
+
+// serveCountingWrites serves r's proxy on a loopback listener whose
+// connections count their writes, and returns the counter and a client
+// connection to it (10 s deadline). The test's cleanup stops the server.
+func serveCountingWrites(t *testing.T, r *rig) (*writeCounter, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := &writeCounter{Listener: ln}
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(wc) }()
+	t.Cleanup(func() { r.srv.Close(); <-served })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return wc, c
 }
