@@ -54,7 +54,8 @@ type Modem struct {
 	own      *ownEP // the stack of ep's own session, nil if none runs
 	sessions map[uint8]*Stack
 
-	at atPort // Modem.AT
+	at   atPort  // Modem.AT
+	gnss []*GNSS // Modem.GNSS streams open; mu
 }
 
 // SessionOptions configure one data session (Modem.OpenSession).
@@ -406,6 +407,7 @@ func (m *Modem) Close() error {
 		m.ep.Close()
 	}
 	m.closeAT()
+	m.closeGNSS()
 	for i := len(m.closers) - 1; i >= 0; i-- {
 		if err := m.closers[i](); err != nil {
 			errs = append(errs, err)

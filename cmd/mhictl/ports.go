@@ -203,48 +203,26 @@ func gnssCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer t.close()
 	defer p.Close()
 	st, err := streamNMEA(ctx, p.Recv, *count, stdout)
-	fmt.Fprintf(stderr, "mhictl gnss: %d sentences, %d with a bad checksum, %d malformed, %d stray bytes\n", st.good, st.badSum, st.badSyntax, st.stray)
+	fmt.Fprintf(stderr, "mhictl gnss: %d sentences, %d with a bad checksum, %d malformed, %d stray bytes\n", st.Sentences, st.BadChecksum, st.Malformed, st.Stray)
 	return err
-}
-
-// nmeaStats counts what streamNMEA saw.
-type nmeaStats struct {
-	good, badSum, badSyntax int
-	stray                   uint64
 }
 
 // streamNMEA prints the valid sentences recv delivers until count of
 // them (0: no limit) or until ctx is cancelled (not an error); the others
-// are counted.
-func streamNMEA(ctx context.Context, recv func(context.Context) ([]byte, error), count int, stdout io.Writer) (nmeaStats, error) {
-	var (
-		sp nmea.Splitter
-		st nmeaStats
-	)
-	for count == 0 || st.good < count {
-		b, err := recv(ctx)
+// are counted (nmea.Reader).
+func streamNMEA(ctx context.Context, recv func(context.Context) ([]byte, error), count int, stdout io.Writer) (nmea.ReaderStats, error) {
+	r := nmea.Reader{Recv: recv}
+	for count == 0 || r.Stats().Sentences < uint64(count) {
+		line, _, err := r.Next(ctx)
 		if err != nil {
-			st.stray = sp.Dropped
 			if errors.Is(ctx.Err(), context.Canceled) {
-				return st, nil
+				return r.Stats(), nil
 			}
-			return st, err
+			return r.Stats(), err
 		}
-		for _, line := range sp.Feed(b) {
-			_, err := nmea.Parse(line)
-			switch {
-			case errors.Is(err, nmea.ErrChecksum):
-				st.badSum++
-			case err != nil:
-				st.badSyntax++
-			case count == 0 || st.good < count:
-				fmt.Fprintln(stdout, line)
-				st.good++
-			}
-		}
+		fmt.Fprintln(stdout, line)
 	}
-	st.stray = sp.Dropped
-	return st, nil
+	return r.Stats(), nil
 }
 
 var _ flag.Value = (*positionFlag)(nil)

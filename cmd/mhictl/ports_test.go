@@ -92,7 +92,7 @@ func TestNMEAStreamCountsBadChecksumsAndStopsWhenInterrupted(t *testing.T) {
 	}
 	var out bytes.Buffer
 	st, err := streamNMEA(ctx, recv, 0, &out)
-	if err != nil || st.good != 2 || st.badSum != 1 || st.badSyntax != 1 || st.stray != 2 {
+	if err != nil || st != (nmea.ReaderStats{Sentences: 2, BadChecksum: 1, Malformed: 1, Stray: 2}) {
 		t.Errorf("stats %+v, err %v", st, err)
 	}
 	if strings.Count(out.String(), "\n") != 2 || strings.Contains(out.String(), "*00") {

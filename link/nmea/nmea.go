@@ -10,6 +10,7 @@
 package nmea
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -167,4 +168,58 @@ func ParseLatLon(value, hemi string) (float64, error) {
 		return 0, fmt.Errorf("%w: hemisphere %q", ErrSyntax, hemi)
 	}
 	return v, nil
+}
+
+// Reader reads valid sentences from a port that delivers the stream in
+// messages (mhi.ControlPort.Recv): it splits, parses and checks them,
+// and counts what it skips.
+type Reader struct {
+	// Recv returns the next piece of the stream.
+	Recv func(context.Context) ([]byte, error)
+
+	sp      Splitter
+	pending []string
+	stats   ReaderStats
+}
+
+// ReaderStats counts what a Reader saw.
+type ReaderStats struct {
+	Sentences   uint64 // valid sentences returned
+	BadChecksum uint64 // lines whose checksum did not match (ErrChecksum)
+	Malformed   uint64 // lines that are not sentences (ErrSyntax)
+	Stray       uint64 // bytes outside any line (Splitter.Dropped)
+}
+
+// Next returns the next valid sentence and its line (without CR LF);
+// sentences with a bad checksum and malformed lines are counted and
+// skipped. It fails with Recv's error.
+func (r *Reader) Next(ctx context.Context) (string, Sentence, error) {
+	for {
+		for len(r.pending) > 0 {
+			line := r.pending[0]
+			r.pending = r.pending[1:]
+			s, err := Parse(line)
+			switch {
+			case errors.Is(err, ErrChecksum):
+				r.stats.BadChecksum++
+			case err != nil:
+				r.stats.Malformed++
+			default:
+				r.stats.Sentences++
+				return line, s, nil
+			}
+		}
+		b, err := r.Recv(ctx)
+		if err != nil {
+			return "", Sentence{}, err
+		}
+		r.pending = r.sp.Feed(b)
+	}
+}
+
+// Stats returns the counts so far.
+func (r *Reader) Stats() ReaderStats {
+	st := r.stats
+	st.Stray = r.sp.Dropped
+	return st
 }

@@ -1,7 +1,9 @@
 package nmea
 
 import (
+	"context"
 	"errors"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -37,6 +39,38 @@ func TestNMEAFormatRoundTripsAndTheSplitterCutsAStream(t *testing.T) {
 		if _, err := Parse(l); err != nil {
 			t.Errorf("%q: %v", l, err)
 		}
+	}
+}
+
+// The Reader returns the valid sentences of a stream cut at any byte,
+// skips and counts a bad checksum, a malformed line and stray bytes, and
+// ends with the source's error.
+func TestNMEAReaderReturnsValidSentencesAndCountsTheRest(t *testing.T) {
+	a := Format("GNRMC", "093000.00", "A")
+	b := Format("GPGSV", "1", "1", "01")
+	bad := a[:len(a)-4] + "00\r\n" // checksum replaced
+	stream := "xx" + a + bad + "$GP*17\r\n" + b
+	pieces := []string{stream[:5], stream[5:31], stream[31:]}
+	r := Reader{Recv: func(context.Context) ([]byte, error) {
+		if len(pieces) == 0 {
+			return nil, io.EOF
+		}
+		p := pieces[0]
+		pieces = pieces[1:]
+		return []byte(p), nil
+	}}
+	ctx := context.Background()
+	for _, want := range []string{a, b} {
+		line, s, err := r.Next(ctx)
+		if err != nil || line+"\r\n" != want || s.Talker == "" {
+			t.Fatalf("Next = %q, %+v, %v; want %q", line, s, err, want)
+		}
+	}
+	if _, _, err := r.Next(ctx); err != io.EOF {
+		t.Fatalf("Next at the end = %v, want io.EOF", err)
+	}
+	if st := r.Stats(); st != (ReaderStats{Sentences: 2, BadChecksum: 1, Malformed: 1, Stray: 2}) {
+		t.Errorf("stats %+v", st)
 	}
 }
 
