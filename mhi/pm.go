@@ -911,16 +911,9 @@ func (c *Controller) pendingULLocked() *Channel {
 // docs/QUIRKS.md): it is recovered like after a SYS_ERR, and Resume
 // returns once the recovery ended, its channels started again.
 func (c *Controller) Resume(ctx context.Context) error {
-	c.mu.Lock()
-	if c.pm != pmM3 {
-		c.mu.Unlock()
-		return fmt.Errorf("mhi: %s: resume from %s: %w", c.name, c.pm, ErrState)
-	}
-	c.mu.Unlock()
-	st, ee, removed := c.deviceStatus()
-	if removed {
-		c.markRemoved()
-		return fmt.Errorf("mhi: %s: resume: %w", c.name, ErrRemoved)
+	st, ee, err := c.suspendedStatus("resume")
+	if err != nil {
+		return err
 	}
 	// All-ones from a function that still answers config reads is a
 	// BAR not readable yet, not a state: resume as usual.
@@ -940,7 +933,7 @@ func (c *Controller) Resume(ctx context.Context) error {
 	c.mu.Unlock()
 	c.rmw(RegMHICTRL, CtrlStateMask, CtrlStateShift, uint32(StateM0))
 	c.dbGate.Unlock()
-	err := c.waitFor(ctx, c.stateBound(), "M0", func() (bool, error) {
+	err = c.waitFor(ctx, c.stateBound(), "M0", func() (bool, error) {
 		if c.pm == pmSysErrProcess {
 			return false, ErrSysErr
 		}
@@ -964,18 +957,29 @@ func (c *Controller) Resume(ctx context.Context) error {
 // SYS_ERR recovery. Restore returns once that ended; call it instead of
 // Resume after a hibernation.
 func (c *Controller) Restore(ctx context.Context) error {
-	c.mu.Lock()
-	if c.pm != pmM3 {
-		c.mu.Unlock()
-		return fmt.Errorf("mhi: %s: restore from %s: %w", c.name, c.pm, ErrState)
+	st, ee, err := c.suspendedStatus("restore")
+	if err != nil {
+		return err
 	}
+	return c.resumeByRecovery(ctx, State(Field(st, StatusStateMask, StatusStateShift)), ee, "restore from hibernation")
+}
+
+// suspendedStatus checks that the host suspended the device and reads
+// its status register and EE for op (resume, restore); a device gone
+// from the bus is marked removed.
+func (c *Controller) suspendedStatus(op string) (uint32, EE, error) {
+	c.mu.Lock()
+	pm := c.pm
 	c.mu.Unlock()
+	if pm != pmM3 {
+		return 0, 0, fmt.Errorf("mhi: %s: %s from %s: %w", c.name, op, pm, ErrState)
+	}
 	st, ee, removed := c.deviceStatus()
 	if removed {
 		c.markRemoved()
-		return fmt.Errorf("mhi: %s: restore: %w", c.name, ErrRemoved)
+		return 0, 0, fmt.Errorf("mhi: %s: %s: %w", c.name, op, ErrRemoved)
 	}
-	return c.resumeByRecovery(ctx, State(Field(st, StatusStateMask, StatusStateShift)), ee, "restore from hibernation")
+	return st, ee, nil
 }
 
 // resumeByRecovery resumes a device found in state s at resume, why
