@@ -255,6 +255,10 @@ func TestOpenVFIOUserOnMhictlSimServe(t *testing.T) {
 	}
 	sock := filepath.Join(dir, "modem.sock")
 	cmd := exec.Command(bin, "sim", "serve", "-socket", sock, "-function", "IP_HW0=carrier")
+	// Its own process group: a stopped process in a group that other
+	// processes' exits orphan is sent SIGHUP and SIGCONT by the kernel,
+	// which would end the stop below early.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -310,6 +314,7 @@ func TestOpenVFIOUserOnMhictlSimServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Signal(syscall.SIGCONT) // before the SIGTERM above
+	waitProcState(t, cmd.Process.Pid, 'T')
 	ctx, cancel = context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -317,7 +322,7 @@ func TestOpenVFIOUserOnMhictlSimServe(t *testing.T) {
 	took := time.Since(start)
 	if err == nil {
 		s.Close()
-		t.Fatal("Open on a stopped server succeeded")
+		t.Fatalf("Open on a stopped server succeeded after %v (server state now %q)", took, procState(cmd.Process.Pid))
 	}
 	if !errors.Is(err, pci.ErrRemoved) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("Open on a stopped server = %v, want pci.ErrRemoved and os.ErrDeadlineExceeded", err)
@@ -326,4 +331,31 @@ func TestOpenVFIOUserOnMhictlSimServe(t *testing.T) {
 		t.Errorf("Open on a stopped server returned after %v, want %v to %v", took, vfiouserclient.DefaultTimeout, 4*vfiouserclient.DefaultTimeout)
 	}
 	_ = os.Remove(sock)
+}
+
+// procState is the state letter of process pid (/proc/PID/stat's third
+// field: R, S, T for stopped, ...), or "?" if it cannot be read.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "?"
+	}
+	// The command name, in parentheses, may hold spaces: the state
+	// follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return "?"
+	}
+	return string(b[i+2])
+}
+
+// waitProcState waits until process pid is in state (a signal is
+// delivered asynchronously).
+func waitProcState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); procState(pid) != string(state); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d is in state %q, not %q, after 30 s", pid, procState(pid), state)
+		}
+	}
 }
