@@ -15,6 +15,7 @@
 //	go run ./hack/bench -only host-variants              # table 9: tables 1, 2, 4's link options in table 8's setting
 //	go run ./hack/bench -only radio                      # table 10: TCP down/up over each radio preset (docs/RADIO.md): mhistack, gVisor, Linux cubic/bbr (root)
 //	go run ./hack/bench -only radio -runs 1 -radio-seconds 3s  # the same, shorter
+//	go run ./hack/bench -only proxy -proxy-ab=false -runs 5  # table 11's page rows alone: direct, SOCKS5, HTTP proxy, interleaved
 //	go run ./hack/bench -only radio-udp                  # table 10b: unpaced UDP up over each radio preset, drops per stage: mhistack, Linux (root)
 //
 // Runs of the configurations of a table are interleaved (run 1 of every
@@ -98,6 +99,9 @@ func main() {
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
 	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "tables 10 and 10b: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
 	flag.StringVar(&radioOnly, "radio-presets", "", "tables 10 and 10b: only these presets (comma-separated, e.g. lte,nr-mmwave; default all; table 10 runs the scaled form of a preset too fast for this machine; mhictl sim serve -radio list lists them)")
+	flag.BoolVar(&proxyAB, "proxy-ab", true, "table 11: also run ab -k through the HTTP proxy (false: the page rows alone, a quicker look)")
+	flag.StringVar(&proxyRadio, "proxy-radio", "", "table 11: put this radio preset (docs/RADIO.md) on the page's carrier network (default none: the page is then bound by the machine's CPU, not by a link)")
+	flag.StringVar(&proxyOnly, "proxy-paths", "", "table 11: fetch the page over only these paths (comma-separated: direct, socks, http; default all; the ratios need direct), e.g. to -cpuprofile one path alone")
 	linger0 := flag.Bool("linger0", false, "table 7: close the busy streams abortively (linger 0) before Stack.Close")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (every stack, proxy and origin in this process) to this file")

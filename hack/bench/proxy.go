@@ -12,10 +12,13 @@ import (
 	"net/url"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/link/simnet"
 	mstack "github.com/mhistack/mhistack/stack"
 	"github.com/mhistack/mhistack/stack/proxy"
@@ -27,10 +30,10 @@ import (
 const (
 	pageObjects = 50
 	pageConns   = 6
-	// pagesWarm pages are fetched on the open connections after the
-	// first: a page takes 15–30 ms, so the median of 3 swung with every
-	// scheduling hiccup of a shared machine.
-	pagesWarm = 10
+	// pageRounds is the warm pages per path in a run: a page takes
+	// 15–40 ms, and the median of 3 swung with every scheduling hiccup
+	// of a shared machine.
+	pageRounds = 20
 )
 
 // pageSizes are the objects' sizes, the same in every run.
@@ -43,48 +46,98 @@ func pageSizes() []int {
 	return sizes
 }
 
-// proxyPaths are the ways to the origin that proxyTable compares.
-var proxyPaths = []string{"direct (stack.Dial)", "mhiproxy SOCKS5", "mhiproxy HTTP"}
+// proxyPaths are the ways to the origin that proxyTable compares; key
+// prefixes a run's sample.
+var proxyPaths = []struct{ key, name string }{
+	{"direct", "direct (stack.Dial)"},
+	{"socks", "mhiproxy SOCKS5"},
+	{"http", "mhiproxy HTTP"},
+}
+
+// proxyAB is -proxy-ab: table 11 runs ab -k after the page (false: the
+// page rows alone, a quicker look); proxyRadio is -proxy-radio: a radio
+// preset on the page's carrier network ("": none, as table 11 is);
+// proxyOnly is -proxy-paths: the keys of the paths to fetch the page
+// over (comma-separated; "": all), so that a CPU profile (-cpuprofile)
+// sees one path alone.
+var (
+	proxyAB    = true
+	proxyRadio string
+	proxyOnly  string
+)
+
+// pathRuns reports whether -proxy-paths lets path i run.
+func pathRuns(i int) bool {
+	return proxyOnly == "" || slices.Contains(strings.Split(proxyOnly, ","), proxyPaths[i].key)
+}
 
 // proxyTable fetches a page over the emulated modem directly through the
 // stack and through the proxy that mhiproxy serves (package proxy on
 // the same stack), and runs ab -k through the HTTP proxy.
 func (c *config) proxyTable() (*table, error) {
-	res, err := c.runAll(proxyPaths, func(i int) (sample, error) { return pageRun(i) })
+	var carrier simnet.CarrierOptions
+	radioNote := "no radio model"
+	if proxyRadio != "" {
+		cfg, err := radio.Preset(proxyRadio)
+		if err != nil {
+			return nil, fmt.Errorf("-proxy-radio: %w", err)
+		}
+		carrier.Radio = &cfg
+		radioNote = "the radio preset " + proxyRadio + " on its carrier network (docs/RADIO.md)"
+	}
+	rounds := pageRounds
+	if c.quick {
+		rounds = 3
+	}
+	res, err := c.runAll([]string{"page"}, func(int) (sample, error) { return pageRun(carrier, rounds) })
 	if err != nil {
 		return nil, err
 	}
+	s := res[0]
 	total := 0
-	for _, s := range pageSizes() {
-		total += s
+	for _, n := range pageSizes() {
+		total += n
 	}
 	t := &table{
 		title: "11. Proxy: a page of 50 objects through mhiproxy against direct",
-		intro: fmt.Sprintf("stack.Open on the emulated modem (qcom-sdx55m, no radio model); a net/http server on the host's "+
+		intro: fmt.Sprintf("stack.Open on the emulated modem (qcom-sdx55m, %s); a net/http server on the host's "+
 			"loopback (198.18.0.1 through the carrier) serves %d objects of 2–200 KB (fixed seeded sizes, %.1f MB in all). "+
 			"A net/http client fetches them over %d keep-alive connections: directly through the stack (its DialContext), "+
 			"through package proxy's server on that stack as mhiproxy runs it, by SOCKS5 (CONNECT per connection) and as an "+
-			"HTTP proxy (absolute URIs, origin connections pooled). Cold: the first page, connections opened on the way; "+
-			"warm: the median of %d more pages on the open connections. CPU: getrusage of the bench process (client, proxy, "+
-			"stack, emulated modem, carrier and origin all run in it) over the warm pages, per page: it does not count the "+
-			"time spent waiting for a core that other processes hold, so it is the cost a path adds on a loaded machine. "+
-			"Median of the runs (range).",
-			pageObjects, float64(total)/1e6, pageConns, pagesWarm),
+			"HTTP proxy (absolute URIs, origin connections pooled); the three clients share one stack, origin and proxy per run. "+
+			"Cold: each client's first page, connections opened on the way; warm: %d more pages per path on the open "+
+			"connections, interleaved (one page of each path per round, the order rotated every round), the median per run. "+
+			"warm / direct: the median over the rounds of a path's page time over the direct page's of the same round, so that "+
+			"a change of load between rounds cancels. CPU: getrusage of the bench process (client, proxy, stack, emulated modem, "+
+			"carrier and origin all run in it) over each warm page, per page: it does not count the time spent waiting for a "+
+			"core that other processes hold, so it is the cost a path adds on a loaded machine. Median of the runs (range).",
+			radioNote, pageObjects, float64(total)/1e6, pageConns, rounds),
 		header: []string{"path", "cold page ms", "warm page ms", "warm / direct", "CPU ms per warm page", "CPU / direct"},
 	}
-	direct, directCPU := res[0].med("warm"), res[0].med("cpu")
-	for i, n := range proxyPaths {
-		t.rows = append(t.rows, []string{n, res[i].medRange("cold", 1), res[i].medRange("warm", 1),
-			fmt.Sprintf("%.2f", res[i].med("warm")/direct), res[i].medRange("cpu", 1),
-			fmt.Sprintf("%.2f", res[i].med("cpu")/directCPU)})
+	for i, p := range proxyPaths {
+		if !pathRuns(i) {
+			continue
+		}
+		ratio, cpuRatio := "1.00", "1.00"
+		if i > 0 {
+			ratio, cpuRatio = s.medRange(p.key+"_ratio", 2), s.medRange(p.key+"_cpu_ratio", 2)
+		}
+		t.rows = append(t.rows, []string{p.name, s.medRange(p.key+"_cold", 1), s.medRange(p.key+"_warm", 1),
+			ratio, s.medRange(p.key+"_cpu", 1), cpuRatio})
 	}
-	for i := 1; i < len(proxyPaths); i++ {
-		r := res[i].med("warm") / direct
+	for _, p := range proxyPaths[1:] {
+		if len(s.values(p.key+"_ratio")) == 0 {
+			continue
+		}
+		r := s.med(p.key + "_ratio")
 		verdict := "meets"
 		if r > 1.2 {
 			verdict = "misses"
 		}
-		t.notes = append(t.notes, fmt.Sprintf("%s: a warm page takes %.2f× direct; %s the target of ≤ 1.2×.", proxyPaths[i], r, verdict))
+		t.notes = append(t.notes, fmt.Sprintf("%s: a warm page takes %.2f× direct; %s the target of ≤ 1.2×.", p.name, r, verdict))
+	}
+	if !proxyAB {
+		return t, nil
 	}
 	ab, err := c.abRatio()
 	if err != nil {
@@ -105,10 +158,10 @@ type pageEnv struct {
 	done   chan struct{}
 }
 
-func openPageEnv(sizes []int) (*pageEnv, error) {
+func openPageEnv(sizes []int, carrier simnet.CarrierOptions) (*pageEnv, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := mstack.Open(ctx, mstack.Options{Device: "sim"})
+	st, err := mstack.Open(ctx, mstack.Options{Device: "sim", Sim: mstack.SimOptions{Carrier: carrier}})
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +204,8 @@ func (e *pageEnv) close() error {
 	return e.st.Close()
 }
 
-// client is a keep-alive HTTP client taking path i of proxyPaths.
+// client is a keep-alive HTTP client taking path i of proxyPaths. Every
+// path's client is the same but for how it reaches the origin.
 func (e *pageEnv) client(i int) *http.Transport {
 	tr := &http.Transport{MaxConnsPerHost: pageConns, MaxIdleConnsPerHost: pageConns, DisableCompression: true}
 	switch i {
@@ -203,39 +257,89 @@ func fetchPage(c *http.Client, base string, sizes []int) error {
 	return first
 }
 
-// pageRun is one run of proxyTable for path i.
-func pageRun(i int) (sample, error) {
+// pageRuns counts pageRun's calls: each run starts the rotation of the
+// paths one further, so that no path is always first after a change.
+var pageRuns int
+
+// pageRun is one run of proxyTable: one stack, origin and proxy, a
+// client per path of proxyPaths; each client's cold page, then rounds
+// rounds of one warm page per path. The sample has, per path key, its
+// cold page (ms), the median of its warm pages, their mean CPU; per
+// proxied path, the median over the rounds of its page over the direct
+// page of the same round (_ratio) and its CPU over direct's
+// (_cpu_ratio).
+func pageRun(carrier simnet.CarrierOptions, rounds int) (sample, error) {
 	sizes := pageSizes()
-	e, err := openPageEnv(sizes)
+	e, err := openPageEnv(sizes, carrier)
 	if err != nil {
 		return nil, err
 	}
-	tr := e.client(i)
-	c := &http.Client{Transport: tr, Timeout: time.Minute}
+	n := len(proxyPaths)
+	clients := make([]*http.Client, n)
+	for i := range clients {
+		clients[i] = &http.Client{Transport: e.client(i), Timeout: time.Minute}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
 	base := fmt.Sprintf("http://%s/obj/", net.JoinHostPort(simnet.TestAddr4.String(), strconv.Itoa(e.port)))
+	first := pageRuns % n
+	pageRuns++
+	// page fetches one page over path i: its wall and CPU time (ms).
+	page := func(i int) (wall, cpu float64, err error) {
+		t0, cpu0 := time.Now(), processCPU()
+		err = fetchPage(clients[i], base, sizes)
+		return ms(time.Since(t0)), ms(processCPU() - cpu0), err
+	}
 	smp := sample{}
-	t0 := time.Now()
-	err = fetchPage(c, base, sizes)
-	smp["cold"] = ms(time.Since(t0))
-	var warm []float64
-	cpu0 := processCPU()
-	for range pagesWarm {
-		if err != nil {
+	for k := range n {
+		i := (first + k) % n
+		if !pathRuns(i) {
+			continue
+		}
+		if smp[proxyPaths[i].key+"_cold"], _, err = page(i); err != nil {
 			break
 		}
-		t0 = time.Now()
-		err = fetchPage(c, base, sizes)
-		warm = append(warm, ms(time.Since(t0)))
 	}
-	smp["cpu"] = ms(processCPU()-cpu0) / pagesWarm
-	tr.CloseIdleConnections()
+	warm := make([][]float64, n)
+	cpu := make([]float64, n)
+	for r := 0; r < rounds && err == nil; r++ {
+		for k := range n {
+			i := (first + r + k) % n
+			if !pathRuns(i) {
+				continue
+			}
+			var w, c float64
+			if w, c, err = page(i); err != nil {
+				break
+			}
+			warm[i], cpu[i] = append(warm[i], w), cpu[i]+c
+		}
+	}
 	if cerr := e.close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, err
 	}
-	smp["warm"] = median(warm)
+	for i, p := range proxyPaths {
+		if !pathRuns(i) {
+			continue
+		}
+		smp[p.key+"_warm"] = median(warm[i])
+		smp[p.key+"_cpu"] = cpu[i] / float64(rounds)
+		if i == 0 || !pathRuns(0) {
+			continue
+		}
+		ratios := make([]float64, rounds)
+		for r := range ratios {
+			ratios[r] = warm[i][r] / warm[0][r]
+		}
+		smp[p.key+"_ratio"] = median(ratios)
+		smp[p.key+"_cpu_ratio"] = cpu[i] / cpu[0]
+	}
 	return smp, nil
 }
 
@@ -322,7 +426,7 @@ func (c *config) abRatio() (string, error) {
 		return "", errors.New("ab is not installed (apt-get install apache2-utils)")
 	}
 	const obj = 16384
-	e, err := openPageEnv([]int{obj})
+	e, err := openPageEnv([]int{obj}, simnet.CarrierOptions{})
 	if err != nil {
 		return "", err
 	}

@@ -302,31 +302,18 @@ func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
 	}
 	// Response.Write writes the head in pieces (four per header field)
 	// and the chunked framing apart from the data: written straight to
-	// the client that was a system call each. The head and each body
-	// piece are gathered and sent once; nothing waits in the buffer
-	// while the origin is waited for (a streamed body streams on). A
-	// response that fits in smallResponse whole is gathered in one write
-	// when it has arrived (see flushBeforeRead).
+	// the client that was a system call each. respWriter gathers them
+	// with the body and sends what it holds once the next read of the
+	// origin would wait (nothing waits in it while the origin is waited
+	// for: a streamed body streams on).
 	down := &idleConn{Conn: c, idle: s.idleTimeout(), counter: &s.stats.BytesDown}
-	pool, gather := &writers, net.Conn(nil)
-	if resp.ContentLength >= 0 && resp.ContentLength <= smallResponse-maxSmallHead {
-		pool, gather = &smallResponses, origin
-	}
-	bw := pool.Get().(*bufio.Writer)
-	bw.Reset(down)
-	defer func() { bw.Reset(nil); pool.Put(bw) }()
-	resp.Body = flushBeforeRead{resp.Body, bw, gather}
-	// Without bw's ReadFrom: it reads into bw's own buffer, which the
-	// flush before the read would then reuse under it. A large body is
-	// copied by bodyWriter's instead.
-	var w io.Writer = struct{ io.Writer }{bw}
-	if gather == nil {
-		w = bodyWriter{bw}
-	}
-	if err := resp.Write(w); err != nil {
+	rw := newRespWriter(down, origin, resp.ContentLength)
+	defer rw.release()
+	resp.Body = flushBeforeRead{resp.Body, rw}
+	if err := resp.Write(rw); err != nil {
 		return false
 	}
-	if err := bw.Flush(); err != nil {
+	if err := rw.flush(); err != nil {
 		return false
 	}
 	return keepAlive
@@ -372,49 +359,108 @@ func (b *clientBody) stop(c net.Conn) (complete bool) {
 	return b.eof
 }
 
-// writers recycles the buffers that gather a forwarded response's head
-// and body pieces. A piece larger than the buffer goes to the client
-// without being copied into it.
-var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+// respWriter gathers a forwarded response on its way to the client:
+// the head, the chunk framing and the body, in one buffer that is sent
+// when it is full or when the next read of the origin would wait. On a
+// page of 50 objects (table 11 of docs/BENCHMARKS.md) a response had
+// gone out in at least three writes, each a wake-up of the client: the
+// head alone, the few KiB of body that net/http's reader held behind
+// the head, then the rest; gathered, most objects go out in one or two.
+//
+// A body of known length is read straight into the buffer (ReadFrom);
+// one of more than fits a small buffer takes a bulkBufSize one (as the
+// relay does once a read fills its small one), so that a download
+// crosses to the client in large pieces.
+type respWriter struct {
+	w      io.Writer
+	origin net.Conn // the pooled connection the response comes on; nil: unknown
+	buf    *[]byte
+	bulk   bool
+	n      int // bytes held in buf
+	// copying is set while ReadFrom runs: it decides before each of its
+	// reads itself, and a flush inside its read would move the buffer
+	// under it.
+	copying bool
+}
 
-// smallResponses recycle the buffers of the responses that are gathered
-// whole: a body of up to smallResponse-maxSmallHead bytes (16 KiB, ab's
-// object in table 11 of docs/BENCHMARKS.md, fits) with a head of up to
-// maxSmallHead. A longer head is sent when the buffer fills, as any
-// piece that overflows it.
-const (
-	smallResponse = 32 << 10
-	maxSmallHead  = 4 << 10
-)
+func newRespWriter(w io.Writer, origin net.Conn, contentLength int64) *respWriter {
+	rw := &respWriter{w: w, origin: origin}
+	if contentLength > copyBufSize-maxGatheredHead {
+		rw.buf, rw.bulk = bulkBufs.Get().(*[]byte), true
+	} else {
+		rw.buf = copyBufs.Get().(*[]byte)
+	}
+	return rw
+}
 
-var smallResponses = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, smallResponse) }}
+// maxGatheredHead is the room for a response head that decides whether
+// a body of known length fits the small buffer with it.
+const maxGatheredHead = 4 << 10
 
-// bodyWriter is what a response that is not gathered whole is written
-// to. Response.Write copies a body of known or close-delimited length
-// with the writer's ReadFrom when it has one: this one reads like the
-// relay (copyBuf: 32 KiB pieces until one fills, then 128 KiB), where
-// net/http's own copy reads 32 KiB at a time. Each piece goes to the
-// client as it is (bufio passes a piece larger than its buffer
-// straight through once what it holds is sent, which flushBeforeRead
-// does before each read).
-type bodyWriter struct{ w *bufio.Writer }
+func (rw *respWriter) release() {
+	if rw.bulk {
+		bulkBufs.Put(rw.buf)
+	} else {
+		copyBufs.Put(rw.buf)
+	}
+	rw.buf = nil
+}
 
-func (b bodyWriter) Write(p []byte) (int, error) { return b.w.Write(p) }
+// Write holds p, sending what is held first when p does not fit; a p
+// larger than the whole buffer goes through without being copied.
+func (rw *respWriter) Write(p []byte) (int, error) {
+	b := *rw.buf
+	if rw.n+len(p) > len(b) {
+		if err := rw.flush(); err != nil {
+			return 0, err
+		}
+		if len(p) > len(b) {
+			return rw.w.Write(p)
+		}
+	}
+	rw.n += copy(b[rw.n:], p)
+	return len(p), nil
+}
 
-func (b bodyWriter) ReadFrom(r io.Reader) (int64, error) {
-	buf := getCopyBuf()
-	defer buf.release()
+// flush sends what is held.
+func (rw *respWriter) flush() error {
+	if rw.n == 0 {
+		return nil
+	}
+	_, err := rw.w.Write((*rw.buf)[:rw.n])
+	rw.n = 0
+	return err
+}
+
+// beforeRead sends what is held unless the origin's bytes are already
+// queued (readable), so that a read that waits never holds data back.
+func (rw *respWriter) beforeRead() error {
+	if rw.n > 0 && !readable(rw.origin) {
+		return rw.flush()
+	}
+	return nil
+}
+
+// ReadFrom is how Response.Write copies a body of known or
+// close-delimited length: into the buffer behind what it holds, so
+// that the head and the first piece of the body go together.
+func (rw *respWriter) ReadFrom(r io.Reader) (int64, error) {
+	rw.copying = true
+	defer func() { rw.copying = false }()
 	var total int64
 	for {
-		p := buf.read()
-		n, err := r.Read(p)
-		if n > 0 {
-			if _, werr := b.w.Write(p[:n]); werr != nil {
-				return total, werr
+		b := *rw.buf
+		if rw.n == len(b) {
+			if err := rw.flush(); err != nil {
+				return total, err
 			}
-			total += int64(n)
-			buf.got(n)
 		}
+		if err := rw.beforeRead(); err != nil {
+			return total, err
+		}
+		n, err := r.Read(b[rw.n:])
+		rw.n += n
+		total += int64(n)
 		if err == io.EOF {
 			return total, nil
 		}
@@ -424,22 +470,17 @@ func (b bodyWriter) ReadFrom(r io.Reader) (int64, error) {
 	}
 }
 
-// flushBeforeRead sends what w holds before a read of the body that may
-// wait for the origin, so that waiting never holds data back. With
-// origin set (a small response, gathered whole), a read that returns at
-// once because the origin's bytes are already queued on origin (it says
-// so: readable) adds to w instead, so that the head and the body go out
-// in one write. Without origin it sends before every read: a large
-// body's pieces then bypass w's buffer rather than being copied into it.
+// flushBeforeRead is the response body as Response.Write reads it: each
+// read first lets rw send what it holds if the read may wait (see
+// respWriter.beforeRead).
 type flushBeforeRead struct {
 	io.ReadCloser
-	w      *bufio.Writer
-	origin net.Conn
+	rw *respWriter
 }
 
 func (b flushBeforeRead) Read(p []byte) (int, error) {
-	if b.w.Buffered() > 0 && (b.origin == nil || !readable(b.origin)) {
-		if err := b.w.Flush(); err != nil {
+	if !b.rw.copying {
+		if err := b.rw.beforeRead(); err != nil {
 			return 0, err
 		}
 	}

@@ -378,30 +378,48 @@ func (o *bulkOrigin) Close() error {
 	return nil
 }
 
+// aheadOrigin is a bulkOrigin that says its bytes are queued (Buffered,
+// as the stack's TCPConn does): a download always ahead of the proxy.
+type aheadOrigin struct{ *bulkOrigin }
+
+func (aheadOrigin) Buffered() int { return 1 }
+
 // TestForwardMovesALargeBodyInLargePieces: a large response body is
-// copied like a relay's download (32 KiB, then 128 KiB pieces once a read
-// fills one), not in net/http's 32 KiB pieces.
+// copied in bulkBufSize pieces, not in net/http's 32 KiB ones; when the
+// origin's bytes are queued (readable) the head goes out with the first
+// piece of the body, else alone before the proxy waits for the body.
 func TestForwardMovesALargeBodyInLargePieces(t *testing.T) {
-	const size = 1 << 20
-	o := newBulkOrigin(size)
-	r := newRig(t, func(s *Server) {
-		s.Dialer = DialerFunc(func(context.Context, string, string) (net.Conn, error) { return o, nil })
-	})
-	wc, c := serveCountingWrites(t, r)
-	fmt.Fprintf(c, "GET http://192.0.2.1/big HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil || n != size {
-		t.Fatalf("body: %d bytes, %v; want %d", n, err, size)
-	}
-	// The head, one 32 KiB piece, then 128 KiB ones.
-	want := 2 + (size-copyBufSize+bulkBufSize-1)/bulkBufSize
-	if w := wc.writes.Load(); w != int64(want) {
-		t.Errorf("a %d-byte body reached the client in %d writes, want %d; the origin's reads: %v", size, w, want, o.reads)
+	const size = 1<<20 - 64<<10 // 7.5 bulk buffers
+	for _, ahead := range []bool{true, false} {
+		o := newBulkOrigin(size)
+		head := len(o.head)
+		var origin net.Conn = o
+		// The head with the body: ceil((size+head)/bulkBufSize)
+		// writes; the head alone, then ceil(size/bulkBufSize).
+		want := (size + head + bulkBufSize - 1) / bulkBufSize
+		if ahead {
+			origin = aheadOrigin{o}
+		} else {
+			want = 1 + (size+bulkBufSize-1)/bulkBufSize
+		}
+		r := newRig(t, func(s *Server) {
+			s.Dialer = DialerFunc(func(context.Context, string, string) (net.Conn, error) { return origin, nil })
+		})
+		wc, c := serveCountingWrites(t, r)
+		fmt.Fprintf(c, "GET http://192.0.2.1/big HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != size {
+			t.Fatalf("ahead %v: body: %d bytes, %v; want %d", ahead, n, err, size)
+		}
+		if w := wc.writes.Load(); w != int64(want) {
+			t.Errorf("ahead %v: a %d-byte body with a %d-byte head reached the client in %d writes, want %d; the origin's reads: %v",
+				ahead, size, head, w, want, o.reads)
+		}
 	}
 }
 

@@ -25,15 +25,16 @@ const bulkBufSize = 128 << 10
 
 // copyBufs and bulkBufs recycle relay buffers so that a connection costs
 // no large allocation: a busy proxy would otherwise allocate 64 KiB per
-// CONNECT.
+// CONNECT. A forwarded response is gathered in one of them too
+// (respWriter).
 var (
 	copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 	bulkBufs = sync.Pool{New: func() any { b := make([]byte, bulkBufSize); return &b }}
 )
 
 // copyBuf is one direction's buffer: copyBufSize from copyBufs until a
-// read fills it, then bulkBufSize from bulkBufs. The relay and the body
-// of a large forwarded response (bodyWriter) copy through it.
+// read fills it, then bulkBufSize from bulkBufs. The relay copies
+// through it.
 type copyBuf struct {
 	p    *[]byte
 	bulk bool
