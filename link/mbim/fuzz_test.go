@@ -228,6 +228,14 @@ func FuzzBaseStationsInfo(f *testing.F) {
 	})
 }
 
+func FuzzBaseStationsInfoV3(f *testing.F) {
+	f.Add(nrBaseStations().EncodeV3())
+	f.Add((&mbim.BaseStationsInfo{}).EncodeV3())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, mbim.ParseBaseStationsInfoV3, (*mbim.BaseStationsInfo).EncodeV3)
+	})
+}
+
 func FuzzVersionInfo(f *testing.F) {
 	f.Add((&mbim.VersionInfo{MBIM: mbim.MBIMVersion1, Extended: mbim.MBIMEx2}).Encode())
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -128,12 +128,21 @@ func (c *Client) SignalState(ctx context.Context) (SignalState, error) {
 }
 
 // BaseStationsInfo queries MS BASE_STATIONS_INFO for the serving cells
-// (no neighbours asked for). A function without the command answers
-// NO_DEVICE_SUPPORT.
+// (no neighbours asked for), in the layout agreed (MBIMEx): with MBIMEx
+// 3.0 the answer carries the NR serving cells. A function without the
+// command answers NO_DEVICE_SUPPORT.
 func (c *Client) BaseStationsInfo(ctx context.Context) (BaseStationsInfo, error) {
-	b, err := c.Command(ctx, ServiceMSBasicConnectExtensions, CIDMSBaseStationsInfo, Query, (&BaseStationsQuery{}).Encode())
+	v3 := c.MBIMEx() >= MBIMEx3
+	q := (&BaseStationsQuery{}).Encode()
+	if v3 {
+		q = (&BaseStationsQuery{}).EncodeV3()
+	}
+	b, err := c.Command(ctx, ServiceMSBasicConnectExtensions, CIDMSBaseStationsInfo, Query, q)
 	if err != nil {
 		return BaseStationsInfo{}, err
+	}
+	if v3 {
+		return ParseBaseStationsInfoV3(b)
 	}
 	return ParseBaseStationsInfo(b)
 }
