@@ -34,6 +34,9 @@ func (c *Client) SubscriberReadyStatus(ctx context.Context) (SubscriberReadyStat
 	if err != nil {
 		return SubscriberReadyStatus{}, err
 	}
+	if c.MBIMEx() >= MBIMEx3 {
+		return ParseSubscriberReadyStatusV3(b)
+	}
 	return ParseSubscriberReadyStatus(b)
 }
 
@@ -119,8 +122,12 @@ func (c *Client) Connect(ctx context.Context, req ConnectRequest) (ContextState,
 	if req.ContextType == (UUID{}) {
 		req.ContextType = ContextTypeInternet
 	}
-	b, err := c.basic(ctx, CIDConnect, Set, req.Encode())
-	return parseWithNwError(b, err, ParseContextState, func(s ContextState) NwError { return s.NwError })
+	set := req.Encode()
+	if c.MBIMEx() >= MBIMEx3 {
+		set = req.EncodeV3()
+	}
+	b, err := c.basic(ctx, CIDConnect, Set, set)
+	return parseWithNwError(b, err, c.ParseContextState, func(s ContextState) NwError { return s.NwError })
 }
 
 // Disconnect deactivates session.
@@ -130,8 +137,21 @@ func (c *Client) Disconnect(ctx context.Context, session uint32) (ContextState, 
 
 // ConnectState queries CONNECT for session.
 func (c *Client) ConnectState(ctx context.Context, session uint32) (ContextState, error) {
-	b, err := c.basic(ctx, CIDConnect, Query, EncodeConnectQuery(session))
-	return parseWithNwError(b, err, ParseContextState, func(s ContextState) NwError { return s.NwError })
+	q := EncodeConnectQuery(session)
+	if c.MBIMEx() >= MBIMEx3 {
+		q = q[:4] // the 3.0 query is SessionId alone
+	}
+	b, err := c.basic(ctx, CIDConnect, Query, q)
+	return parseWithNwError(b, err, c.ParseContextState, func(s ContextState) NwError { return s.NwError })
+}
+
+// ParseContextState decodes a CONNECT answer or indication in the
+// layout agreed (MBIMEx).
+func (c *Client) ParseContextState(b []byte) (ContextState, error) {
+	if c.MBIMEx() >= MBIMEx3 {
+		return ParseContextStateV3(b)
+	}
+	return ParseContextState(b)
 }
 
 // IPConfiguration queries IP_CONFIGURATION for session.
