@@ -20,7 +20,7 @@ type RadioStatus struct {
 	OperatorName string
 	// RAT is the radio access technology: "lte", "nr" or "lte+nr"
 	// (EN-DC) on QMI, and on MBIM when the modem reports RSRP per RAT
-	// (MBIMEx 2.0); otherwise on MBIM the highest available data class
+	// (MBIMEx 2.0) or NR cells (3.0); otherwise on MBIM the highest available data class
 	// ("5G-SA").
 	RAT string
 	// Bands are the bands in use ("B3", "n78"). On MBIM they are the
