@@ -266,3 +266,30 @@ func TestParseSignalStateV2RejectsACountBeyondTheArray(t *testing.T) {
 		t.Errorf("ParseSignalStateV2 = %+v, %v", got, err)
 	}
 }
+
+// TestProxyRewritesAClientsOldLayoutRequestsAfterTheHostAgreed3: a
+// libmbim client that built its CONNECT set and BASE_STATIONS_INFO query
+// before it applied the proxy's VERSION indication still gets through.
+func TestProxyRewritesAClientsOldLayoutRequestsAfterTheHostAgreed3(t *testing.T) {
+	host, f := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: endcCell()}), mbim.Options{})
+	ctx := testCtx(t)
+	if v, err := host.NegotiateMBIMEx(ctx); v != mbim.MBIMEx3 || err != nil {
+		t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
+	}
+	c := dialProxy(t, testProxy(t, host, mbim.ProxyOptions{}))
+	set := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6, ContextType: mbim.ContextTypeInternet}
+	b, err := c.Command(ctx, mbim.ServiceBasicConnect, mbim.CIDConnect, mbim.Set, set.Encode())
+	if err != nil || !f.Active(0) {
+		t.Fatalf("1.0 CONNECT set through the proxy: %v (active %v)", err, f.Active(0))
+	}
+	if cs, err := mbim.ParseContextState(b); err != nil || cs.ActivationState != mbim.ActivationActivated {
+		t.Errorf("the 3.0 answer read as 1.0 = %+v, %v", cs, err)
+	}
+	b, err = c.Command(ctx, mbim.ServiceMSBasicConnectExtensions, mbim.CIDMSBaseStationsInfo, mbim.Query, (&mbim.BaseStationsQuery{}).Encode())
+	if err != nil {
+		t.Fatalf("20-byte BASE_STATIONS_INFO query through the proxy: %v", err)
+	}
+	if bs, err := mbim.ParseBaseStationsInfoV3(b); err != nil || len(bs.NR) != 1 {
+		t.Errorf("answer = %+v, %v; want the 3.0 layout with the NR cell", bs, err)
+	}
+}
