@@ -76,7 +76,7 @@ func (s *Stack) RadioStatus(ctx context.Context) (RadioStatus, error) {
 		}
 		r.OperatorName = reg.ProviderName
 		if ps, err := cl.PacketService(ctx); err == nil && ps.HighestAvailableDataClass != 0 {
-			r.RAT = ps.HighestAvailableDataClass.String()
+			r.RAT = ps.HighestDataClass().String()
 		}
 		if rs, err := cl.SubscriberReadyStatus(ctx); err == nil {
 			r.SIM = mbimSIM(rs.ReadyState)

@@ -17,12 +17,18 @@ import (
 // MBIM 1.0 only.
 func openRadio(t *testing.T, control string, cell simnet.Cell, noMBIMEx bool) *stack.Stack {
 	t.Helper()
+	return openRadioMBIM(t, control, cell, simnet.MBIMConfig{NoMBIMEx: noMBIMEx})
+}
+
+// openRadioMBIM is openRadio with the MBIM function's configuration.
+func openRadioMBIM(t *testing.T, control string, cell simnet.Cell, mc simnet.MBIMConfig) *stack.Stack {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	so := stack.SimOptions{
 		Modem:         sim.Options{Strict: true, OnViolation: func(err error) { t.Error("protocol violation:", err) }},
 		NetworkConfig: simnet.NetworkConfig{Cell: cell},
-		MBIM:          simnet.MBIMConfig{NoMBIMEx: noMBIMEx},
+		MBIM:          mc,
 	}
 	s, err := stack.Open(ctx, stack.Options{APN: "internet", Control: control, Sim: so})
 	if err != nil {
@@ -96,6 +102,26 @@ func TestRadioStatusOverMBIMSaysWhatQMISays(t *testing.T) {
 	}
 	if m.SIM != "ready" || m.OperatorName == "" {
 		t.Errorf("MBIM SIM %q, operator %q", m.SIM, m.OperatorName)
+	}
+}
+
+// TestRadioStatusOverMBIMEx2HasNoNRCells: a modem that agrees to MBIMEx
+// 2.0 only gives NR's RSRP and SINR (SIGNAL_STATE) but no NR RSRQ, band or
+// carrier: those are in BASE_STATIONS_INFO's 3.0 layout.
+func TestRadioStatusOverMBIMEx2HasNoNRCells(t *testing.T) {
+	cell := simnet.Cell{
+		LTE: &simnet.Measurement{RSRP: -101, RSRQ: -12, SINR: 7.5},
+		NR:  &simnet.Measurement{RSRP: -88, RSRQ: -11, SINR: 18},
+		Components: []simnet.Component{{Band: 7, Channel: 3100, PCI: 55, BandwidthMHz: 20},
+			{NR: true, Band: 78, Channel: 636666, PCI: 9, BandwidthMHz: 100}},
+	}
+	s := openRadioMBIM(t, "mbim", cell, simnet.MBIMConfig{MaxMBIMEx: 0x0200})
+	r := radioStatus(t, s)
+	if r.NR == nil || r.NR.RSRP != -88 || r.NR.HasRSRQ || !slices.Equal(r.Bands, []string{"B7"}) || len(r.Carriers) != 1 {
+		t.Errorf("RadioStatus on an MBIMEx 2.0 modem = %+v (NR %+v)", r, r.NR)
+	}
+	if v := s.MBIM().MBIMEx(); v != 0x0200 {
+		t.Errorf("MBIMEx = %v, want 2.0", v)
 	}
 }
 

@@ -102,13 +102,22 @@ func (c *Client) RegisterState(ctx context.Context) (RegisterState, error) {
 // PacketService queries PACKET_SERVICE.
 func (c *Client) PacketService(ctx context.Context) (PacketService, error) {
 	b, err := c.basic(ctx, CIDPacketService, Query, nil)
-	return parseWithNwError(b, err, ParsePacketService, func(s PacketService) NwError { return s.NwError })
+	return parseWithNwError(b, err, c.parsePacketService, func(s PacketService) NwError { return s.NwError })
+}
+
+// parsePacketService decodes PACKET_SERVICE in the layout agreed (the 1.0
+// parser reads 2.0's fields it needs).
+func (c *Client) parsePacketService(b []byte) (PacketService, error) {
+	if c.MBIMEx() >= MBIMEx3 {
+		return ParsePacketServiceV3(b)
+	}
+	return ParsePacketService(b)
 }
 
 // SetPacketService attaches or detaches.
 func (c *Client) SetPacketService(ctx context.Context, a PacketServiceAction) (PacketService, error) {
 	b, err := c.basic(ctx, CIDPacketService, Set, EncodePacketServiceSet(a))
-	return parseWithNwError(b, err, ParsePacketService, func(s PacketService) NwError { return s.NwError })
+	return parseWithNwError(b, err, c.parsePacketService, func(s PacketService) NwError { return s.NwError })
 }
 
 // Connect activates (or, with Activate false, deactivates) a context.

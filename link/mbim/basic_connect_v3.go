@@ -97,6 +97,17 @@ func ParsePacketServiceV3(b []byte) (PacketService, error) {
 	return p, err
 }
 
+// HighestDataClass is HighestAvailableDataClass in the 1.0/2.0 bits: a
+// 3.0 answer's one 5G bit (5G-NSA's) becomes 5G-SA when DataSubclass says
+// standalone NR without EN-DC.
+func (p *PacketService) HighestDataClass() DataClass {
+	d := p.HighestAvailableDataClass
+	if d&DataClass5GNSA != 0 && p.DataSubclass&DataSubclass5GNR != 0 && p.DataSubclass&DataSubclass5GENDC == 0 {
+		d = d&^DataClass5GNSA | DataClass5GSA
+	}
+	return d
+}
+
 // TAI is MbimTai: the tracking area (MCC and MNC as numbers, e.g. 1
 // and 1 for 001-01).
 type TAI struct {

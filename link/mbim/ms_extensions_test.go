@@ -293,3 +293,23 @@ func TestProxyRewritesAClientsOldLayoutRequestsAfterTheHostAgreed3(t *testing.T)
 		t.Errorf("answer = %+v, %v; want the 3.0 layout with the NR cell", bs, err)
 	}
 }
+
+// TestMBIMEx3PacketServiceSaysStandaloneNRThroughItsSubclass: 3.0 has one
+// 5G data class bit; HighestDataClass reads the subclass to tell 5G-SA.
+func TestMBIMEx3PacketServiceSaysStandaloneNRThroughItsSubclass(t *testing.T) {
+	sa := simnet.Cell{NR: &simnet.Measurement{RSRP: -85, RSRQ: -11, SINR: 18}}
+	for _, tc := range []struct {
+		cell simnet.Cell
+		want mbim.DataClass
+	}{{sa, mbim.DataClass5GSA}, {endcCell(), mbim.DataClass5GNSA}} {
+		c, _ := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: tc.cell}), mbim.Options{})
+		ctx := testCtx(t)
+		if v, err := c.NegotiateMBIMEx(ctx); v != mbim.MBIMEx3 || err != nil {
+			t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
+		}
+		ps, err := c.PacketService(ctx)
+		if err != nil || ps.HighestAvailableDataClass != mbim.DataClass5GNSA || ps.HighestDataClass() != tc.want {
+			t.Errorf("PacketService = %+v, %v: highest %v, want %v", ps, err, ps.HighestDataClass(), tc.want)
+		}
+	}
+}
