@@ -1,14 +1,14 @@
 package mbim
 
 // Microsoft's MBIM extensions (MBIMEx) that status needs: the VERSION
-// exchange that switches the function to the MBIMEx 2.0 layouts, the 2.0
-// SIGNAL_STATE with RSRP and SNR per RAT, and BASE_STATIONS_INFO's LTE
-// serving cell (EARFCN, PCI, RSRP, RSRQ). Layouts: libmbim
-// data/mbim-service-ms-basic-connect-extensions.json ("Base Stations
-// Info"), data/mbim-service-ms-basic-connect-extensions-v2.json
-// ("Version") and data/mbim-service-ms-basic-connect-v2.json; Microsoft's
-// "MB 5G data class support" and "MB base stations information query
-// support" pages. Codecs here, calls in ms_extensions_calls.go.
+// exchange that switches the function to the MBIMEx 2.0 or 3.0 layouts,
+// the 2.0 SIGNAL_STATE with RSRP and SNR per RAT, and the 2.0 layouts of
+// REGISTER_STATE and PACKET_SERVICE. Layouts: libmbim
+// data/mbim-service-ms-basic-connect-extensions-v2.json ("Version") and
+// data/mbim-service-ms-basic-connect-v2.json; Microsoft's "MB 5G data
+// class support" page. BASE_STATIONS_INFO is in base_stations.go, the 3.0
+// layouts of the basic-connect commands in basic_connect_v3.go; calls in
+// ms_extensions_calls.go.
 
 import (
 	"encoding/binary"
