@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mhistack/mhistack/link/mbim"
@@ -19,20 +20,23 @@ type RadioStatus struct {
 	OperatorName string
 	// RAT is the radio access technology: "lte", "nr" or "lte+nr"
 	// (EN-DC) on QMI, and on MBIM when the modem reports RSRP per RAT
-	// (MBIMEx 2.0); otherwise on MBIM the highest available data class
+	// (MBIMEx 2.0) or NR cells (3.0); otherwise on MBIM the highest available data class
 	// ("5G-SA").
 	RAT string
-	// Bands are the bands in use ("B3", "n78"). On MBIM only the LTE
-	// serving cell's band is known (from its EARFCN in
-	// BASE_STATIONS_INFO; NR cells need MBIMEx 3.0).
+	// Bands are the bands in use ("B3", "n78"). On MBIM they are the
+	// serving cells' in BASE_STATIONS_INFO: the LTE cell's from its
+	// EARFCN, the NR cells' (MBIMEx 3.0) from their NR-ARFCN, where
+	// overlapping NR bands resolve to the narrowest
+	// (mbim.NRBandOfARFCN: n78, not n77).
 	Bands []string
-	// Carriers are the LTE component carriers, the primary cell first
-	// (on MBIM: the serving cell alone).
+	// Carriers are the component carriers, the primary cell first: on
+	// QMI the LTE ones; on MBIM a serving cell each (the LTE one, then
+	// the NR ones of MBIMEx 3.0), without bandwidth.
 	Carriers []Carrier
 	// LTE and NR are each RAT's signal (nil: not measured). On MBIM,
 	// RSRP and SINR come from the MBIMEx 2.0 SIGNAL_STATE (1 dB and
-	// 0.5 dB steps) and LTE's RSRQ from BASE_STATIONS_INFO; NR has no
-	// RSRQ there.
+	// 0.5 dB steps), LTE's RSRQ from BASE_STATIONS_INFO's LTE cell and
+	// NR's RSRQ (0.5 dB steps) from its first NR cell (MBIMEx 3.0).
 	LTE, NR *Signal
 	// SIM is the SIM's state: "ready", "pin-required", "puk-required",
 	// "blocked", "absent", "error" or "not-initialized".
@@ -43,7 +47,7 @@ type RadioStatus struct {
 type Carrier struct {
 	Band         string
 	PCI          uint16
-	Channel      uint32 // EARFCN
+	Channel      uint32 // EARFCN (LTE) or NR-ARFCN (bands "n…")
 	BandwidthMHz float64
 	Primary      bool
 	State        string // secondary cells: "active", "deactivated", "deconfigured"
@@ -72,7 +76,7 @@ func (s *Stack) RadioStatus(ctx context.Context) (RadioStatus, error) {
 		}
 		r.OperatorName = reg.ProviderName
 		if ps, err := cl.PacketService(ctx); err == nil && ps.HighestAvailableDataClass != 0 {
-			r.RAT = ps.HighestAvailableDataClass.String()
+			r.RAT = ps.HighestDataClass().String()
 		}
 		if rs, err := cl.SubscriberReadyStatus(ctx); err == nil {
 			r.SIM = mbimSIM(rs.ReadyState)
@@ -204,9 +208,9 @@ func qmiSIM(ctx context.Context, c *qmi.Client) string {
 }
 
 // mbimRadio adds what the MBIM extensions say: RSRP and SNR per RAT
-// (MBIMEx 2.0 SIGNAL_STATE, negotiated here if the session has not yet)
-// and the LTE serving cell (BASE_STATIONS_INFO). A modem without them
-// leaves the fields empty.
+// (MBIMEx 2.0 SIGNAL_STATE, MBIMEx negotiated here if the session has
+// not yet) and the serving cells (BASE_STATIONS_INFO: LTE, and NR from
+// MBIMEx 3.0). A modem without them leaves the fields empty.
 func mbimRadio(ctx context.Context, cl *mbim.Client, r *RadioStatus) {
 	if v, err := cl.NegotiateMBIMEx(ctx); err != nil || v < mbim.MBIMEx2 {
 		return
@@ -225,20 +229,27 @@ func mbimRadio(ctx context.Context, cl *mbim.Client, r *RadioStatus) {
 				r.NR = &Signal{RSRP: rsrp, SINR: snr}
 			}
 		}
-		switch {
-		case r.LTE != nil && r.NR != nil:
-			r.RAT = "lte+nr"
-		case r.LTE != nil:
-			r.RAT = "lte"
-		case r.NR != nil:
-			r.RAT = "nr"
-		}
 	}
-	bs, err := cl.BaseStationsInfo(ctx)
-	if err != nil || bs.LTE == nil {
+	if bs, err := cl.BaseStationsInfo(ctx); err == nil {
+		mbimLTECell(bs.LTE, r)
+		mbimNRCells(bs.NR, r)
+	}
+	switch {
+	case r.LTE != nil && r.NR != nil:
+		r.RAT = "lte+nr"
+	case r.LTE != nil:
+		r.RAT = "lte"
+	case r.NR != nil:
+		r.RAT = "nr"
+	}
+}
+
+// mbimLTECell adds the LTE serving cell: LTE's RSRQ, its band and the
+// primary carrier.
+func mbimLTECell(c *mbim.LTEServingCell, r *RadioStatus) {
+	if c == nil {
 		return
 	}
-	c := bs.LTE
 	if r.LTE != nil && c.RSRQ != -1 { // 0xFFFFFFFF: not measured
 		r.LTE.RSRQ, r.LTE.HasRSRQ = float64(c.RSRQ), true
 	}
@@ -255,4 +266,47 @@ func mbimRadio(ctx context.Context, cl *mbim.Client, r *RadioStatus) {
 		pci = uint16(c.PCI)
 	}
 	r.Carriers = append(r.Carriers, Carrier{Band: band, PCI: pci, Channel: c.EARFCN, Primary: true})
+}
+
+// mbimNRCells adds the NR serving cells (MBIMEx 3.0): the first measured
+// cell's RSRQ (and its RSRP and SINR when SIGNAL_STATE had no NR entry),
+// each cell's band and a carrier each, the first primary when there is
+// no LTE cell (standalone NR).
+func mbimNRCells(cells []mbim.NRServingCell, r *RadioStatus) {
+	for _, c := range cells {
+		rsrp, okP := c.Signal.RSRPdBm()
+		if !okP {
+			continue
+		}
+		if r.NR == nil {
+			sinr, ok := c.Signal.SINRdB()
+			if !ok {
+				continue
+			}
+			r.NR = &Signal{RSRP: rsrp, SINR: sinr}
+		}
+		if rsrq, ok := c.Signal.RSRQdB(); ok {
+			r.NR.RSRQ, r.NR.HasRSRQ = rsrq, true
+		}
+		break
+	}
+	primary := len(r.Carriers) == 0
+	for _, c := range cells {
+		if c.NRARFCN == mbim.Unknown {
+			continue
+		}
+		band := fmt.Sprintf("nrarfcn-%d", c.NRARFCN)
+		if b, ok := mbim.NRBandOfARFCN(c.NRARFCN); ok {
+			band = fmt.Sprintf("n%d", b)
+		}
+		if !slices.Contains(r.Bands, band) {
+			r.Bands = append(r.Bands, band)
+		}
+		pci := uint16(0)
+		if c.PCI <= 1007 { // TS 38.211 §7.4.2.1: 1008 physical cell IDs
+			pci = uint16(c.PCI)
+		}
+		r.Carriers = append(r.Carriers, Carrier{Band: band, PCI: pci, Channel: c.NRARFCN, Primary: primary})
+		primary = false
+	}
 }

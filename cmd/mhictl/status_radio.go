@@ -29,7 +29,8 @@ type radioOut struct {
 type carrierOut struct {
 	Band         string  `json:"band"`
 	PCI          uint16  `json:"pci"`
-	EARFCN       uint32  `json:"earfcn"`
+	EARFCN       uint32  `json:"earfcn"`            // LTE carriers
+	NRARFCN      uint32  `json:"nrarfcn,omitempty"` // NR carriers (MBIMEx 3.0 serving cells); earfcn is 0
 	BandwidthMHz float64 `json:"bandwidth_mhz"`
 	Role         string  `json:"role"` // "primary" or "secondary"
 	State        string  `json:"state,omitempty"`
@@ -57,7 +58,11 @@ func collectRadio(ctx context.Context, s *stack.Stack) (radioOut, error) {
 		if c.Primary {
 			role = "primary"
 		}
-		o.Carriers = append(o.Carriers, carrierOut{Band: c.Band, PCI: c.PCI, EARFCN: c.Channel, BandwidthMHz: c.BandwidthMHz, Role: role, State: c.State})
+		co := carrierOut{Band: c.Band, PCI: c.PCI, EARFCN: c.Channel, BandwidthMHz: c.BandwidthMHz, Role: role, State: c.State}
+		if strings.HasPrefix(c.Band, "n") {
+			co.EARFCN, co.NRARFCN = 0, c.Channel
+		}
+		o.Carriers = append(o.Carriers, co)
 	}
 	return o, nil
 }
@@ -84,6 +89,9 @@ func printRadio(w io.Writer, o *radioOut, provider string) {
 	fmt.Fprintf(w, "bands\t%s\n", orDash(o.Bands))
 	for _, c := range o.Carriers {
 		cc := fmt.Sprintf("%s, PCI %d, EARFCN %d", c.Band, c.PCI, c.EARFCN)
+		if c.NRARFCN != 0 {
+			cc = fmt.Sprintf("%s, PCI %d, NR-ARFCN %d", c.Band, c.PCI, c.NRARFCN)
+		}
 		if c.BandwidthMHz > 0 { // MBIM does not say
 			cc += fmt.Sprintf(", %g MHz", c.BandwidthMHz)
 		}
@@ -209,15 +217,18 @@ func componentOf(b string, i int) (simnet.Component, error) {
 	if err != nil || n <= 0 || n > 512 {
 		return simnet.Component{}, fmt.Errorf("band %q: want B<n> (LTE) or n<n> (NR)", b)
 	}
-	c := simnet.Component{NR: nr, Band: n, PCI: uint16(101 + i), BandwidthMHz: 20, Channel: uint32(100 * n)}
+	// A channel in the band, so that a host reading the EARFCN or
+	// NR-ARFCN (MBIM BASE_STATIONS_INFO) finds the same band.
+	c := simnet.Component{NR: nr, Band: n, PCI: uint16(101 + i), BandwidthMHz: 20}
+	ok := false
 	if nr {
 		c.BandwidthMHz = 100
-	} else if ch, ok := mbim.LTEEARFCNOfBand(n); ok {
-		// A channel in the band, so that a host reading the EARFCN
-		// (MBIM BASE_STATIONS_INFO) finds the same band.
-		c.Channel = ch
+		c.Channel, ok = mbim.NRARFCNOfBand(n)
 	} else {
-		return simnet.Component{}, fmt.Errorf("band %q: not an LTE band the emulator knows", b)
+		c.Channel, ok = mbim.LTEEARFCNOfBand(n)
+	}
+	if !ok {
+		return simnet.Component{}, fmt.Errorf("band %q: not a band the emulator knows", b)
 	}
 	return c, nil
 }

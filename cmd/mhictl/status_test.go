@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -249,20 +250,34 @@ func TestStatusShowsTheSIMStateAndRATOverMBIM(t *testing.T) {
 
 // TestStatusShowsTheCellOverMBIM: over MBIM, status prints the fields
 // it prints over QMI (TestStatusShowsTheCellOverQMI) from the MBIMEx 2.0
-// SIGNAL_STATE and BASE_STATIONS_INFO: RAT, the LTE band and serving
-// cell, RSRP/RSRQ/SINR (SINR in 0.5 dB steps; no NR RSRQ on MBIM).
+// SIGNAL_STATE and the MBIMEx 3.0 BASE_STATIONS_INFO: RAT, the LTE and NR
+// bands and serving cells, RSRP/RSRQ/SINR (SINR in 0.5 dB steps), NR's
+// RSRQ included, in text and -json.
 func TestStatusShowsTheCellOverMBIM(t *testing.T) {
 	args := []string{"status", "-device", "sim", "-sim-cell", "lte=-101/-12/7.5,nr=-88/-11/18.2,bands=B3+B7+n78"}
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"rat             lte+nr", "bands           B3\n", "primary  B3, PCI 101, EARFCN 1574\n",
-		"LTE signal      RSRP -101 dBm, RSRQ -12 dB, SINR 7.5 dB", "NR signal       RSRP -88 dBm, RSRQ ?, SINR 18 dB",
+	for _, want := range []string{"rat             lte+nr", "bands           B3, n78\n", "primary    B3, PCI 101, EARFCN 1574\n",
+		"secondary  n78, PCI 103, NR-ARFCN 636666\n",
+		"LTE signal      RSRP -101 dBm, RSRQ -12 dB, SINR 7.5 dB", "NR signal       RSRP -88 dBm, RSRQ -11 dB, SINR 18 dB",
 		"SIM card        ready"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
+	}
+	out.Reset()
+	if code := run(context.Background(), append(args, "-json"), &out, &errb); code != 0 {
+		t.Fatalf("-json exit %d: %s", code, errb.String())
+	}
+	var o statusOut
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatalf("-json: %v\n%s", err, out.String())
+	}
+	if !slices.Equal(o.Bands, []string{"B3", "n78"}) || len(o.Carriers) != 2 || o.Carriers[1].NRARFCN != 636666 ||
+		o.Carriers[1].EARFCN != 0 || o.NR == nil || o.NR.RSRQ == nil || *o.NR.RSRQ != -11 {
+		t.Errorf("-json radio: %+v", o.radioOut)
 	}
 }
 

@@ -6,8 +6,9 @@ package main
 // function (link/simnet MBIMFunction, attached by `mhictl sim serve`):
 // device caps, subscriber status, registration, the MBIMEx 2.0 signal
 // (RSRP/SNR per RAT) and the LTE serving cell of MS BASE_STATIONS_INFO
-// (mbimcli --device-open-ms-mbimex-v2 negotiates MBIMEx as mhistack
-// does), CONNECT (with
+// (mbimcli --device-open-ms-mbimex-v2 negotiates MBIMEx 2.0, so the
+// function answers BASE_STATIONS_INFO in its 1.0/2.0 layout; mhistack
+// itself asks for 3.0), CONNECT (with
 // --no-close, since a CLOSE ends the data session on a modem) and IP
 // configuration, then a ping through the data interface with the
 // address the modem assigned.

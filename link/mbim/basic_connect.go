@@ -183,6 +183,9 @@ type SubscriberReadyStatus struct {
 	SIMICCID         string
 	ReadyInfo        uint32 // bit0 protect unique ID
 	TelephoneNumbers []string
+	// Flags is MBIMEx 3.0's (EncodeV3 only): bit 0 eSIM, bit 1 SIM
+	// removability known, bit 2 removable.
+	Flags uint32
 }
 
 // maxTelephoneNumbers bounds the count a device may claim; each needs an
@@ -206,18 +209,22 @@ func (s *SubscriberReadyStatus) Encode() []byte {
 // ParseSubscriberReadyStatus decodes SUBSCRIBER_READY_STATUS.
 func ParseSubscriberReadyStatus(b []byte) (SubscriberReadyStatus, error) {
 	r := newReader(b, "SUBSCRIBER_READY_STATUS", 28)
-	s := SubscriberReadyStatus{
-		ReadyState: ReadyState(r.u32(0)), SubscriberID: r.str(4, 0, "SubscriberId"),
-		SIMICCID: r.str(12, 0, "SimIccId"), ReadyInfo: r.u32(20),
-	}
-	n := r.u32(24)
-	if r.err == nil && (n > maxTelephoneNumbers || !r.span(28, 8*uint64(n), "TelephoneNumbers")) {
+	s := SubscriberReadyStatus{ReadyState: ReadyState(r.u32(0))}
+	s.parseFrom(r, 4)
+	return s, r.err
+}
+
+// parseFrom reads the fields from SubscriberId on, which start at off
+// (4 in the 1.0 layout, 8 in the 3.0 one).
+func (s *SubscriberReadyStatus) parseFrom(r *reader, off int) {
+	s.SubscriberID, s.SIMICCID, s.ReadyInfo = r.str(off, 0, "SubscriberId"), r.str(off+8, 0, "SimIccId"), r.u32(off+16)
+	n, nums := r.u32(off+20), off+24
+	if r.err == nil && (n > maxTelephoneNumbers || !r.span(uint64(nums), 8*uint64(n), "TelephoneNumbers")) {
 		r.failf("%d telephone numbers", n)
 	}
 	for i := 0; r.err == nil && i < int(n); i++ {
-		s.TelephoneNumbers = append(s.TelephoneNumbers, r.str(28+8*i, 0, "TelephoneNumber"))
+		s.TelephoneNumbers = append(s.TelephoneNumbers, r.str(nums+8*i, 0, "TelephoneNumber"))
 	}
-	return s, r.err
 }
 
 // RadioState is the RADIO_STATE answer and indication: the hardware
@@ -463,6 +470,9 @@ type PacketService struct {
 	// FrequencyRange is MBIMEx 2.0's (EncodeV2 only): bit 0 FR1, bit 1
 	// FR2 (libmbim MbimFrequencyRange).
 	FrequencyRange uint32
+	// DataSubclass and TAI are MBIMEx 3.0's (EncodeV3 only).
+	DataSubclass DataSubclass
+	TAI          TAI
 }
 
 // Encode returns the information buffer.
@@ -604,6 +614,9 @@ type ConnectRequest struct {
 	Auth        AuthProtocol
 	IPType      IPType
 	ContextType UUID // zero is MBIMContextTypeNone on the wire; Client.Connect sends ContextTypeInternet for it
+	// MediaPreference is MBIMEx 3.0's (EncodeV3 only): 0 unknown, 1
+	// 3GPP, 2 3GPP preferred (libmbim MbimAccessMediaType).
+	MediaPreference uint32
 }
 
 // Encode returns the information buffer; the strings follow the fixed
@@ -668,6 +681,10 @@ type ContextState struct {
 	IPType          IPType
 	ContextType     UUID
 	NwError         NwError
+	// MediaPreference and APN (the context's access string) are MBIMEx
+	// 3.0's (EncodeV3 only).
+	MediaPreference uint32
+	APN             string
 }
 
 // Encode returns the information buffer.

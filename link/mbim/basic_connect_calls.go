@@ -34,6 +34,9 @@ func (c *Client) SubscriberReadyStatus(ctx context.Context) (SubscriberReadyStat
 	if err != nil {
 		return SubscriberReadyStatus{}, err
 	}
+	if c.MBIMEx() >= MBIMEx3 {
+		return ParseSubscriberReadyStatusV3(b)
+	}
 	return ParseSubscriberReadyStatus(b)
 }
 
@@ -99,13 +102,22 @@ func (c *Client) RegisterState(ctx context.Context) (RegisterState, error) {
 // PacketService queries PACKET_SERVICE.
 func (c *Client) PacketService(ctx context.Context) (PacketService, error) {
 	b, err := c.basic(ctx, CIDPacketService, Query, nil)
-	return parseWithNwError(b, err, ParsePacketService, func(s PacketService) NwError { return s.NwError })
+	return parseWithNwError(b, err, c.parsePacketService, func(s PacketService) NwError { return s.NwError })
+}
+
+// parsePacketService decodes PACKET_SERVICE in the layout agreed (the 1.0
+// parser reads 2.0's fields it needs).
+func (c *Client) parsePacketService(b []byte) (PacketService, error) {
+	if c.MBIMEx() >= MBIMEx3 {
+		return ParsePacketServiceV3(b)
+	}
+	return ParsePacketService(b)
 }
 
 // SetPacketService attaches or detaches.
 func (c *Client) SetPacketService(ctx context.Context, a PacketServiceAction) (PacketService, error) {
 	b, err := c.basic(ctx, CIDPacketService, Set, EncodePacketServiceSet(a))
-	return parseWithNwError(b, err, ParsePacketService, func(s PacketService) NwError { return s.NwError })
+	return parseWithNwError(b, err, c.parsePacketService, func(s PacketService) NwError { return s.NwError })
 }
 
 // Connect activates (or, with Activate false, deactivates) a context.
@@ -119,8 +131,12 @@ func (c *Client) Connect(ctx context.Context, req ConnectRequest) (ContextState,
 	if req.ContextType == (UUID{}) {
 		req.ContextType = ContextTypeInternet
 	}
-	b, err := c.basic(ctx, CIDConnect, Set, req.Encode())
-	return parseWithNwError(b, err, ParseContextState, func(s ContextState) NwError { return s.NwError })
+	set := req.Encode()
+	if c.MBIMEx() >= MBIMEx3 {
+		set = req.EncodeV3()
+	}
+	b, err := c.basic(ctx, CIDConnect, Set, set)
+	return parseWithNwError(b, err, c.ParseContextState, func(s ContextState) NwError { return s.NwError })
 }
 
 // Disconnect deactivates session.
@@ -130,8 +146,21 @@ func (c *Client) Disconnect(ctx context.Context, session uint32) (ContextState, 
 
 // ConnectState queries CONNECT for session.
 func (c *Client) ConnectState(ctx context.Context, session uint32) (ContextState, error) {
-	b, err := c.basic(ctx, CIDConnect, Query, EncodeConnectQuery(session))
-	return parseWithNwError(b, err, ParseContextState, func(s ContextState) NwError { return s.NwError })
+	q := EncodeConnectQuery(session)
+	if c.MBIMEx() >= MBIMEx3 {
+		q = q[:4] // the 3.0 query is SessionId alone
+	}
+	b, err := c.basic(ctx, CIDConnect, Query, q)
+	return parseWithNwError(b, err, c.ParseContextState, func(s ContextState) NwError { return s.NwError })
+}
+
+// ParseContextState decodes a CONNECT answer or indication in the
+// layout agreed (MBIMEx).
+func (c *Client) ParseContextState(b []byte) (ContextState, error) {
+	if c.MBIMEx() >= MBIMEx3 {
+		return ParseContextStateV3(b)
+	}
+	return ParseContextState(b)
 }
 
 // IPConfiguration queries IP_CONFIGURATION for session.

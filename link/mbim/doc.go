@@ -20,9 +20,10 @@
 // (an mhi.ControlPort, a pipe, a socket) and Client.Command sends one
 // COMMAND; the typed calls (DeviceCaps, Connect, IPConfiguration, …)
 // encode and decode the information buffers of docs/FRAMING.md §2.8.
-// The session agrees on Microsoft's MBIMEx 2.0 where the modem has it
-// (NegotiateMBIMEx, ms_extensions.go), which gives SignalState RSRP and
-// SNR per RAT, and BaseStationsInfo reads the LTE serving cell.
+// The session agrees on Microsoft's MBIMEx 3.0 or 2.0 where the modem has
+// it (NegotiateMBIMEx, ms_extensions.go), which gives SignalState RSRP and
+// SNR per RAT, and BaseStationsInfo reads the LTE serving cell and, with
+// 3.0, the NR ones (base_stations.go).
 // Proxy serves the abstract unix socket "mbim-proxy" so that unmodified
 // mbimcli -p and ModemManager share the modem with this process.
 //

@@ -228,6 +228,31 @@ func FuzzBaseStationsInfo(f *testing.F) {
 	})
 }
 
+func FuzzBasicConnectV3(f *testing.F) {
+	s := mbim.SubscriberReadyStatus{ReadyState: 1, Flags: 2, SubscriberID: "001", SIMICCID: "89", TelephoneNumbers: []string{"+1"}}
+	p := mbim.PacketService{State: 2, HighestAvailableDataClass: mbim.DataClass5GNSA, DownlinkSpeed: 5, FrequencyRange: 1,
+		DataSubclass: mbim.DataSubclass5GENDC, TAI: mbim.TAI{MCC: 1, MNC: 1, TAC: 7}}
+	c := mbim.ConnectRequest{Activate: true, APN: "internet", User: "u", Password: "pw", IPType: 3, ContextType: mbim.ContextTypeInternet}
+	cs := mbim.ContextState{SessionID: 1, ActivationState: 1, IPType: 3, ContextType: mbim.ContextTypeInternet, APN: "ims"}
+	for _, b := range [][]byte{s.EncodeV3(), p.EncodeV3(), c.EncodeV3(), cs.EncodeV3()} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, mbim.ParseSubscriberReadyStatusV3, (*mbim.SubscriberReadyStatus).EncodeV3)
+		roundTrip(t, data, mbim.ParsePacketServiceV3, (*mbim.PacketService).EncodeV3)
+		roundTrip(t, data, mbim.ParseConnectRequestV3, (*mbim.ConnectRequest).EncodeV3)
+		roundTrip(t, data, mbim.ParseContextStateV3, (*mbim.ContextState).EncodeV3)
+	})
+}
+
+func FuzzBaseStationsInfoV3(f *testing.F) {
+	f.Add(nrBaseStations().EncodeV3())
+	f.Add((&mbim.BaseStationsInfo{}).EncodeV3())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		roundTrip(t, data, mbim.ParseBaseStationsInfoV3, (*mbim.BaseStationsInfo).EncodeV3)
+	})
+}
+
 func FuzzVersionInfo(f *testing.F) {
 	f.Add((&mbim.VersionInfo{MBIM: mbim.MBIMVersion1, Extended: mbim.MBIMEx2}).Encode())
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -1,14 +1,14 @@
 package mbim
 
 // Microsoft's MBIM extensions (MBIMEx) that status needs: the VERSION
-// exchange that switches the function to the MBIMEx 2.0 layouts, the 2.0
-// SIGNAL_STATE with RSRP and SNR per RAT, and BASE_STATIONS_INFO's LTE
-// serving cell (EARFCN, PCI, RSRP, RSRQ). Layouts: libmbim
-// data/mbim-service-ms-basic-connect-extensions.json ("Base Stations
-// Info"), data/mbim-service-ms-basic-connect-extensions-v2.json
-// ("Version") and data/mbim-service-ms-basic-connect-v2.json; Microsoft's
-// "MB 5G data class support" and "MB base stations information query
-// support" pages. Codecs here, calls in ms_extensions_calls.go.
+// exchange that switches the function to the MBIMEx 2.0 or 3.0 layouts,
+// the 2.0 SIGNAL_STATE with RSRP and SNR per RAT, and the 2.0 layouts of
+// REGISTER_STATE and PACKET_SERVICE. Layouts: libmbim
+// data/mbim-service-ms-basic-connect-extensions-v2.json ("Version") and
+// data/mbim-service-ms-basic-connect-v2.json; Microsoft's "MB 5G data
+// class support" page. BASE_STATIONS_INFO is in base_stations.go, the 3.0
+// layouts of the basic-connect commands in basic_connect_v3.go; calls in
+// ms_extensions_calls.go.
 
 import (
 	"encoding/binary"
@@ -26,13 +26,16 @@ const (
 // the high byte, minor in the low one (0x0200 is 2.0).
 type Version uint16
 
-// Versions the host speaks: MBIM 1.0 always, MBIMEx 2.0 when the
-// function agrees (the 3.0 layouts of CONNECT, DEVICE_CAPS and the rest
-// are not implemented, so the host never asks for 3.0).
+// Versions the host speaks: MBIM 1.0 always, MBIMEx 2.0 or 3.0 when the
+// function agrees. 3.0 changes the layouts of SUBSCRIBER_READY_STATUS,
+// PACKET_SERVICE, CONNECT and BASE_STATIONS_INFO among the commands the
+// host uses (the 3.0 codecs are the *V3 ones); REGISTER_STATE and
+// SIGNAL_STATE keep their 2.0 layouts.
 const (
 	MBIMVersion1 Version = 0x0100
 	MBIMEx1      Version = 0x0100 // no extension layouts
 	MBIMEx2      Version = 0x0200
+	MBIMEx3      Version = 0x0300
 )
 
 // VersionInfo is the VERSION query and answer: {u16 MbimVersion, u16
@@ -152,91 +155,6 @@ func ParseSignalStateV2(b []byte) (SignalState, error) {
 		s.RSRPSNR = append(s.RSRPSNR, RSRPSNR{RSRP: u(0), SNR: u(1), RSRPThreshold: u(2), SNRThreshold: u(3), SystemType: DataClass(u(4))})
 	}
 	return s, nil
-}
-
-// BaseStationsQuery is the BASE_STATIONS_INFO query: the most neighbour
-// cells of each RAT the host wants (GSM, UMTS, TD-SCDMA, LTE, CDMA).
-type BaseStationsQuery struct {
-	MaxGSM, MaxUMTS, MaxTDSCDMA, MaxLTE, MaxCDMA uint32
-}
-
-// Encode returns the 20-byte query.
-func (q *BaseStationsQuery) Encode() []byte {
-	w := newWriter(20)
-	for i, v := range []uint32{q.MaxGSM, q.MaxUMTS, q.MaxTDSCDMA, q.MaxLTE, q.MaxCDMA} {
-		w.u32(4*i, v)
-	}
-	return w.bytes()
-}
-
-// BaseStationsInfo is the BASE_STATIONS_INFO answer of MBIMEx 1.0 and
-// 2.0 (the 3.0 layout, which adds NR cells, is not implemented): the
-// serving system and its LTE serving cell. The GSM, UMTS and TD-SCDMA
-// serving cells and the neighbour lists are skipped by the parser and
-// sent empty by the encoder.
-type BaseStationsInfo struct {
-	SystemType DataClass
-	LTE        *LTEServingCell // nil: not on LTE
-}
-
-// LTEServingCell is MbimCellInfoServingLte. RSRP (dBm) and RSRQ (dB) are
-// signed; Unknown (as int32: −1) means not measured, as do CellID,
-// EARFCN, PCI, TAC and TimingAdvance at Unknown.
-type LTEServingCell struct {
-	ProviderID    string // MCC+MNC
-	CellID        uint32
-	EARFCN        uint32
-	PCI           uint32
-	TAC           uint32
-	RSRP, RSRQ    int32
-	TimingAdvance uint32
-}
-
-// lteServingSize is MbimCellInfoServingLte's fixed part.
-const lteServingSize = 36
-
-// baseStationsFixed is the answer's fixed part: SystemType, four serving
-// cell (offset, size) pairs, five neighbour list pairs.
-const baseStationsFixed = 4 + 4*8 + 5*8
-
-// Encode returns the answer buffer.
-func (b *BaseStationsInfo) Encode() []byte {
-	w := newWriter(baseStationsFixed)
-	w.u32(0, uint32(b.SystemType))
-	if c := b.LTE; c != nil {
-		// A nested struct: its string's offset counts from the
-		// struct's start, right after the fixed part.
-		cw := newWriter(lteServingSize)
-		cw.str(0, c.ProviderID)
-		for i, v := range []uint32{c.CellID, c.EARFCN, c.PCI, c.TAC, uint32(c.RSRP), uint32(c.RSRQ), c.TimingAdvance} {
-			cw.u32(8+4*i, v)
-		}
-		w.ol(4+3*8, cw.bytes())
-	}
-	return w.bytes()
-}
-
-// ParseBaseStationsInfo decodes the answer's system type and LTE serving
-// cell.
-func ParseBaseStationsInfo(b []byte) (BaseStationsInfo, error) {
-	r := newReader(b, "BASE_STATIONS_INFO", baseStationsFixed)
-	info := BaseStationsInfo{SystemType: DataClass(r.u32(0))}
-	off, size := r.u32(28), r.u32(32)
-	if r.err != nil || off == 0 {
-		return info, r.err
-	}
-	cell := r.bytesAt(0, uint64(off), uint64(size), "LteServingCell")
-	if r.err != nil {
-		return info, r.err
-	}
-	cr := newReader(cell, "BASE_STATIONS_INFO LteServingCell", lteServingSize)
-	c := &LTEServingCell{ProviderID: cr.str(0, 0, "ProviderId"), CellID: cr.u32(8), EARFCN: cr.u32(12), PCI: cr.u32(16),
-		TAC: cr.u32(20), RSRP: int32(cr.u32(24)), RSRQ: int32(cr.u32(28)), TimingAdvance: cr.u32(32)}
-	if cr.err != nil {
-		return info, cr.err
-	}
-	info.LTE = c
-	return info, nil
 }
 
 // EncodeV2 returns the MBIMEx 2.0 REGISTER_STATE: the 1.0 fields, then

@@ -25,12 +25,15 @@ func (c *Client) mbimExLocked() Version {
 	return MBIMEx1
 }
 
-// NegotiateMBIMEx asks the function for MBIMEx 2.0 as Windows and
+// NegotiateMBIMEx asks the function for MBIMEx 3.0 as Windows and
 // ModemManager do right after OPEN: DEVICE_SERVICES must list
-// MS_BASIC_CONNECT_EXTENSIONS with VERSION, then VERSION {1.0, 2.0} is
-// answered with the version the function will use. From then on
-// REGISTER_STATE, PACKET_SERVICE and SIGNAL_STATE come in their 2.0
-// layouts (longer; SignalState decodes the RSRP/SNR part). A function
+// MS_BASIC_CONNECT_EXTENSIONS with VERSION, then VERSION {1.0, 3.0} is
+// answered with the version the function will use (1.0, 2.0 or 3.0).
+// From 2.0 on REGISTER_STATE, PACKET_SERVICE and SIGNAL_STATE come in
+// their 2.0 layouts (longer; SignalState decodes the RSRP/SNR part);
+// from 3.0 on SUBSCRIBER_READY_STATUS, PACKET_SERVICE, CONNECT and
+// BASE_STATIONS_INFO in their 3.0 ones, which the Client's calls and
+// Session follow. A function
 // without the extension keeps MBIM 1.0: the result is MBIMEx1 and no
 // error. The answer holds until the function is opened again, so calling
 // it once per open is enough; later calls return the agreed version at
@@ -95,7 +98,7 @@ func (c *Client) negotiate(ctx context.Context) (Version, error) {
 	if !ds.Supports(ServiceMSBasicConnectExtensions, CIDMSVersion) {
 		return MBIMEx1, nil
 	}
-	q := VersionInfo{MBIM: MBIMVersion1, Extended: MBIMEx2}
+	q := VersionInfo{MBIM: MBIMVersion1, Extended: MBIMEx3}
 	b, err := c.Command(ctx, ServiceMSBasicConnectExtensions, CIDMSVersion, Query, q.Encode())
 	if err != nil {
 		return MBIMEx1, err
@@ -105,7 +108,7 @@ func (c *Client) negotiate(ctx context.Context) (Version, error) {
 		return MBIMEx1, err
 	}
 	switch v.Extended {
-	case MBIMEx1, MBIMEx2:
+	case MBIMEx1, MBIMEx2, MBIMEx3:
 		return v.Extended, nil
 	}
 	// A function that picks a version the host did not offer breaks
@@ -128,12 +131,21 @@ func (c *Client) SignalState(ctx context.Context) (SignalState, error) {
 }
 
 // BaseStationsInfo queries MS BASE_STATIONS_INFO for the serving cells
-// (no neighbours asked for). A function without the command answers
-// NO_DEVICE_SUPPORT.
+// (no neighbours asked for), in the layout agreed (MBIMEx): with MBIMEx
+// 3.0 the answer carries the NR serving cells. A function without the
+// command answers NO_DEVICE_SUPPORT.
 func (c *Client) BaseStationsInfo(ctx context.Context) (BaseStationsInfo, error) {
-	b, err := c.Command(ctx, ServiceMSBasicConnectExtensions, CIDMSBaseStationsInfo, Query, (&BaseStationsQuery{}).Encode())
+	v3 := c.MBIMEx() >= MBIMEx3
+	q := (&BaseStationsQuery{}).Encode()
+	if v3 {
+		q = (&BaseStationsQuery{}).EncodeV3()
+	}
+	b, err := c.Command(ctx, ServiceMSBasicConnectExtensions, CIDMSBaseStationsInfo, Query, q)
 	if err != nil {
 		return BaseStationsInfo{}, err
+	}
+	if v3 {
+		return ParseBaseStationsInfoV3(b)
 	}
 	return ParseBaseStationsInfo(b)
 }

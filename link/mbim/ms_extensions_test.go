@@ -20,7 +20,9 @@ func endcCell() simnet.Cell {
 }
 
 func TestNegotiateMBIMExAgreesOn2AndSignalStateCarriesRSRPAndSNRPerRAT(t *testing.T) {
-	c, _ := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: endcCell()}), mbim.Options{})
+	cfg := onNetwork(simnet.NetworkConfig{Cell: endcCell()})
+	cfg.MaxMBIMEx = mbim.MBIMEx2 // a function from before MBIMEx 3.0
+	c, _ := openPipe(t, cfg, mbim.Options{})
 	ctx := testCtx(t)
 	if v := c.MBIMEx(); v != mbim.MBIMEx1 {
 		t.Fatalf("MBIMEx before negotiation = %v, want 1.0", v)
@@ -61,6 +63,44 @@ func TestNegotiateMBIMExAgreesOn2AndSignalStateCarriesRSRPAndSNRPerRAT(t *testin
 	if b, ok := mbim.LTEBandOfEARFCN(bs.LTE.EARFCN); !ok || b != 3 {
 		t.Errorf("band of EARFCN %d = %d, %v; want 3", bs.LTE.EARFCN, b, ok)
 	}
+	if bs.NR != nil {
+		t.Errorf("2.0 BASE_STATIONS_INFO has NR cells %+v", bs.NR)
+	}
+}
+
+func TestMBIMEx3CarriesTheNRServingCellsAndThe3LayoutsOfTheOtherCommands(t *testing.T) {
+	c, f := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: endcCell()}), mbim.Options{})
+	ctx := testCtx(t)
+	if v, err := c.NegotiateMBIMEx(ctx); err != nil || v != mbim.MBIMEx3 {
+		t.Fatalf("NegotiateMBIMEx = %v, %v; want 3.0", v, err)
+	}
+	bs, err := c.BaseStationsInfo(ctx)
+	if err != nil || bs.LTE == nil || len(bs.NR) != 1 {
+		t.Fatalf("BaseStationsInfo = %+v, %v; want the LTE cell and one NR cell", bs, err)
+	}
+	if bs.SystemType != mbim.DataClass5GNSA || bs.SystemSubType != mbim.DataSubclass5GENDC {
+		t.Errorf("system %v subtype %v, want 5G with EN-DC", bs.SystemType, bs.SystemSubType)
+	}
+	nr := bs.NR[0]
+	rsrp, _ := nr.Signal.RSRPdBm()
+	rsrq, _ := nr.Signal.RSRQdB()
+	sinr, _ := nr.Signal.SINRdB()
+	if nr.NRARFCN != 636666 || nr.PCI != 7 || rsrp != -101 || rsrq != -12 || sinr != 7 || nr.ProviderID == "" {
+		t.Errorf("NR serving cell = %+v: %v dBm %v dB %v dB; want NR-ARFCN 636666 PCI 7 -101/-12/7", nr, rsrp, rsrq, sinr)
+	}
+	if rs, err := c.SubscriberReadyStatus(ctx); err != nil || rs.ReadyState != mbim.ReadyInitialized || rs.SubscriberID == "" {
+		t.Errorf("SubscriberReadyStatus in the 3.0 layout = %+v, %v", rs, err)
+	}
+	if ps, err := c.PacketService(ctx); err != nil || ps.State != mbim.PacketServiceAttached {
+		t.Errorf("PacketService in the 3.0 layout = %+v, %v", ps, err)
+	}
+	cs, err := c.Connect(ctx, mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6})
+	if err != nil || cs.ActivationState != mbim.ActivationActivated || cs.APN != "internet" || !f.Active(0) {
+		t.Fatalf("Connect in the 3.0 layout = %+v, %v (active %v)", cs, err, f.Active(0))
+	}
+	if cs, err := c.ConnectState(ctx, 0); err != nil || cs.ActivationState != mbim.ActivationActivated {
+		t.Errorf("ConnectState in the 3.0 layout = %+v, %v", cs, err)
+	}
 }
 
 func TestNegotiateMBIMExKeepsMBIM1OnAFunctionWithoutTheExtension(t *testing.T) {
@@ -85,7 +125,7 @@ func TestNegotiateMBIMExKeepsMBIM1OnAFunctionWithoutTheExtension(t *testing.T) {
 func TestMBIMExIsForgottenWhenTheFunctionIsOpenedAgain(t *testing.T) {
 	c, _ := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: endcCell()}), mbim.Options{})
 	ctx := testCtx(t)
-	if v, err := c.NegotiateMBIMEx(ctx); v != mbim.MBIMEx2 {
+	if v, err := c.NegotiateMBIMEx(ctx); v != mbim.MBIMEx3 {
 		t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
 	}
 	if err := c.CloseFunction(ctx); err != nil {
@@ -102,7 +142,7 @@ func TestMBIMExIsForgottenWhenTheFunctionIsOpenedAgain(t *testing.T) {
 	if err != nil || len(b) != 20 {
 		t.Errorf("SIGNAL_STATE after re-open: %d bytes, %v; want the 20-byte 1.0 layout", len(b), err)
 	}
-	if v, err := c.NegotiateMBIMEx(ctx); v != mbim.MBIMEx2 || err != nil {
+	if v, err := c.NegotiateMBIMEx(ctx); v != mbim.MBIMEx3 || err != nil {
 		t.Errorf("second NegotiateMBIMEx = %v, %v", v, err)
 	}
 }
@@ -114,8 +154,8 @@ func TestSessionNegotiatesMBIMExAfterOpen(t *testing.T) {
 	if _, err := s.WaitUp(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if v := c.MBIMEx(); v != mbim.MBIMEx2 {
-		t.Errorf("MBIMEx after the session came up = %v, want 2.0", v)
+	if v := c.MBIMEx(); v != mbim.MBIMEx3 {
+		t.Errorf("MBIMEx after the session came up = %v, want 3.0", v)
 	}
 }
 
@@ -126,17 +166,17 @@ func TestProxyTellsClientsTheMBIMExVersion(t *testing.T) {
 	if v := early.MBIMEx(); v != mbim.MBIMEx1 {
 		t.Fatalf("proxy client's MBIMEx before the host negotiated = %v", v)
 	}
-	if v, err := host.NegotiateMBIMEx(testCtx(t)); v != mbim.MBIMEx2 {
+	if v, err := host.NegotiateMBIMEx(testCtx(t)); v != mbim.MBIMEx3 {
 		t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
 	}
 	// A client connected before hears the indication; one that
 	// connects after gets it with its CONFIGURATION's answer.
-	waitFor(t, 5*time.Second, "early client adopts 2.0", func() bool { return early.MBIMEx() == mbim.MBIMEx2 })
+	waitFor(t, 5*time.Second, "early client adopts 3.0", func() bool { return early.MBIMEx() == mbim.MBIMEx3 })
 	late := dialProxy(t, p)
-	waitFor(t, 5*time.Second, "late client adopts 2.0", func() bool { return late.MBIMEx() == mbim.MBIMEx2 })
+	waitFor(t, 5*time.Second, "late client adopts 3.0", func() bool { return late.MBIMEx() == mbim.MBIMEx3 })
 	sig, err := late.SignalState(testCtx(t))
 	if err != nil || len(sig.RSRPSNR) != 2 {
-		t.Errorf("SignalState through the proxy = %+v, %v; want the 2.0 layout", sig, err)
+		t.Errorf("SignalState through the proxy = %+v, %v; want the 2.0 layout (3.0 keeps it)", sig, err)
 	}
 }
 
@@ -224,5 +264,52 @@ func TestParseSignalStateV2RejectsACountBeyondTheArray(t *testing.T) {
 	b[28] = 1
 	if got, err := mbim.ParseSignalStateV2(b); err != nil || len(got.RSRPSNR) != 1 || got.RSRPSNR[0].RSRP != 64 {
 		t.Errorf("ParseSignalStateV2 = %+v, %v", got, err)
+	}
+}
+
+// TestProxyRewritesAClientsOldLayoutRequestsAfterTheHostAgreed3: a
+// libmbim client that built its CONNECT set and BASE_STATIONS_INFO query
+// before it applied the proxy's VERSION indication still gets through.
+func TestProxyRewritesAClientsOldLayoutRequestsAfterTheHostAgreed3(t *testing.T) {
+	host, f := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: endcCell()}), mbim.Options{})
+	ctx := testCtx(t)
+	if v, err := host.NegotiateMBIMEx(ctx); v != mbim.MBIMEx3 || err != nil {
+		t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
+	}
+	c := dialProxy(t, testProxy(t, host, mbim.ProxyOptions{}))
+	set := mbim.ConnectRequest{Activate: true, APN: "internet", IPType: mbim.IPTypeIPv4v6, ContextType: mbim.ContextTypeInternet}
+	b, err := c.Command(ctx, mbim.ServiceBasicConnect, mbim.CIDConnect, mbim.Set, set.Encode())
+	if err != nil || !f.Active(0) {
+		t.Fatalf("1.0 CONNECT set through the proxy: %v (active %v)", err, f.Active(0))
+	}
+	if cs, err := mbim.ParseContextState(b); err != nil || cs.ActivationState != mbim.ActivationActivated {
+		t.Errorf("the 3.0 answer read as 1.0 = %+v, %v", cs, err)
+	}
+	b, err = c.Command(ctx, mbim.ServiceMSBasicConnectExtensions, mbim.CIDMSBaseStationsInfo, mbim.Query, (&mbim.BaseStationsQuery{}).Encode())
+	if err != nil {
+		t.Fatalf("20-byte BASE_STATIONS_INFO query through the proxy: %v", err)
+	}
+	if bs, err := mbim.ParseBaseStationsInfoV3(b); err != nil || len(bs.NR) != 1 {
+		t.Errorf("answer = %+v, %v; want the 3.0 layout with the NR cell", bs, err)
+	}
+}
+
+// TestMBIMEx3PacketServiceSaysStandaloneNRThroughItsSubclass: 3.0 has one
+// 5G data class bit; HighestDataClass reads the subclass to tell 5G-SA.
+func TestMBIMEx3PacketServiceSaysStandaloneNRThroughItsSubclass(t *testing.T) {
+	sa := simnet.Cell{NR: &simnet.Measurement{RSRP: -85, RSRQ: -11, SINR: 18}}
+	for _, tc := range []struct {
+		cell simnet.Cell
+		want mbim.DataClass
+	}{{sa, mbim.DataClass5GSA}, {endcCell(), mbim.DataClass5GNSA}} {
+		c, _ := openPipe(t, onNetwork(simnet.NetworkConfig{Cell: tc.cell}), mbim.Options{})
+		ctx := testCtx(t)
+		if v, err := c.NegotiateMBIMEx(ctx); v != mbim.MBIMEx3 || err != nil {
+			t.Fatalf("NegotiateMBIMEx = %v, %v", v, err)
+		}
+		ps, err := c.PacketService(ctx)
+		if err != nil || ps.HighestAvailableDataClass != mbim.DataClass5GNSA || ps.HighestDataClass() != tc.want {
+			t.Errorf("PacketService = %+v, %v: highest %v, want %v", ps, err, ps.HighestDataClass(), tc.want)
+		}
 	}
 }

@@ -341,6 +341,9 @@ func (pc *proxyClient) request(m *Message) {
 		pc.subscribe(m)
 		return
 	}
+	if pc.p.c.MBIMEx() >= MBIMEx3 {
+		m = toMBIMEx3(m)
+	}
 	r, err := pc.p.c.Call(pc.Ctx, m)
 	if err != nil {
 		code := ProtoUnknown
@@ -434,4 +437,34 @@ func DialProxy(ctx context.Context, name, devicePath string, opts Options) (*Cli
 		}
 		return err
 	})
+}
+
+// toMBIMEx3 rewrites a client's request built in the 1.0/2.0 layout of a
+// command whose request 3.0 changes (CONNECT set, BASE_STATIONS_INFO
+// query) once the host has agreed 3.0. A libmbim client learns the
+// version from the proxy's VERSION indication, which libmbim applies in
+// an idle callback: a request built right after OPEN (mbimcli -p
+// --connect) may still use the old layout. The answers need no rewrite:
+// 3.0's CONNECT answer starts with 1.0's 36 bytes, and the client parses
+// answers after the indication has been applied. Anything that is not
+// clearly the old layout is passed on as it came.
+func toMBIMEx3(m *Message) *Message {
+	switch {
+	case m.Service == ServiceBasicConnect && m.CID == CIDConnect && m.CommandType == Set:
+		if _, err := ParseConnectRequestV3(m.Buffer); err == nil {
+			return m
+		}
+		req, err := ParseConnectRequest(m.Buffer)
+		if err != nil {
+			return m
+		}
+		c := *m
+		c.Buffer = req.EncodeV3()
+		return &c
+	case m.Service == ServiceMSBasicConnectExtensions && m.CID == CIDMSBaseStationsInfo && m.CommandType == Query && len(m.Buffer) == 20:
+		c := *m
+		c.Buffer = append(append([]byte(nil), m.Buffer...), 0, 0, 0, 0) // MaxNrCount 0
+		return &c
+	}
+	return m
 }

@@ -216,9 +216,10 @@ func TestMbimcliThroughProxy(t *testing.T) {
 	expect(run("--query-pin-state"), "unlocked")
 	expect(run("--query-radio-state"), "Software radio state: 'on'")
 	expect(run("--query-packet-service-state"), "attached")
-	// The host agreed MBIMEx 2.0 and the proxy told mbimcli so: it
-	// reads the 2.0 SIGNAL_STATE (the default cell, LTE at -93 dBm, SNR
-	// 13 dB) and the LTE serving cell (B3's EARFCN 1300, PCI 101).
+	// The host agreed MBIMEx 3.0 and the proxy told mbimcli so: it
+	// reads the SIGNAL_STATE of 2.0 (which 3.0 keeps: the default cell,
+	// LTE at -93 dBm, SNR 13 dB) and the 3.0 BASE_STATIONS_INFO's LTE
+	// serving cell (B3's EARFCN 1300, PCI 101).
 	expect(run("--query-signal-state"), "RSSI", "RSRP/SNR info: 'lte'", "RSRP: '-93 dBm'", "SNR: '13.0 dB'")
 	expect(run("--ms-query-base-stations-info"), "EARFCN: 1300", "Physical cell id: 101", "RSRP: -93 dBm", "RSRQ: -9 dBm")
 	// --device-open-ms-mbimex-v2 through the proxy: mbimcli's own

@@ -230,7 +230,7 @@ func (s *Session) indication(m *Message) {
 	}
 	switch m.CID {
 	case CIDConnect:
-		cs, err := ParseContextState(m.Buffer)
+		cs, err := s.c.ParseContextState(m.Buffer)
 		if err == nil && cs.SessionID == s.cfg.SessionID && cs.ActivationState == ActivationDeactivated {
 			s.setLost(fmt.Errorf("mbim: context deactivated by the network (%v): %w", cs.NwError, ErrDetached))
 			return

@@ -73,6 +73,10 @@ type MBIMConfig struct {
 	// MS_BASIC_CONNECT_EXTENSIONS (VERSION, BASE_STATIONS_INFO), so a host
 	// keeps the 1.0 layouts and has no RSRP, RSRQ, SINR or band.
 	NoMBIMEx bool
+	// MaxMBIMEx is the highest MBIMEx version the function agrees to
+	// in VERSION (0: 3.0, the highest it implements; MBIMEx2 models a
+	// function that predates the NR cells of BASE_STATIONS_INFO).
+	MaxMBIMEx mbim.Version
 	// Logger receives the function's diagnostics (nil: discarded).
 	Logger *slog.Logger
 }

@@ -42,7 +42,7 @@ func (f *MBIMFunction) deactivateAllLocked(nw mbim.NwError) {
 		delete(f.st.contexts, id)
 		cs := mbim.ContextState{SessionID: id, ActivationState: mbim.ActivationDeactivated,
 			ContextType: mbim.ContextTypeInternet, NwError: nw}
-		f.indicateLocked(mbim.CIDConnect, cs.Encode())
+		f.indicateLocked(mbim.CIDConnect, f.encodeContextState(&cs))
 	}
 }
 
@@ -58,7 +58,7 @@ func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 		ps.NwError = nw
 		f.indicateLocked(mbim.CIDPacketService, f.encodePacketService(ps))
 	case evSIMReady:
-		f.indicateLocked(mbim.CIDSubscriberReadyStatus, f.subscriberReady().Encode())
+		f.indicateLocked(mbim.CIDSubscriberReadyStatus, f.encodeSubscriberReady())
 	case evCarrier:
 		for id, ctx := range f.st.contexts {
 			f.indicateLocked(mbim.CIDIPConfiguration, f.ipConfig(id, ctx).Encode())
@@ -68,8 +68,26 @@ func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 	}
 }
 
-// The answers and indications whose layout MBIMEx 2.0 changes, in the
-// layout agreed with the host.
+// The answers and indications whose layout MBIMEx 2.0 or 3.0 changes, in
+// the layout agreed with the host.
+
+func (f *MBIMFunction) encodeSubscriberReady() []byte {
+	r := f.subscriberReady()
+	if f.st.ex >= mbim.MBIMEx3 {
+		return r.EncodeV3() // Flags 0: a physical SIM, removability not reported
+	}
+	return r.Encode()
+}
+
+func (f *MBIMFunction) encodeContextState(cs *mbim.ContextState) []byte {
+	if f.st.ex >= mbim.MBIMEx3 {
+		if c := f.st.contexts[cs.SessionID]; c != nil {
+			cs.APN = c.apn
+		}
+		return cs.EncodeV3()
+	}
+	return cs.Encode()
+}
 
 func (f *MBIMFunction) encodeRegisterState() []byte {
 	r := f.registerState()
@@ -81,13 +99,24 @@ func (f *MBIMFunction) encodeRegisterState() []byte {
 }
 
 func (f *MBIMFunction) encodePacketService(p *mbim.PacketService) []byte {
-	if f.st.ex >= mbim.MBIMEx2 {
-		if p.State == mbim.PacketServiceAttached {
-			p.FrequencyRange = 1 // FR1: the emulated carriers are all below 7.125 GHz
-		}
+	if f.st.ex < mbim.MBIMEx2 {
+		return p.Encode()
+	}
+	if p.State == mbim.PacketServiceAttached {
+		p.FrequencyRange = 1 // FR1: the emulated carriers are all below 7.125 GHz
+	}
+	if f.st.ex < mbim.MBIMEx3 {
 		return p.EncodeV2()
 	}
-	return p.Encode()
+	if p.HighestAvailableDataClass&(mbim.DataClass5GNSA|mbim.DataClass5GSA) != 0 {
+		// MbimDataClassV3 has one 5G bit (5G-NSA's); the subclass
+		// tells EN-DC from standalone.
+		p.HighestAvailableDataClass, p.DataSubclass = mbim.DataClass5GNSA, mbim.DataSubclass5GNR
+		if f.net.cellLocked().LTE != nil {
+			p.DataSubclass = mbim.DataSubclass5GENDC
+		}
+	}
+	return p.EncodeV3()
 }
 
 // encodeSignalState adds MBIMEx 2.0's RSRP and SNR of each RAT the cell
@@ -297,7 +326,7 @@ func (f *MBIMFunction) commandLocked(m *mbim.Message) (mbim.Status, []byte) {
 		if set {
 			return mbim.StatusNoDeviceSupport, nil
 		}
-		return mbim.StatusNone, f.subscriberReady().Encode()
+		return mbim.StatusNone, f.encodeSubscriberReady()
 	case mbim.CIDPIN:
 		return f.pinLocked(m)
 	case mbim.CIDRadioState:
@@ -451,7 +480,7 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 		if c := s.contexts[id]; c != nil {
 			cs.ActivationState, cs.IPType = mbim.ActivationActivated, c.ipType
 		}
-		return cs.Encode()
+		return f.encodeContextState(&cs)
 	}
 	if m.CommandType != mbim.Set {
 		id, err := mbim.ParseSessionQuery(m.Buffer)
@@ -460,7 +489,11 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 		}
 		return mbim.StatusNone, state(id, 0)
 	}
-	req, err := mbim.ParseConnectRequest(m.Buffer)
+	parse := mbim.ParseConnectRequest
+	if s.ex >= mbim.MBIMEx3 {
+		parse = mbim.ParseConnectRequestV3
+	}
+	req, err := parse(m.Buffer)
 	if err != nil {
 		return mbim.StatusInvalidParameters, nil
 	}
