@@ -63,6 +63,9 @@ type Server[C comparable] struct {
 
 	clients map[C]*Peer // guarded by Mu
 	closed  bool        // guarded by Mu
+	// leaving counts clients removed whose Left work still runs
+	// (guarded by Mu): Clients counts them until it is done.
+	leaving int
 }
 
 // New returns a server that has no clients and does not listen yet.
@@ -108,11 +111,12 @@ func Listen[P interface{ Close() error }, C comparable](proxy P, s *Server[C]) (
 	return proxy, nil
 }
 
-// Clients returns the number of connected clients.
+// Clients returns the number of connected clients, counting one that has
+// gone until the work its leaving causes (Config.Left's func) is done.
 func (s *Server[C]) Clients() int {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
-	return len(s.clients)
+	return len(s.clients) + s.leaving
 }
 
 // ClientsLocked returns the connected clients; the caller holds Mu while
@@ -165,9 +169,15 @@ func (s *Server[C]) serve(c C, p *Peer) {
 	s.Mu.Lock()
 	delete(s.clients, c)
 	after := s.cfg.Left(c)
+	if after != nil {
+		s.leaving++
+	}
 	s.Mu.Unlock()
 	if after != nil {
 		after()
+		s.Mu.Lock()
+		s.leaving--
+		s.Mu.Unlock()
 	}
 }
 

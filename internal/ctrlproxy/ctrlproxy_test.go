@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -17,7 +18,8 @@ type echo struct {
 	release chan struct{}
 }
 
-func newEcho(t *testing.T, maxClients, maxInFlight int, left chan<- *echo) (*Server[*echo], chan struct{}) {
+// newEcho's Left work sends the client on left and then waits for hold.
+func newEcho(t *testing.T, maxClients, maxInFlight int, left chan<- *echo, hold <-chan struct{}) (*Server[*echo], chan struct{}) {
 	release := make(chan struct{})
 	var s *Server[*echo]
 	s = New(Config[*echo]{Proto: "test", MaxClients: maxClients, MaxInFlight: maxInFlight,
@@ -38,15 +40,15 @@ func newEcho(t *testing.T, maxClients, maxInFlight int, left chan<- *echo) (*Ser
 			if s.ConnectedLocked(e) {
 				t.Error("Left: client still in the set")
 			}
-			return func() { left <- e }
+			return func() { left <- e; <-hold }
 		},
 	})
 	return s, release
 }
 
 func TestServerBoundsRequestsAndWaitsForThemBeforeLeft(t *testing.T) {
-	left := make(chan *echo, 1)
-	s, release := newEcho(t, 1, 1, left)
+	left, hold := make(chan *echo, 1), make(chan struct{})
+	s, release := newEcho(t, 1, 1, left, hold)
 	a, b := net.Pipe()
 	s.ServeConn(a)
 	// A second client is refused: MaxClients is 1.
@@ -70,8 +72,16 @@ func TestServerBoundsRequestsAndWaitsForThemBeforeLeft(t *testing.T) {
 	}
 	b.Close()
 	<-left
-	if s.Clients() != 0 {
-		t.Errorf("Clients() = %d after the client left", s.Clients())
+	// Its Left work runs: the client still counts (a caller that waits
+	// for Clients() == 0 waits for that work too).
+	if n := s.Clients(); n != 1 {
+		t.Errorf("Clients() = %d while the client's Left work runs, want 1", n)
+	}
+	close(hold)
+	for deadline := time.Now().Add(10 * time.Second); s.Clients() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Clients() = %d after the client's Left work ended", s.Clients())
+		}
 	}
 	detached := 0
 	if closed, err := s.Close(func() { detached++ }); !closed || err != nil {
@@ -83,8 +93,9 @@ func TestServerBoundsRequestsAndWaitsForThemBeforeLeft(t *testing.T) {
 }
 
 func TestServerCloseDisconnectsClients(t *testing.T) {
-	left := make(chan *echo, 1)
-	s, release := newEcho(t, 0, 0, left)
+	left, hold := make(chan *echo, 1), make(chan struct{})
+	close(hold)
+	s, release := newEcho(t, 0, 0, left, hold)
 	defer close(release)
 	a, b := net.Pipe()
 	defer b.Close()
