@@ -602,6 +602,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkCo
 			}
 			co := carrier
 			co.Framing, co.Logger = f, log.With("part", "carrier", "channel", name)
+			co.Network = network
 			cn, err := simnet.NewCarrierNetwork(co)
 			if err != nil {
 				s.close()
