@@ -247,6 +247,11 @@ func (s *Stack) raFollow(addrs, pref64 bool) {
 	if pref64 {
 		s.mu.Lock()
 		s.clatFor = netip.Addr{} // run it again, with the new prefix
+		if c := s.tap.clat.Load(); c != nil && c.pfx.Prefix() != s.ra.pref64 && !s.cfg.NAT64Prefix.IsValid() {
+			// Not the network's prefix (any more): no translation
+			// with it until discovery finds one.
+			s.stopCLATLocked()
+		}
 		s.mu.Unlock()
 	}
 	if addrs || pref64 {

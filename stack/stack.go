@@ -156,6 +156,7 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("stack: create NIC: %s", err)
 	}
 	s.linkUp = true
+	s.ra.mtu = s.tap.MTU()
 	if err := s.SetAddresses(cfg.Addresses); err != nil {
 		s.gs.Destroy()
 		return nil, err
