@@ -135,6 +135,11 @@ func TestRenumberedPrefixKeepsOldConnectionsUntilItsValidLifetimeEnds(t *testing
 			if _, err := old.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNABORTED) {
 				t.Errorf("read on the old address's connection after its end: %v, want ECONNABORTED", err)
 			}
+			// A UDP socket bound to the old address stays open, but
+			// cannot send from an address the stack no longer has.
+			if _, err := uc.Write([]byte("udp after")); !errors.Is(err, syscall.ENOTCONN) {
+				t.Errorf("UDP write from the old address after its end: %v, want ENOTCONN", err)
+			}
 			c, err = s.DialContext(ctx, "tcp6", dst)
 			if err != nil {
 				t.Fatal(err)
@@ -145,5 +150,17 @@ func TestRenumberedPrefixKeepsOldConnectionsUntilItsValidLifetimeEnds(t *testing
 				t.Errorf("%d advertisements dropped as invalid", st.RouterAdvertsInvalid)
 			}
 		})
+	}
+}
+
+// The network advertises every RAInterval besides the session's start
+// and the stack's solicitation, and the stack follows each.
+func TestPeriodicRouterAdvertisementsAreFollowed(t *testing.T) {
+	car := simnet.DefaultCarrier()
+	nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car, RAInterval: 50 * time.Millisecond})
+	s := openOn(t, "quectel-rm5xx", nw, car)
+	waitFor(t, func() bool { return s.Stats().RouterAdverts >= 5 })
+	if st := stack.CarrierStatsForTest(s); st.RouterAdverts < 5 {
+		t.Errorf("the network counts %d advertisements sent", st.RouterAdverts)
 	}
 }
