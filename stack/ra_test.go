@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -38,10 +39,16 @@ func hostUDPEcho6(t *testing.T) uint16 {
 // 20 s, not a measurement).
 func waitAddrs(t *testing.T, s *stack.Stack, what string, cond func([]netip.Prefix) bool) {
 	t.Helper()
+	waitUntil(t, what+" (addresses "+fmt.Sprint(s.Addresses())+")", func() bool { return cond(s.Addresses()) })
+}
+
+// waitUntil waits until cond holds (a bound of 20 s, not a measurement).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for !cond(s.Addresses()) {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("addresses %v: %s not within 20 s", s.Addresses(), what)
+			t.Fatalf("%s: not within 20 s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -69,7 +76,7 @@ func TestRenumberedPrefixKeepsOldConnectionsUntilItsValidLifetimeEnds(t *testing
 			s := openOn(t, p.profile, nw, car)
 			ctx := ctxT(t, 60*time.Second)
 			oldAddr := car.IPv6.Addr()
-			waitFor(t, func() bool { return s.Stats().RouterAdverts > 0 })
+			waitUntil(t, "the network's advertisement", func() bool { return s.Stats().RouterAdverts > 0 })
 
 			port := hostEcho(t, "tcp6", "[::1]:0")
 			dst := netip.AddrPortFrom(simnet.TestAddr6, port).String()
@@ -159,7 +166,7 @@ func TestPeriodicRouterAdvertisementsAreFollowed(t *testing.T) {
 	car := simnet.DefaultCarrier()
 	nw := simnet.NewNetwork(simnet.NetworkConfig{APN: "internet", Carrier: car, RAInterval: 50 * time.Millisecond})
 	s := openOn(t, "quectel-rm5xx", nw, car)
-	waitFor(t, func() bool { return s.Stats().RouterAdverts >= 5 })
+	waitUntil(t, "five advertisements", func() bool { return s.Stats().RouterAdverts >= 5 })
 	if st := stack.CarrierStatsForTest(s); st.RouterAdverts < 5 {
 		t.Errorf("the network counts %d advertisements sent", st.RouterAdverts)
 	}
