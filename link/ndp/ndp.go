@@ -172,7 +172,7 @@ func ParseRouterAdvert(pkt []byte) (RouterAdvert, error) {
 			v := binary.BigEndian.Uint16(o[2:4])
 			bits, ok := plcBits(v & 7)
 			if !ok {
-				continue // RFC 8781 §4: a PLC of 6 or 7 is ignored
+				continue // a PLC of 6 or 7 codes no length (RFC 8781 §4)
 			}
 			var a [16]byte
 			copy(a[:12], o[4:16])
@@ -252,7 +252,7 @@ func finish(b []byte, start int) []byte {
 // host): hop limit 255, the prefixes with their flags and lifetimes, an
 // MTU option when ra.MTU is set and a PREF64 option when ra.PREF64 is
 // valid with a length RFC 8781 can code (its lifetime rounded up to 8
-// seconds, at most MaxPREF64Lifetime).
+// seconds, at most MaxPREF64Lifetime, as RFC 8781 §4.1 says).
 func AppendRouterAdvert(b []byte, src, dst netip.Addr, ra *RouterAdvert) []byte {
 	n := raLen + ra.NumPrefixes*lenPrefixInfo*8
 	if ra.MTU != 0 {

@@ -200,7 +200,8 @@ func (n *Network) advertLocked(c Carrier, interval time.Duration, now time.Time)
 		ra.NumPrefixes++
 	}
 	if c.NAT64.IsValid() {
-		// RFC 8781 §4: a lifetime of 3 × MaxRtrAdvInterval, by default.
+		// RFC 8781 §4.1: by default the lesser of 3 × MaxRtrAdvInterval and
+		// what the option can carry.
 		ra.PREF64, ra.PREF64Lifetime = c.NAT64, min(3*interval, ndp.MaxPREF64Lifetime)
 	}
 	return ra
