@@ -39,8 +39,8 @@ import (
 // it guards a shared link against forged advertisements, and a bearer
 // is a point-to-point link on which only the network's gateway can send
 // — the case the rule exempts as authenticated. So a network that
-// renumbers can end the old prefix in minutes, as RFC 8978 asks of
-// hosts.
+// renumbers can end the old prefix in minutes rather than hours (RFC
+// 8978 describes what the floor costs in a renumbering).
 
 // maxRAPrefixes bounds the prefixes the stack follows; further new ones
 // are ignored until one ends.
