@@ -376,7 +376,10 @@ func (s *Stack) waitCLAT(ctx context.Context) {
 // runCLAT finds the prefix and brings the CLAT up for v6.
 func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr) {
 	pfx, err := siit.NewPrefix(s.cfg.NAT64Prefix)
-	if !s.cfg.NAT64Prefix.IsValid() {
+	if p := s.pref64(); !s.cfg.NAT64Prefix.IsValid() && p.IsValid() {
+		// The network's PREF64 (RFC 8781), before discovery (RFC 9872).
+		pfx, err = siit.NewPrefix(p)
+	} else if !s.cfg.NAT64Prefix.IsValid() {
 		pfx, err = s.discoverNAT64(ctx)
 		if err != nil && s.cfg.CLAT == CLATForce && ctx.Err() == nil {
 			pfx, err = siit.NewPrefix(siit.WellKnownPrefix)

@@ -352,6 +352,11 @@ func openDevice(opts *Options) (_ pci.Device, _ *mhi.Profile, _ mhi.DataPath, fc
 		if co.APNs == nil {
 			co.APNs = mc.APNs
 		}
+		if co.Network == nil {
+			// The data pair carries the network's sessions: it sends
+			// their Router Advertisements.
+			co.Network = nw
+		}
 		qc := opts.Sim.QMI
 		qc.Network = nw
 		if qc.Logger == nil {
@@ -507,6 +512,9 @@ type follower struct {
 	mu   sync.Mutex
 	s    *Stack
 	last *mbim.IPConfig
+	// solicited are the IPv6 addresses of the session the stack last
+	// sent a Router Solicitation for.
+	solicited []netip.Addr
 }
 
 func (f *follower) attach(s *Stack) {
@@ -559,4 +567,11 @@ func (f *follower) apply(ip mbim.IPConfig) {
 	// Held packets from addresses the session no longer has would only
 	// be dropped by the network.
 	s.setLinkUp(true, slices.Equal(before, s.Addresses()))
+	if v6 := globals6(withLinkLocal(ip.IPv6)); len(v6) > 0 && !slices.Equal(v6, f.solicited) {
+		// A new IPv6 session: ask the network for its advertisement
+		// (docs/STACK.md), which may have gone out before the link
+		// was ready for it.
+		f.solicited = v6
+		s.solicitRouter()
+	}
 }

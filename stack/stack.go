@@ -101,6 +101,9 @@ type Stack struct {
 	clatDone   chan struct{} // closed when the latest discovery has ended
 	clatWG     sync.WaitGroup
 	clatLink   *clatLink
+
+	// ra is what the network's Router Advertisements said (ra.go).
+	ra raState
 }
 
 // New builds a stack over ep (the modem's link.Endpoint, or any gVisor
@@ -133,6 +136,7 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 	}
 	s.holder, _ = ep.(txHolder)
 	s.tap = newTap(ep)
+	s.tap.s = s
 	if !cfg.TCP.NoTailProbe {
 		s.tails = newTailTable()
 		s.tap.tails = s.tails
@@ -152,6 +156,7 @@ func New(ep gstack.LinkEndpoint, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("stack: create NIC: %s", err)
 	}
 	s.linkUp = true
+	s.ra.mtu = s.tap.MTU()
 	if err := s.SetAddresses(cfg.Addresses); err != nil {
 		s.gs.Destroy()
 		return nil, err
@@ -219,6 +224,9 @@ func (s *Stack) Close() error {
 	s.closed = true
 	close(s.done)
 	s.endBridgeLocked()
+	if s.ra.timer != nil {
+		s.ra.timer.Stop()
+	}
 	tr := s.http
 	if s.clatCancel != nil {
 		s.clatCancel()
@@ -287,10 +295,35 @@ func (s *Stack) SetDNSServers(servers []netip.Addr) {
 func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
 	want := withLinkLocal(prefixes)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return ErrClosed
 	}
+	if old := globals6(s.ra.cfg); len(old) > 0 && !slices.Equal(old, globals6(want)) {
+		// Another session: what the network advertised on the
+		// previous one is moot.
+		s.ra.prefixes, s.ra.ended = nil, nil
+	}
+	s.ra.cfg = want
+	_, _, err := s.raUpdateLocked(time.Now())
+	s.mu.Unlock()
+	return err
+}
+
+// globals6 are the IPv6 addresses of list that are not link-local.
+func globals6(list []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range list {
+		if a := p.Addr(); a.Is6() && !a.IsLinkLocalUnicast() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// applyAddrsLocked makes the NIC's addresses want, dep of them
+// deprecated (SetAddresses says what a removal does).
+func (s *Stack) applyAddrsLocked(want []netip.Prefix, dep []netip.Addr) error {
 	sameAddr := func(list []netip.Prefix, a netip.Addr) bool {
 		return slices.ContainsFunc(list, func(p netip.Prefix) bool { return p.Addr() == a })
 	}
@@ -322,6 +355,7 @@ func (s *Stack) SetAddresses(prefixes []netip.Prefix) error {
 		s.events.push(Event{Kind: EventAddressAdded, Prefix: p})
 	}
 	s.addrs = want
+	s.applyDeprecationLocked(dep)
 	return nil
 }
 
@@ -536,9 +570,20 @@ func (s *Stack) LinkUp() bool {
 // SetMTU sets the link MTU; it applies to connections made afterwards
 // (TCP fixes its MSS at connect time).
 func (s *Stack) SetMTU(mtu uint32) {
-	if mtu == 0 || s.tap.MTU() == mtu {
+	if mtu == 0 {
 		return
 	}
+	s.mu.Lock()
+	s.ra.mtu = mtu
+	s.mu.Unlock()
+	if s.tap.MTU() == mtu {
+		return
+	}
+	s.applyMTU(mtu)
+}
+
+// applyMTU sets the NIC's MTU (and the CLAT's) and reports it.
+func (s *Stack) applyMTU(mtu uint32) {
 	s.gs.SetNICMTU(nicID, mtu)
 	// The link caps it at what its TX buffers carry.
 	mtu = s.tap.MTU()

@@ -9,6 +9,7 @@ import (
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
 	bridges, bridgeExpiries, tailProbes                            atomic.Uint64
+	ra, raBad                                                      atomic.Uint64
 	clat                                                           clatCounters
 }
 
@@ -42,6 +43,11 @@ type Stats struct {
 	// TailProbes counts the one-byte TCP probes sent when a bridged
 	// session came back (TCPOptions.NoTailProbe, docs/STACK.md).
 	TailProbes uint64
+	// RouterAdverts counts the network's Router Advertisements the
+	// stack followed (docs/STACK.md); RouterAdvertsInvalid those it
+	// dropped as RFC 4861 §6.1.2 says (hop limit, source, checksum,
+	// options).
+	RouterAdverts, RouterAdvertsInvalid uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -71,19 +77,21 @@ type Stats struct {
 // Stats returns a snapshot of the counters.
 func (s *Stack) Stats() Stats {
 	st := Stats{
-		ActiveTCPConns: int(s.conns.Load()),
-		InFlightDials:  len(s.dials),
-		Dialed:         s.counters.dialed.Load(),
-		DialFailed:     s.counters.dialFailed.Load(),
-		Accepted:       s.counters.accepted.Load(),
-		ConnLimitHits:  s.counters.connLimit.Load(),
-		DialLimitHits:  s.counters.dialLimit.Load(),
-		AddressAborts:  s.counters.addrAborts.Load(),
-		Bridges:        s.counters.bridges.Load(),
-		BridgeExpiries: s.counters.bridgeExpiries.Load(),
-		CLATTranslated: s.counters.clat.translated.Load(),
-		CLATRefused:    s.counters.clat.refused.Load(),
-		TailProbes:     s.counters.tailProbes.Load(),
+		ActiveTCPConns:       int(s.conns.Load()),
+		InFlightDials:        len(s.dials),
+		Dialed:               s.counters.dialed.Load(),
+		DialFailed:           s.counters.dialFailed.Load(),
+		Accepted:             s.counters.accepted.Load(),
+		ConnLimitHits:        s.counters.connLimit.Load(),
+		DialLimitHits:        s.counters.dialLimit.Load(),
+		AddressAborts:        s.counters.addrAborts.Load(),
+		Bridges:              s.counters.bridges.Load(),
+		BridgeExpiries:       s.counters.bridgeExpiries.Load(),
+		CLATTranslated:       s.counters.clat.translated.Load(),
+		CLATRefused:          s.counters.clat.refused.Load(),
+		TailProbes:           s.counters.tailProbes.Load(),
+		RouterAdverts:        s.counters.ra.Load(),
+		RouterAdvertsInvalid: s.counters.raBad.Load(),
 	}
 	if s.txw != nil {
 		st.TXDroppedClosing = s.txw.closeDrops.Load()

@@ -29,6 +29,9 @@ type tap struct {
 	// tails records the TCP segments sent, for the probes after an
 	// outage (nil with TCPOptions.NoTailProbe).
 	tails *tailTable
+	// s reads the Router Advertisements (ra.go); set before the NIC
+	// exists.
+	s *Stack
 }
 
 func newTap(lower gstack.LinkEndpoint) *tap {
@@ -45,6 +48,10 @@ func (t *tap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstac
 	}
 	if t.tails != nil {
 		t.tails.received(proto, pkt)
+	}
+	if proto == header.IPv6ProtocolNumber && t.s != nil && isRouterAdvert(pkt) {
+		t.s.routerAdvert(pkt)
+		return
 	}
 	if c := t.clat.Load(); c != nil && proto == header.IPv6ProtocolNumber && t.xlat.Load().deliver(c, pkt) {
 		return

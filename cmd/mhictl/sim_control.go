@@ -38,11 +38,16 @@ import (
 //	deactivate CAUSE
 //	                the network ends every data session with CAUSE, the
 //	                modem staying attached (simnet.Network.DeactivateCalls)
+//	renumber [VALID]
+//	                the network moves every IPv6 session to another /64
+//	                while it stays up: it advertises the new prefix and the
+//	                old one deprecated, valid for VALID (default 5m), then
+//	                routes the old one no more (simnet.Network.RenumberIPv6)
 //	stats           one line: the modem state, DMA windows, refused DMAs,
 //	                host protocol violations, and carrier counters (logged
 //	                too, as SIGUSR2 does)
 //	help            the list of commands
-const controlHelp = "commands: syserr|crash, slow DURATION, m1, fail-bhi CODE, refuse-pdn CAUSE[:LIMIT]|off, deactivate CAUSE, stats, help"
+const controlHelp = "commands: syserr|crash, slow DURATION, m1, fail-bhi CODE, refuse-pdn CAUSE[:LIMIT]|off, deactivate CAUSE, renumber [VALID], stats, help"
 
 // controlRequest is one command for the goroutine that owns the modem's
 // fault injection (watchModem), so that faults are logged in order with
@@ -208,6 +213,27 @@ func control(line string, m *sim.Modem, srv *vfiouser.Server, nw *simnet.Network
 		}
 		nw.DeactivateCalls(mbim.NwError(cause))
 		return "ok deactivate " + v
+	case "renumber":
+		var valid time.Duration
+		if len(f) > 2 {
+			break
+		}
+		if v, ok := arg(); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return "error usage: renumber [VALID] (how long the old prefix stays valid, e.g. renumber 30s; default 5m)"
+			}
+			valid = d
+		}
+		next := nw.RenumberIPv6(valid)
+		if len(next) == 0 {
+			return "error renumber: no IPv6 session is up"
+		}
+		out := "ok renumber"
+		for _, p := range next {
+			out += " " + p.String()
+		}
+		return out
 	case "stats":
 		if len(f) != 1 {
 			break
@@ -247,8 +273,8 @@ func init() {
 		Short: "Inject a fault into a running sim serve, or read its stats.",
 		Summary: `Send one command to the control socket of a running "mhictl sim serve -control
 PATH" and print its reply: syserr (alias crash), slow DURATION, m1,
-fail-bhi CODE, refuse-pdn CAUSE[:LIMIT]|off, deactivate CAUSE, stats or
-help (see "mhictl sim serve -h"). Exit 1 when the modem answers with an
+fail-bhi CODE, refuse-pdn CAUSE[:LIMIT]|off, deactivate CAUSE, renumber
+[VALID], stats or help (see "mhictl sim serve -h"). Exit 1 when the modem answers with an
 error.`,
 		Run: simControl,
 	})

@@ -119,7 +119,10 @@ device: a pause per TRE and per event; slow 0 ends it), m1 (the modem goes
 idle), fail-bhi CODE (the next BHI download fails), refuse-pdn
 CAUSE[:LIMIT] (the network refuses data sessions with that 3GPP cause, as
 -refuse-pdn; refuse-pdn off ends it), deactivate CAUSE (the network ends
-every data session with that cause, the modem staying attached), stats
+every data session with that cause, the modem staying attached), renumber
+[VALID] (the network moves every IPv6 session to another /64 while it
+stays up: it advertises the new prefix, and the old one deprecated until
+VALID, default 5m, has passed), stats
 (state, DMA windows, refused DMAs, violations, carrier counters); "mhictl
 sim control" is a client. The device DMAs only into memory the client (QEMU) mapped:
 an access outside every DMA map is refused and counted (dma_faults). Data channel pairs (IP_HW0, IP_SW0, IP_HW0_MBIM) answer
@@ -602,6 +605,7 @@ func serveFunctions(p *mhi.Profile, functions functionFlag, cfg simnet.NetworkCo
 			}
 			co := carrier
 			co.Framing, co.Logger = f, log.With("part", "carrier", "channel", name)
+			co.Network = network
 			cn, err := simnet.NewCarrierNetwork(co)
 			if err != nil {
 				s.close()

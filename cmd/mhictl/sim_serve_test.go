@@ -5,9 +5,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -344,4 +346,55 @@ func FuzzRefusePDNFlag(f *testing.F) {
 			t.Fatalf("%q: %+v prints as %q, which parses to %+v, %v", v, r, r.String(), again, err)
 		}
 	})
+}
+
+// The control socket's renumber moves the session's IPv6 prefix while
+// the session stays up: the stack (over vfio-user) takes the new /64 from
+// the network's Router Advertisement and drops the old address when the
+// valid lifetime renumber gave it ends. A bad lifetime is a usage error.
+func TestSimServeRenumber(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up the emulated modem")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ctl := filepath.Join(t.TempDir(), "control.sock")
+	st, err := stack.Open(ctx, stack.Options{Device: simServeForTest(t, "-profile", "quectel-em1xx", "-function", "IP_HW0_MBIM=carrier", "-control", ctl), FCCUnlock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var old netip.Addr
+	for _, p := range st.Addresses() {
+		if a := p.Addr(); a.Is6() && !a.IsLinkLocalUnicast() {
+			old = a
+		}
+	}
+	if !old.IsValid() {
+		t.Fatalf("no IPv6 address: %v", st.Addresses())
+	}
+	for _, bad := range [][]string{{"renumber", "x"}, {"renumber", "-1s"}, {"renumber", "1s", "2s"}} {
+		var b bytes.Buffer
+		if code := run(ctx, append([]string{"sim", "control", "-socket", ctl}, bad...), &b, &b); code != 1 {
+			t.Errorf("sim control %q: exit %d: %s", bad, code, b.String())
+		}
+	}
+	var b bytes.Buffer
+	if code := run(ctx, []string{"sim", "control", "-socket", ctl, "renumber", "2s"}, &b, &b); code != 0 || !strings.HasPrefix(b.String(), "ok renumber ") {
+		t.Fatalf("sim control renumber 2s: exit %d: %s", code, b.String())
+	}
+	next, err := netip.ParsePrefix(strings.Fields(b.String())[2])
+	if err != nil {
+		t.Fatalf("renumber answered %q: %v", b.String(), err)
+	}
+	has := func(in func(netip.Addr) bool) bool {
+		return slices.ContainsFunc(st.Addresses(), func(p netip.Prefix) bool { return in(p.Addr()) })
+	}
+	for !has(next.Contains) || has(func(a netip.Addr) bool { return a == old }) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("addresses %v: want one in %v and %v gone", st.Addresses(), next, old)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

@@ -143,6 +143,38 @@ func hostEchoForTest(t *testing.T) netip.AddrPort {
 	return netip.AddrPortFrom(simnet.TestAddr4, uint16(l.Addr().(*net.TCPAddr).Port))
 }
 
+// hostEcho6ForTest serves a TCP echo on the host's ::1 until the test
+// ends and returns its address as the carrier's 2001:2::1; it skips the
+// test on a host without IPv6 loopback.
+func hostEcho6ForTest(t *testing.T) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback on the host: %v", err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				go func() { <-done; c.Close() }()
+				io.Copy(c, c)
+				c.Close()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		close(done)
+		wg.Wait()
+	})
+	return netip.AddrPortFrom(simnet.TestAddr6, uint16(l.Addr().(*net.TCPAddr).Port))
+}
+
 // dial opens a SOCKS5 connection to the echo server through mhiproxy.
 func (r *netEventRig) dial(t *testing.T) net.Conn {
 	t.Helper()
@@ -249,6 +281,45 @@ func TestNetworkEventsThroughTheProxy(t *testing.T) {
 			}
 			c := r.dial(t)
 			echoThrough(t, c, "after")
+		}},
+		{"ipv6-renumbered", func(t *testing.T, profile string) {
+			// The network moves the session to another /64 while it
+			// stays up (Router Advertisements): a client's connection
+			// on the old address carries on until the old prefix's
+			// valid lifetime ends, then is reset; new requests go
+			// out from the new address meanwhile.
+			r, _ := startNetEventRig(t, profile, home)
+			echo6 := hostEcho6ForTest(t)
+			dial6 := func() net.Conn {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				c, err := (&proxy.Client{Proxy: r.proxy}).DialContext(ctx, "tcp", echo6.String())
+				if err != nil {
+					t.Fatalf("SOCKS5 CONNECT %v: %v", echo6, err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			old := dial6()
+			echoThrough(t, old, "before")
+			oldAddr := home.Carrier.IPv6.Addr()
+			next := r.nw.RenumberIPv6(3 * time.Second)
+			if len(next) != 1 {
+				t.Fatalf("renumbered %v, want the one session", next)
+			}
+			r.waitEvent(t, "the new prefix's address", func(e stack.Event) bool {
+				return e.Kind == stack.EventAddressAdded && next[0].Contains(e.Prefix.Addr())
+			})
+			echoThrough(t, old, "during")
+			echoThrough(t, dial6(), "a new connection")
+			r.waitEvent(t, "the old address removed", func(e stack.Event) bool {
+				return e.Kind == stack.EventAddressRemoved && e.Prefix.Addr() == oldAddr
+			})
+			old.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := old.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("read on the connection from the old address after its end: %v, want ECONNRESET", err)
+			}
+			echoThrough(t, dial6(), "after")
 		}},
 		{"mtu-changed", func(t *testing.T, profile string) {
 			// One connection carries 2 MiB each way at each MTU the

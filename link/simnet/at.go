@@ -73,6 +73,9 @@ func (f *ATFunction) Stop() {
 
 func (f *ATFunction) networkEventLocked(netEvent, mbim.NwError) {}
 
+// ipv6SessionsLocked: the AT port starts no data sessions.
+func (f *ATFunction) ipv6SessionsLocked(func(uint8, Carrier)) {}
+
 // Receive implements sim.Function: bytes up to CR are a command line
 // (S3, V.250 §6.2.1); LF and control bytes are ignored.
 func (f *ATFunction) Receive(td []byte) {

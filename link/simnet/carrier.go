@@ -105,6 +105,14 @@ type CarrierOptions struct {
 	// NTBQuirks are the oddities of real modems' DL NTBs the network
 	// plays on an MBIM pair (ProfileNTBQuirks gives a model's).
 	NTBQuirks NTBQuirks
+	// Network, when set, is the emulated network whose data sessions
+	// this pair carries: the carrier sends its IPv6 sessions the
+	// network's Router Advertisements (their /64, MTU, and on an APN
+	// with a NAT64 its PREF64; NetworkConfig.RAInterval, ra.go), answers
+	// their Router Solicitations, and stops routing a prefix the network
+	// renumbered away from once its valid lifetime ends
+	// (Network.RenumberIPv6). Nil: no advertisements.
+	Network *Network
 	// Logger receives diagnostics (nil: discarded).
 	Logger *slog.Logger
 }
@@ -165,6 +173,7 @@ type CarrierNetwork struct {
 	chunks relayChunks // the forwarded flows' relay chunks
 	tlp    *tailProber // nil with NoTailLossProbe
 	radio  *radio.Link // nil without CarrierOptions.Radio
+	ra     carrierRA   // the router's side on this pair (carrier_ra.go); net nil without CarrierOptions.Network
 }
 
 // CarrierStats are the network's counters.
@@ -232,6 +241,11 @@ type CarrierStats struct {
 	// whose write failed. What the host's kernel then drops at the
 	// receiving socket is the receiver's to count (SO_MEMINFO drops).
 	UDPReceiveBufferErrors, UDPRelayed, UDPRelayErrors uint64
+	// RouterAdverts counts the Router Advertisements the network sent
+	// (CarrierOptions.Network; within DLPackets); DeadPrefixDrops the
+	// packets it dropped to or from a prefix it renumbered away from,
+	// once the prefix's valid lifetime ended.
+	RouterAdverts, DeadPrefixDrops uint64
 }
 
 type carrierCounters struct {
@@ -408,6 +422,12 @@ func NewCarrierNetwork(opts CarrierOptions) (*CarrierNetwork, error) {
 		cn.wg.Add(1)
 		go cn.ep.runSender()
 	}
+	if opts.Network != nil {
+		cn.ra.net, cn.ra.kick = opts.Network, make(chan struct{}, 1)
+		cn.ra.detach = opts.Network.attachCarrier(cn)
+		cn.wg.Add(1)
+		go cn.raLoop()
+	}
 	dnsSeen := map[netip.Addr]bool{}
 	for _, a := range dns {
 		if dnsSeen[a] {
@@ -450,7 +470,8 @@ func (cn *CarrierNetwork) Stats() CarrierStats {
 		BadChecksums: c.badChecksum.Load(), TimeWaitReused: c.timeWaitReused.Load(), UnknownSessions: c.unknownSession.Load(),
 		RelayChunks:            cn.chunks.held.Load(),
 		UDPReceiveBufferErrors: cn.s.Stats().UDP.ReceiveBufferErrors.Value(),
-		UDPRelayed:             c.udpRelayed.Load(), UDPRelayErrors: c.udpRelayErrors.Load()}
+		UDPRelayed:             c.udpRelayed.Load(), UDPRelayErrors: c.udpRelayErrors.Load(),
+		RouterAdverts: cn.ra.sent.Load(), DeadPrefixDrops: cn.ra.deadDrops.Load()}
 	if cn.tlp != nil {
 		st.TailLossProbes, st.TailLossProbesAgain, st.SACKDupAcks = cn.tlp.sent.Load(), cn.tlp.again.Load(), cn.tlp.dups.Load()
 	}
@@ -518,6 +539,9 @@ func (cn *CarrierNetwork) Close() error {
 	cn.flows = nil
 	cn.mu.Unlock()
 	close(cn.quit)
+	if cn.ra.detach != nil {
+		cn.ra.detach()
+	}
 	if !isRawIP(cn.opts.Framing) {
 		cn.ep.agg.close()
 	}

@@ -107,6 +107,11 @@ func (l *carrierLink) Attach(d stack.NetworkDispatcher) {
 }
 
 func (l *carrierLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	pkts, dead := l.cn.dlLive(pkts)
+	if dead > 0 {
+		n, err := l.WritePackets(pkts)
+		return n + dead, err
+	}
 	if t := l.cn.tlp; t != nil {
 		for _, pkt := range pkts.AsSlice() {
 			t.record(pkt)

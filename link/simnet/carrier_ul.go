@@ -2,6 +2,7 @@ package simnet
 
 import (
 	"github.com/mhistack/mhistack/internal/csum"
+	"github.com/mhistack/mhistack/link/ndp"
 	"github.com/mhistack/mhistack/link/radio"
 	"github.com/mhistack/mhistack/mhi/sim"
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -76,6 +77,17 @@ func (cn *CarrierNetwork) receivePacket(session uint8, td []byte) {
 // both: with a model every UL packet takes that path). The NAT64, part of
 // the network, translates after the radio.
 func (cn *CarrierNetwork) ingest(session uint8, proto tcpip.NetworkProtocolNumber, td []byte) {
+	if cn.ra.net != nil && proto == header.IPv6ProtocolNumber {
+		if ndp.IsRouterSolicit(td) {
+			if _, ok := ndp.SolicitSource(td); ok {
+				cn.solicited(session)
+			}
+			return
+		}
+		if cn.ulDead(td) {
+			return
+		}
+	}
 	translated := false
 	if n := cn.nat64; n != nil && proto == header.IPv6ProtocolNumber {
 		// IPv4 is never longer than the IPv6 it is made of.

@@ -15,10 +15,13 @@
 //     carrier_routes.go (which session a DL packet goes on),
 //     carrier_forward.go and carrier_relay.go (flows to the host's
 //     sockets), carrier_timewait.go, carrier_dns.go (and DNS64),
-//     carrier_nat64.go (the NAT64 of an IPv6-only APN, over link/siit);
+//     carrier_nat64.go (the NAT64 of an IPv6-only APN, over link/siit),
+//     carrier_ra.go (the network's Router Advertisements on the data pair,
+//     with CarrierOptions.Network);
 //   - MBIMFunction and QMIFunction: the control functions on the "MBIM"
 //     and "QMI" pairs (mbim*.go, qmi.go), over one Network (SIM, radio,
-//     registration, packet service, APNs and carrier; network.go);
+//     registration, packet service, APNs and carrier; network.go; its
+//     IPv6 router and renumbering, ra.go);
 //   - ICMPResponder and PacketNet: the small networks of the kernel
 //     cross-check and of framing tests (icmp.go, packetnet.go).
 //

@@ -46,6 +46,17 @@ func (f *MBIMFunction) deactivateAllLocked(nw mbim.NwError) {
 	}
 }
 
+// ipv6SessionsLocked implements follower: the contexts whose IPv6 part
+// is up, on the NTB session of their session ID.
+func (f *MBIMFunction) ipv6SessionsLocked(yield func(session uint8, c Carrier)) {
+	for id, c := range f.st.contexts {
+		if c.ipType.HasIPv6() && c.v6Ready && id <= 0xff {
+			pool, _ := f.net.cfg.carrierFor(c.apn)
+			yield(uint8(id), pool.ForSession(int(id)))
+		}
+	}
+}
+
 // networkEventLocked reports a change of the network as MBIM indications.
 func (f *MBIMFunction) networkEventLocked(ev netEvent, nw mbim.NwError) {
 	switch ev {
@@ -190,7 +201,7 @@ func (f *MBIMFunction) subscriberReady() *mbim.SubscriberReadyStatus {
 // ipConfig is what the carrier assigned to a context of type t.
 func (f *MBIMFunction) ipConfig(id uint32, c *simContext) *mbim.IPConfig {
 	pool, _ := f.net.cfg.carrierFor(c.apn)
-	sc := pool.ForSession(int(id))
+	sc := f.net.renumberedLocked(pool.ForSession(int(id)))
 	car := &sc
 	ic := &mbim.IPConfig{SessionID: id}
 	if c.ipType.HasIPv4() && car.IPv4.IsValid() {
@@ -535,8 +546,11 @@ func (f *MBIMFunction) connectLocked(m *mbim.Message) (mbim.Status, []byte) {
 			if s.contexts[id] == c {
 				c.v6Ready = true
 				f.indicateLocked(mbim.CIDIPConfiguration, f.ipConfig(id, c).Encode())
+				f.net.raChangedLocked()
 			}
 		})
+	} else if t.HasIPv6() {
+		f.net.raChangedLocked()
 	}
 	return mbim.StatusNone, state(req.SessionID, 0)
 }

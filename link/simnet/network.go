@@ -48,6 +48,8 @@ type Network struct {
 	// followers are the started functions, told of every change.
 	followers map[int]follower
 	nextID    int
+	// ra is the IPv6 router's state (ra.go).
+	ra raState
 }
 
 // NetworkConfig is the emulated modem's identity, its SIM and network,
@@ -143,6 +145,14 @@ type NetworkConfig struct {
 	// Cell is the serving cell: RATs, signal, component carriers and the
 	// signal's drift (zero: DefaultCell).
 	Cell Cell
+
+	// RAInterval is how often the network sends each IPv6 session an
+	// unsolicited Router Advertisement (ra.go), besides one at the
+	// session's start and one answering each Router Solicitation (0:
+	// DefaultRAInterval, 600 s; negative: the network sends none). A
+	// data pair sends them when its CarrierNetwork has the network
+	// (CarrierOptions.Network).
+	RAInterval time.Duration
 }
 
 func (c *NetworkConfig) setDefaults() {
@@ -244,6 +254,10 @@ const (
 // the network, under the lock, and reports it in its protocol.
 type follower interface {
 	networkEventLocked(ev netEvent, nw mbim.NwError)
+	// ipv6SessionsLocked calls yield for each data session with IPv6
+	// up: its session on the data pair (MBIM session ID, QMAP mux ID)
+	// and its configuration as its pool gives it (before renumbering).
+	ipv6SessionsLocked(yield func(session uint8, c Carrier))
 }
 
 // startLocked registers a started function: it follows the network

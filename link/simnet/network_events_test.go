@@ -17,6 +17,8 @@ type eventLog struct {
 	reg []mbim.RegisterStateValue
 }
 
+func (l *eventLog) ipv6SessionsLocked(func(uint8, Carrier)) {}
+
 func (l *eventLog) networkEventLocked(ev netEvent, _ mbim.NwError) {
 	l.evs = append(l.evs, ev)
 	l.reg = append(l.reg, l.n.st.reg)

@@ -795,7 +795,7 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 	// (mux k+1 is the pool's k-th session, NetworkConfig.APNs).
 	carrier := func(apn string) *Carrier {
 		pool, _ := n.cfg.carrierFor(apn)
-		sc := pool.ForSession(int(c.mux) - 1)
+		sc := n.renumberedLocked(pool.ForSession(int(c.mux) - 1))
 		return &sc
 	}
 	switch m.ID {
@@ -860,6 +860,9 @@ func (f *QMIFunction) wdsLocked(m *qmi.Message, c *qmiClient) (qmi.ErrorCode, []
 		}
 		c.family, c.handle, c.apn = fam, f.handle, req.APN
 		f.indicateStatusLocked(m.Client, c, qmi.StatusConnected, qmi.CallEnd{})
+		if fam == qmi.IPv6 {
+			n.raChangedLocked()
+		}
 		return 0, []qmi.TLV{{Type: 0x01, Value: le32(c.handle)}}, nil
 	case qmi.WDSStopNetwork:
 		h, err := qmi.ParseHandle(m)
@@ -950,6 +953,17 @@ func (f *QMIFunction) wdaLocked(m *qmi.Message, _ *qmiClient) (qmi.ErrorCode, []
 		return 0, d.ResponseTLVs(), nil
 	}
 	return qmi.ErrInvalidQMICommand, nil, nil
+}
+
+// ipv6SessionsLocked implements follower: the connected IPv6 calls, on
+// their mux ID.
+func (f *QMIFunction) ipv6SessionsLocked(yield func(session uint8, c Carrier)) {
+	for id, c := range f.clients {
+		if id.Service == qmi.ServiceWDS && c.handle != 0 && c.family == qmi.IPv6 {
+			pool, _ := f.net.cfg.carrierFor(c.apn)
+			yield(c.mux, pool.ForSession(int(c.mux)-1))
+		}
+	}
 }
 
 // networkEventLocked follows the network: a change of registration,
