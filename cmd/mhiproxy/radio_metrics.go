@@ -16,6 +16,9 @@ import (
 // and the modem is asked at a fixed, low rate however often it is scraped.
 const defaultRadioInterval = 15 * time.Second
 
+// minRadioRefresh is the least time one refresh is given.
+const minRadioRefresh = 5 * time.Second
+
 // radioPoller keeps the modem's latest radio status. Its goroutine, which
 // startRadioPoller starts, is the only one that asks the modem; stop ends
 // it and waits for it. Scrapes read the latest snapshot.
@@ -43,9 +46,12 @@ func startRadioPoller(read func(context.Context) (stack.RadioStatus, error), int
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			// One refresh may take at most an interval, so a modem
-			// that stopped answering delays nothing but its own gauges.
-			rctx, rcancel := context.WithTimeout(ctx, interval)
+			// One refresh may take an interval, and at least
+			// minRadioRefresh: a modem that stopped answering delays
+			// nothing but its own gauges, and a short interval on a
+			// loaded host does not cut the later queries of a refresh
+			// (whose answers would then be missing from it).
+			rctx, rcancel := context.WithTimeout(ctx, max(interval, minRadioRefresh))
 			r, err := read(rctx)
 			rcancel()
 			switch {
