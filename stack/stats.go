@@ -8,7 +8,7 @@ import (
 
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
-	bridges, bridgeExpiries, tailProbes                            atomic.Uint64
+	bridges, bridgeExpiries, tailProbes, tailACKs                  atomic.Uint64
 	clat                                                           clatCounters
 }
 
@@ -42,6 +42,11 @@ type Stats struct {
 	// TailProbes counts the one-byte TCP probes sent when a bridged
 	// session came back (TCPOptions.NoTailProbe, docs/STACK.md).
 	TailProbes uint64
+	// TailACKs counts the ACKs with SACK blocks sent again when a
+	// bridged session came back: what the host holds above a hole, which
+	// the link may have dropped while the session was down
+	// (TCPOptions.NoTailProbe, docs/STACK.md).
+	TailACKs uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -84,6 +89,7 @@ func (s *Stack) Stats() Stats {
 		CLATTranslated: s.counters.clat.translated.Load(),
 		CLATRefused:    s.counters.clat.refused.Load(),
 		TailProbes:     s.counters.tailProbes.Load(),
+		TailACKs:       s.counters.tailACKs.Load(),
 	}
 	if s.txw != nil {
 		st.TXDroppedClosing = s.txw.closeDrops.Load()
