@@ -42,9 +42,9 @@ type Stats struct {
 	// TailProbes counts the one-byte TCP probes sent when a bridged
 	// session came back (TCPOptions.NoTailProbe, docs/STACK.md).
 	TailProbes uint64
-	// TailACKs counts the ACKs with SACK blocks sent again when a
-	// bridged session came back: what the host holds above a hole, which
-	// the link may have dropped while the session was down
+	// TailACKs counts the pure ACKs sent again when a bridged session
+	// came back: what the host holds, which the link may have dropped
+	// while the session was down
 	// (TCPOptions.NoTailProbe, docs/STACK.md).
 	TailACKs uint64
 

@@ -40,19 +40,20 @@ import (
 // flight may have been lost: docs/RELIABILITY.md, "Stack-side timeouts".
 //
 // The same occasion for the flows the stack receives on: it sends again
-// its newest ACKs that carried SACK blocks (up to tailPoints, oldest
-// first, byte for byte as its TCP wrote them). While the session is down
-// the link holds what TCP writes, but at most its TX pool: an upload
-// fills it, and the ACKs written after that are dropped. Among them are
-// the answers to the network's tail loss probe, which SACK the data the
-// host holds above a flight the crash lost; without them the network's
-// sender hears nothing until its retransmission timeout. A copy of what
-// the receiver said, sent when the session is back, tells the sender at
-// once what the host holds, and its SACK recovery repairs the hole
-// (docs/RELIABILITY.md, "Why the network's one probe did not repair the
-// tail"). ACKs without SACK blocks are not repeated: to a sender without
-// SACK a repeated ACK is a duplicate that could start a needless fast
-// retransmit, and with nothing above a hole there is nothing to tell.
+// its newest pure ACKs, byte for byte as its TCP wrote them: those that
+// carried SACK blocks (up to tailPoints, oldest first), or else the
+// newest ACK alone. While the session is down the link holds what TCP
+// writes, but at most its TX pool: an upload fills it, and the ACKs
+// written after that are dropped. Among them are the answers to the
+// network's tail loss probe: ACKs of the whole flight, or SACKs of the
+// data the host holds above a flight the crash lost. Without them the
+// network's sender hears nothing until its retransmission timeout. A
+// copy of what the receiver said, sent when the session is back, tells
+// the sender at once what the host holds: its flight acknowledged, or
+// SACK recovery to repair the hole (docs/RELIABILITY.md, "Why the
+// network's one probe did not repair the tail"). Only the newest ACK
+// without SACK blocks is repeated: to a sender without SACK a repeated
+// ACK is a duplicate, and three could start a needless fast retransmit.
 
 // tailPoints is how many one-byte probes a flow gets: RFC 6675's
 // DupThresh, the discontiguous SACKed blocks that make the hole lost.
@@ -71,8 +72,8 @@ const tailProbeAge = time.Second
 // (RFC 9293 §3.1).
 const tcpMaxHeader = 60
 
-// sackACK is a copy of a pure ACK with SACK blocks the stack sent: its
-// TCP header, options included (at most 60 bytes).
+// sackACK is a copy of a pure ACK the stack sent: its TCP header,
+// options included (at most 60 bytes).
 type sackACK struct {
 	hdr [tcpMaxHeader]byte
 	n   uint8
@@ -105,11 +106,12 @@ type tailFlow struct {
 	peerAck    uint32
 	hasPeerAck bool
 	// acks are the newest pure ACKs with SACK blocks (acks[nAcks-1]
-	// newest), since the last ACK without (which empties them); ackAt
+	// newest), or the newest without (plainACK: it replaced them); ackAt
 	// is when the newest was sent.
-	acks  [tailPoints]sackACK
-	nAcks int
-	ackAt time.Time
+	acks     [tailPoints]sackACK
+	nAcks    int
+	plainACK bool
+	ackAt    time.Time
 }
 
 // tailTable records the TCP segments the stack sends (tap.WritePackets,
@@ -243,13 +245,17 @@ func (t *tailTable) received(proto tcpip.NetworkProtocolNumber, p *gstack.Packet
 }
 
 // keepACK notes a pure ACK the flow sent: one with SACK blocks is kept
-// (the oldest kept goes when tailPoints are), one without forgets them.
+// beside those before (the oldest goes when tailPoints are), one without
+// replaces them all.
 func (f *tailFlow) keepACK(tcp header.TCP, now time.Time) {
 	off := int(tcp.DataOffset())
-	if !hasSACK(tcp[header.TCPMinimumSize:off]) {
+	sack := hasSACK(tcp[header.TCPMinimumSize:off])
+	if !sack || f.plainACK {
+		// An ACK without SACK blocks: the hole, if any, is filled;
+		// only this one is worth repeating.
 		f.nAcks = 0
-		return
 	}
+	f.plainACK = !sack
 	if f.nAcks == tailPoints {
 		copy(f.acks[:], f.acks[1:])
 		f.nAcks--

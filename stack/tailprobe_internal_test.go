@@ -145,8 +145,9 @@ func sackACKPacket() *gstack.PacketBuffer {
 }
 
 // A pure ACK with SACK blocks is sent again as the stack wrote it, with a
-// valid checksum; an ACK without forgets it.
-func TestTailACKsRepeatTheNewestSACKACK(t *testing.T) {
+// valid checksum; an ACK without replaces it, and is the only one sent
+// again until the next with SACK blocks.
+func TestTailACKsRepeatTheNewestACKs(t *testing.T) {
 	tt := newTailTable()
 	ack := sackACKPacket()
 	defer ack.DecRef()
@@ -172,8 +173,12 @@ func TestTailACKsRepeatTheNewestSACKACK(t *testing.T) {
 		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
 	noSACK.NetworkProtocolNumber = header.IPv4ProtocolNumber
 	tt.record([]*gstack.PacketBuffer{noSACK})
-	if pkts := tt.probes(time.Time{}); len(pkts) != 0 {
-		t.Errorf("after an ACK without SACK blocks: %d packets, want none", len(pkts))
+	if pkts := tt.probes(time.Time{}); len(pkts) != 1 || header.TCP(header.IPv4(pkts[0].b).Payload()).AckNumber() != 300 {
+		t.Errorf("after an ACK without SACK blocks: %d packets, want that one", len(pkts))
+	}
+	tt.record([]*gstack.PacketBuffer{ack, ack})
+	if pkts := tt.probes(time.Time{}); len(pkts) != 2 || header.TCP(header.IPv4(pkts[0].b).Payload()).AckNumber() != 7 {
+		t.Errorf("after two ACKs with SACK blocks: %d packets, want those two", len(pkts))
 	}
 }
 
