@@ -8,7 +8,7 @@ import (
 
 type counters struct {
 	dialed, dialFailed, accepted, connLimit, dialLimit, addrAborts atomic.Uint64
-	bridges, bridgeExpiries, tailProbes                            atomic.Uint64
+	bridges, bridgeExpiries, tailProbes, tailACKs                  atomic.Uint64
 	ra, raBad                                                      atomic.Uint64
 	clat                                                           clatCounters
 }
@@ -48,6 +48,11 @@ type Stats struct {
 	// dropped as RFC 4861 §6.1.2 says (hop limit, source, checksum,
 	// options).
 	RouterAdverts, RouterAdvertsInvalid uint64
+	// TailACKs counts the pure ACKs sent again when a bridged session
+	// came back: what the host holds, which the link may have dropped
+	// while the session was down
+	// (TCPOptions.NoTailProbe, docs/STACK.md).
+	TailACKs uint64
 
 	// Packets and bytes through the NIC, and packets dropped because
 	// the transmit queue was full (Config.TXQueueLen; without a queue,
@@ -92,6 +97,7 @@ func (s *Stack) Stats() Stats {
 		TailProbes:           s.counters.tailProbes.Load(),
 		RouterAdverts:        s.counters.ra.Load(),
 		RouterAdvertsInvalid: s.counters.raBad.Load(),
+		TailACKs:             s.counters.tailACKs.Load(),
 	}
 	if s.txw != nil {
 		st.TXDroppedClosing = s.txw.closeDrops.Load()

@@ -38,6 +38,22 @@ import (
 // peer may take them as data. This is the receiver-visible half of
 // RFC 8985's tail loss probe, sent on the one occasion the stack knows a
 // flight may have been lost: docs/RELIABILITY.md, "Stack-side timeouts".
+//
+// The same occasion for the flows the stack receives on: it sends again
+// its newest pure ACKs, byte for byte as its TCP wrote them: those that
+// carried SACK blocks (up to tailPoints, oldest first), or else the
+// newest ACK alone. While the session is down the link holds what TCP
+// writes, but at most its TX pool: an upload fills it, and the ACKs
+// written after that are dropped. Among them are the answers to the
+// network's tail loss probe: ACKs of the whole flight, or SACKs of the
+// data the host holds above a flight the crash lost. Without them the
+// network's sender hears nothing until its retransmission timeout. A
+// copy of what the receiver said, sent when the session is back, tells
+// the sender at once what the host holds: its flight acknowledged, or
+// SACK recovery to repair the hole (docs/RELIABILITY.md, "Why the
+// network's one probe did not repair the tail"). Only the newest ACK
+// without SACK blocks is repeated: to a sender without SACK a repeated
+// ACK is a duplicate, and three could start a needless fast retransmit.
 
 // tailPoints is how many one-byte probes a flow gets: RFC 6675's
 // DupThresh, the discontiguous SACKed blocks that make the hole lost.
@@ -51,6 +67,17 @@ const tailFlows = 256
 // gone to get probes: gVisor's initial RTO. A flow quiet for longer has
 // been acknowledged or is in timeout recovery already.
 const tailProbeAge = time.Second
+
+// tcpMaxHeader is the longest TCP header: a data offset of 15 words
+// (RFC 9293 §3.1).
+const tcpMaxHeader = 60
+
+// sackACK is a copy of a pure ACK the stack sent: its TCP header,
+// options included (at most 60 bytes).
+type sackACK struct {
+	hdr [tcpMaxHeader]byte
+	n   uint8
+}
 
 // tailPoint is one byte a flow sent: its sequence number and value.
 type tailPoint struct {
@@ -78,6 +105,13 @@ type tailFlow struct {
 	// no probe.
 	peerAck    uint32
 	hasPeerAck bool
+	// acks are the newest pure ACKs with SACK blocks (acks[nAcks-1]
+	// newest), or the newest without (plainACK: it replaced them); ackAt
+	// is when the newest was sent.
+	acks     [tailPoints]sackACK
+	nAcks    int
+	plainACK bool
+	ackAt    time.Time
 }
 
 // tailTable records the TCP segments the stack sends (tap.WritePackets,
@@ -144,6 +178,7 @@ func (t *tailTable) recordLocked(p *gstack.PacketBuffer, now time.Time) {
 	f.ts, f.tsVal, f.tsEcr = tsOption(tcp.Options())
 	n := p.Data().Size()
 	if n == 0 {
+		f.keepACK(tcp, now)
 		return
 	}
 	seq := tcp.SequenceNumber()
@@ -207,6 +242,50 @@ func (t *tailTable) received(proto tcpip.NetworkProtocolNumber, p *gstack.Packet
 		}
 	}
 	t.mu.Unlock()
+}
+
+// keepACK notes a pure ACK the flow sent: one with SACK blocks is kept
+// beside those before (the oldest goes when tailPoints are), one without
+// replaces them all.
+func (f *tailFlow) keepACK(tcp header.TCP, now time.Time) {
+	off := int(tcp.DataOffset())
+	sack := hasSACK(tcp[header.TCPMinimumSize:off])
+	if !sack || f.plainACK {
+		// An ACK without SACK blocks: the hole, if any, is filled;
+		// only this one is worth repeating.
+		f.nAcks = 0
+	}
+	f.plainACK = !sack
+	if f.nAcks == tailPoints {
+		copy(f.acks[:], f.acks[1:])
+		f.nAcks--
+	}
+	a := &f.acks[f.nAcks]
+	a.n = uint8(copy(a.hdr[:], tcp[:off]))
+	f.nAcks++
+	f.ackAt = now
+}
+
+// hasSACK reports whether TCP options o (as the stack wrote them) hold a
+// SACK option (RFC 2018: kind 5).
+func hasSACK(o []byte) bool {
+	for i := 0; i < len(o); {
+		switch o[i] {
+		case header.TCPOptionEOL:
+			return false
+		case header.TCPOptionNOP:
+			i++
+			continue
+		}
+		if i+1 >= len(o) || o[i+1] < 2 || i+int(o[i+1]) > len(o) {
+			return false
+		}
+		if o[i] == header.TCPOptionSACK {
+			return true
+		}
+		i += int(o[i+1])
+	}
+	return false
 }
 
 // add appends a point if it is beyond the newest: retransmissions and
@@ -274,36 +353,58 @@ func payloadByte(p *gstack.PacketBuffer, off int) byte {
 	return 0
 }
 
-// probes builds the probes of every flow that sent new data since since
-// and has not had its newest byte acknowledged, as IP packets.
-func (t *tailTable) probes(since time.Time) (v4, v6 [][]byte) {
+// tailPacket is one packet sendTailProbes sends: a probe, or a kept ACK
+// sent again (ack).
+type tailPacket struct {
+	b     []byte
+	proto tcpip.NetworkProtocolNumber
+	ack   bool
+}
+
+// probes builds, as IP packets, the kept SACK ACKs of every flow that sent
+// one since since, and the probes of every flow that sent new data since
+// since and has not had its newest byte acknowledged.
+func (t *tailTable) probes(since time.Time) []tailPacket {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var out []tailPacket
 	for i := range t.flows {
 		f := &t.flows[i]
-		if !f.used || f.n == 0 || f.lastData.Before(since) ||
+		if !f.used {
+			continue
+		}
+		proto := tcpip.NetworkProtocolNumber(header.IPv4ProtocolNumber)
+		if f.v6 {
+			proto = header.IPv6ProtocolNumber
+		}
+		if f.nAcks > 0 && !f.ackAt.Before(since) {
+			for k := range f.nAcks {
+				out = append(out, tailPacket{f.sackACK(&f.acks[k]), proto, true})
+			}
+		}
+		if f.n == 0 || f.lastData.Before(since) ||
 			f.hasPeerAck && int32(f.peerAck-(f.points[f.n-1].seq+1)) >= 0 {
 			continue
 		}
 		for k := f.n - 1; k >= 0; k-- {
-			if f.v6 {
-				v6 = append(v6, f.probe(f.points[k]))
-			} else {
-				v4 = append(v4, f.probe(f.points[k]))
-			}
+			out = append(out, tailPacket{f.probe(f.points[k]), proto, false})
 		}
 	}
-	return v4, v6
+	return out
 }
 
-// probe is the one-byte segment carrying pt, as flow f's newest segment
-// looked otherwise (ACK, window, timestamps).
-func (f *tailFlow) probe(pt tailPoint) []byte {
-	optLen := 0
-	if f.ts {
-		optLen = 12 // NOP, NOP, timestamps (RFC 7323 appendix A)
-	}
-	tcpLen := header.TCPMinimumSize + optLen + 1
+// sackACK is the IP packet of a kept ACK, its TCP header as sent.
+func (f *tailFlow) sackACK(a *sackACK) []byte {
+	b, tcp := f.ipPacket(int(a.n))
+	copy(tcp, a.hdr[:a.n])
+	tcp.SetChecksum(0)
+	tcp.SetChecksum(^checksum.Checksum(tcp, header.PseudoHeaderChecksum(header.TCPProtocolNumber, f.src, f.dst, uint16(len(tcp)))))
+	return b
+}
+
+// ipPacket is an IP packet of the flow's addresses around a TCP segment
+// of tcpLen bytes, and that segment, to be filled.
+func (f *tailFlow) ipPacket(tcpLen int) ([]byte, header.TCP) {
 	ipLen := header.IPv4MinimumSize
 	if f.v6 {
 		ipLen = header.IPv6MinimumSize
@@ -318,7 +419,18 @@ func (f *tailFlow) probe(pt tailPoint) []byte {
 			Protocol: uint8(header.TCPProtocolNumber), SrcAddr: f.src, DstAddr: f.dst})
 		ip.SetChecksum(^ip.CalculateChecksum())
 	}
-	tcp := header.TCP(b[ipLen:])
+	return b, header.TCP(b[ipLen:])
+}
+
+// probe is the one-byte segment carrying pt, as flow f's newest segment
+// looked otherwise (ACK, window, timestamps).
+func (f *tailFlow) probe(pt tailPoint) []byte {
+	optLen := 0
+	if f.ts {
+		optLen = 12 // NOP, NOP, timestamps (RFC 7323 appendix A)
+	}
+	tcpLen := header.TCPMinimumSize + optLen + 1
+	b, tcp := f.ipPacket(tcpLen)
 	tcp.Encode(&header.TCPFields{SrcPort: f.sport, DstPort: f.dport, SeqNum: pt.seq, AckNum: f.ack,
 		DataOffset: uint8(header.TCPMinimumSize + optLen), Flags: header.TCPFlagAck | header.TCPFlagPsh, WindowSize: f.wnd})
 	if f.ts {
@@ -333,22 +445,21 @@ func (f *tailFlow) probe(pt tailPoint) []byte {
 	return b
 }
 
-// sendTailProbes sends the probes of the flows that sent data since
-// tailProbeAge before the outage began, and counts them.
+// sendTailProbes sends the kept SACK ACKs and the probes of the flows
+// that sent them or data since tailProbeAge before the outage began, and
+// counts them.
 func (s *Stack) sendTailProbes(outageStart time.Time) {
 	if s.tails == nil {
 		return
 	}
-	v4, v6 := s.tails.probes(outageStart.Add(-tailProbeAge))
-	for _, set := range []struct {
-		proto tcpip.NetworkProtocolNumber
-		pkts  [][]byte
-	}{{header.IPv4ProtocolNumber, v4}, {header.IPv6ProtocolNumber, v6}} {
-		for _, b := range set.pkts {
-			if err := s.gs.WriteRawPacket(nicID, set.proto, buffer.MakeWithData(b)); err != nil {
-				s.log.Debug("stack: tail probe not sent", "err", err.String())
-				continue
-			}
+	for _, p := range s.tails.probes(outageStart.Add(-tailProbeAge)) {
+		if err := s.gs.WriteRawPacket(nicID, p.proto, buffer.MakeWithData(p.b)); err != nil {
+			s.log.Debug("stack: tail probe not sent", "err", err.String())
+			continue
+		}
+		if p.ack {
+			s.counters.tailACKs.Add(1)
+		} else {
 			s.counters.tailProbes.Add(1)
 		}
 	}

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"testing"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -54,11 +55,21 @@ func TestTailProbesCarryTheLastBytesOfTheNewestSegments(t *testing.T) {
 	for _, p := range pkts {
 		p.DecRef()
 	}
-	v4, v6 := tt.probes(tt.flows[0].lastData.Add(-1)) // any flow
-	if len(v6) != 0 || len(v4) != tailPoints {
-		t.Fatalf("%d IPv4 and %d IPv6 probes, want %d and 0", len(v4), len(v6), tailPoints)
+	var since time.Time // any flow
+	for _, f := range tt.flows {
+		if f.used {
+			since = f.lastData.Add(-1)
+		}
 	}
-	for i, b := range v4 {
+	probes := tt.probes(since)
+	if len(probes) != tailPoints {
+		t.Fatalf("%d probes, want %d", len(probes), tailPoints)
+	}
+	for i, p := range probes {
+		if p.proto != header.IPv4ProtocolNumber || p.ack {
+			t.Fatalf("probe %d: protocol %d, an ACK sent again %v; want IPv4, a probe", i, p.proto, p.ack)
+		}
+		b := p.b
 		ip := header.IPv4(b)
 		if !ip.IsValid(len(b)) || ip.CalculateChecksum() != 0xffff {
 			t.Fatalf("probe %d: bad IPv4 header", i)
@@ -104,9 +115,70 @@ func TestTailProbesSkipAFlowThePeerAcknowledged(t *testing.T) {
 		a := peerACK(c.ack)
 		tt.received(header.IPv4ProtocolNumber, a)
 		a.DecRef()
-		if v4, _ := tt.probes(since); len(v4) != c.probes {
-			t.Errorf("after the peer's ACK of %d: %d probes, want %d", c.ack, len(v4), c.probes)
+		if probes := tt.probes(since); len(probes) != c.probes {
+			t.Errorf("after the peer's ACK of %d: %d probes, want %d", c.ack, len(probes), c.probes)
 		}
+	}
+}
+
+// sackACKPacket is a pure ACK of tcpPacket's flow with timestamps and one
+// SACK block, as gVisor's TCP hands it to the link.
+func sackACKPacket() *gstack.PacketBuffer {
+	const optLen = 24 // NOP, NOP, timestamps; NOP, NOP, SACK of one block
+	p := gstack.NewPacketBuffer(gstack.PacketBufferOptions{ReserveHeaderBytes: 80})
+	tcp := header.TCP(p.TransportHeader().Push(header.TCPMinimumSize + optLen))
+	tcp.Encode(&header.TCPFields{SrcPort: 1000, DstPort: 80, SeqNum: 5, AckNum: 7, DataOffset: uint8(header.TCPMinimumSize + optLen),
+		Flags: header.TCPFlagAck, WindowSize: 500})
+	o := tcp[header.TCPMinimumSize:]
+	header.EncodeNOP(o)
+	header.EncodeNOP(o[1:])
+	header.EncodeTSOption(11, 22, o[2:])
+	header.EncodeNOP(o[12:])
+	header.EncodeNOP(o[13:])
+	header.EncodeSACKBlocks([]header.SACKBlock{{Start: 100, End: 200}}, o[14:])
+	p.TransportProtocolNumber = header.TCPProtocolNumber
+	ip := header.IPv4(p.NetworkHeader().Push(header.IPv4MinimumSize))
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(p.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
+	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	return p
+}
+
+// A pure ACK with SACK blocks is sent again as the stack wrote it, with a
+// valid checksum; an ACK without replaces it, and is the only one sent
+// again until the next with SACK blocks.
+func TestTailACKsRepeatTheNewestACKs(t *testing.T) {
+	tt := newTailTable()
+	ack := sackACKPacket()
+	defer ack.DecRef()
+	tt.record([]*gstack.PacketBuffer{ack})
+	pkts := tt.probes(time.Time{})
+	if len(pkts) != 1 || !pkts[0].ack {
+		t.Fatalf("%d packets, want 1 ACK", len(pkts))
+	}
+	ip := header.IPv4(pkts[0].b)
+	tcp := header.TCP(ip.Payload())
+	want := ack.TransportHeader().Slice()
+	if !ip.IsValid(len(ip)) || ip.CalculateChecksum() != 0xffff ||
+		!tcp.IsChecksumValid(ip.SourceAddress(), ip.DestinationAddress(), 0, 0) || string(tcp[:16]) != string(want[:16]) || string(tcp.Options()) != string(want[20:]) {
+		t.Errorf("ACK sent again: % x; want the TCP header % x with a valid checksum", []byte(tcp), want)
+	}
+	noSACK := gstack.NewPacketBuffer(gstack.PacketBufferOptions{ReserveHeaderBytes: 80})
+	defer noSACK.DecRef()
+	th := header.TCP(noSACK.TransportHeader().Push(header.TCPMinimumSize))
+	th.Encode(&header.TCPFields{SrcPort: 1000, DstPort: 80, SeqNum: 5, AckNum: 300, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 500})
+	noSACK.TransportProtocolNumber = header.TCPProtocolNumber
+	nip := header.IPv4(noSACK.NetworkHeader().Push(header.IPv4MinimumSize))
+	nip.Encode(&header.IPv4Fields{TotalLength: uint16(noSACK.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
+	noSACK.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	tt.record([]*gstack.PacketBuffer{noSACK})
+	if pkts := tt.probes(time.Time{}); len(pkts) != 1 || header.TCP(header.IPv4(pkts[0].b).Payload()).AckNumber() != 300 {
+		t.Errorf("after an ACK without SACK blocks: %d packets, want that one", len(pkts))
+	}
+	tt.record([]*gstack.PacketBuffer{ack, ack})
+	if pkts := tt.probes(time.Time{}); len(pkts) != 2 || header.TCP(header.IPv4(pkts[0].b).Payload()).AckNumber() != 7 {
+		t.Errorf("after two ACKs with SACK blocks: %d packets, want those two", len(pkts))
 	}
 }
 
@@ -119,6 +191,12 @@ func TestTailRecordDoesNotAllocate(t *testing.T) {
 	pkts := []*gstack.PacketBuffer{p}
 	if n := testing.AllocsPerRun(100, func() { tt.record(pkts) }); n != 0 {
 		t.Errorf("%v allocations per record, want 0", n)
+	}
+	ack := sackACKPacket()
+	defer ack.DecRef()
+	acks := []*gstack.PacketBuffer{ack}
+	if n := testing.AllocsPerRun(100, func() { tt.record(acks) }); n != 0 {
+		t.Errorf("%v allocations per record of a SACK ACK, want 0", n)
 	}
 	a := peerACK(1)
 	defer a.DecRef()
@@ -155,6 +233,19 @@ func FuzzTailReceived(f *testing.F) {
 			pkt := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
 			tt.received(proto, pkt)
 			pkt.DecRef()
+		}
+	})
+}
+
+func FuzzHasSACK(f *testing.F) {
+	f.Add([]byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2, 1, 1, 5, 10, 0, 0, 0, 9, 0, 0, 0, 19})
+	f.Add([]byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2})
+	f.Add([]byte{5, 1})
+	f.Fuzz(func(t *testing.T, o []byte) {
+		// Every well-formed SACK option ParseTCPOptions finds, hasSACK
+		// finds too.
+		if p := header.ParseTCPOptions(o); len(p.SACKBlocks) > 0 && !hasSACK(o) {
+			t.Errorf("ParseTCPOptions found %d SACK blocks, hasSACK none", len(p.SACKBlocks))
 		}
 	})
 }

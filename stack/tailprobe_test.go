@@ -2,6 +2,8 @@ package stack_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -27,11 +29,20 @@ type holdLink struct {
 	mu     sync.Mutex
 	paused bool
 	held   []*gstack.PacketBuffer
+	// full: the link's TX pool is taken (by an upload held before):
+	// what is written while paused is dropped, and counted.
+	full    bool
+	dropped int
 }
 
 func (l *holdLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 	l.mu.Lock()
 	if l.paused {
+		if l.full {
+			l.dropped += pkts.Len()
+			l.mu.Unlock()
+			return 0, &tcpip.ErrNoBufferSpace{}
+		}
 		for _, p := range pkts.AsSlice() {
 			l.held = append(l.held, p.Clone())
 		}
@@ -70,7 +81,9 @@ func (l *holdLink) ResumeTX(send bool) {
 // probeRig is the stack (10.0.0.1) on a holdLink to a peer gVisor stack
 // (10.0.0.2) listening on port 80 and counting what it reads.
 type probeRig struct {
-	s *stack.Stack
+	s    *stack.Stack
+	peer *gstack.Stack
+	link *holdLink
 	// sent is how far the stack's data has reached the peer: the end of
 	// the highest segment forwarded, from the first data byte; acked is
 	// the highest ACK the peer sent (dropped or not), from the same.
@@ -82,9 +95,14 @@ type probeRig struct {
 	// asked about every TCP segment the stack sends.
 	dropDL atomic.Bool
 	dropUL atomic.Pointer[func(header.TCP) bool]
+	// lostMu guards lost: the data segments dropDL dropped, in order.
+	lostMu sync.Mutex
+	lost   []*gstack.PacketBuffer
 }
 
-func newProbeRig(t *testing.T, cfg stack.Config) *probeRig {
+// newProbeRig starts the rig; serve, if not nil, is what the peer does
+// with the connection it accepts (nil: it reads nothing and holds it).
+func newProbeRig(t *testing.T, cfg stack.Config, serve func(net.Conn)) *probeRig {
 	t.Helper()
 	r := &probeRig{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,6 +130,9 @@ func newProbeRig(t *testing.T, cfg stack.Config) *probeRig {
 		if err != nil {
 			return
 		}
+		if serve != nil {
+			serve(c)
+		}
 		<-ctx.Done()
 		c.Close()
 	})
@@ -122,7 +143,7 @@ func newProbeRig(t *testing.T, cfg stack.Config) *probeRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.s = s
+	r.s, r.peer, r.link = s, peer, l
 	// A retransmission timeout cannot come within the test: whatever
 	// repairs the flight is not the timer.
 	minRTO := tcpip.TCPMinRTOOption(30 * time.Second)
@@ -184,10 +205,24 @@ func newProbeRig(t *testing.T, cfg stack.Config) *probeRig {
 				}
 				return false
 			})
-			return r.dropDL.Load()
+			if !r.dropDL.Load() {
+				return false
+			}
+			if tcpOf(p, func(seg header.TCP) bool { return len(seg) > int(seg.DataOffset()) }) {
+				r.lostMu.Lock()
+				r.lost = append(r.lost, p.Clone())
+				r.lostMu.Unlock()
+			}
+			return true
 		})
 	})
 	t.Cleanup(func() {
+		r.lostMu.Lock()
+		for _, p := range r.lost {
+			p.DecRef()
+		}
+		r.lost = nil
+		r.lostMu.Unlock()
 		s.Close()
 		ln.Close()
 		cancel()
@@ -251,7 +286,7 @@ func (r *probeRig) waitAll(t *testing.T, n int64) {
 // the stack's tail probes make the peer acknowledge what it has, and the
 // rest of the write goes, with no timeout.
 func TestTailProbesRecoverAFlightWhoseACKsWereLostWithoutATimeout(t *testing.T) {
-	r := newProbeRig(t, stack.Config{})
+	r := newProbeRig(t, stack.Config{}, nil)
 	const n = 200 << 10
 	r.flightThenOutage(t, n, func() bool { return r.acked.Load() >= r.sent.Load() })
 	r.waitAll(t, n)
@@ -269,7 +304,7 @@ func TestTailProbesRecoverAFlightWhoseACKsWereLostWithoutATimeout(t *testing.T) 
 // SACKs three discontiguous bytes, which makes the rest lost (RFC 6675
 // IsLost), and SACK recovery repairs it, with no timeout.
 func TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout(t *testing.T) {
-	r := newProbeRig(t, stack.Config{})
+	r := newProbeRig(t, stack.Config{}, nil)
 	var seen, dropped atomic.Int32
 	drop := func(tcp header.TCP) bool {
 		if len(tcp) <= int(tcp.DataOffset()) || !r.dropDL.Load() {
@@ -288,5 +323,137 @@ func TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout(t *testing.T) {
 	st := r.s.Stats()
 	if st.TCPTimeouts != 0 || st.TailProbes == 0 || st.TCPRetransmits == 0 {
 		t.Errorf("TCP timeouts %d, tail probes %d, retransmits %d; want 0, some, some", st.TCPTimeouts, st.TailProbes, st.TCPRetransmits)
+	}
+}
+
+// peerCwnd is the congestion window, in segments, of the peer's one
+// established connection (0: none).
+func peerCwnd(peer *gstack.Stack) int {
+	for _, ep := range peer.RegisteredEndpoints() {
+		if e, ok := ep.(*tcp.Endpoint); ok && e.EndpointState() == tcp.StateEstablished {
+			var info tcpip.TCPInfoOption
+			if e.GetSockOpt(&info) == nil {
+				return int(info.SndCwnd)
+			}
+		}
+	}
+	return 0
+}
+
+// The network's flight is lost (in a crashed modem), all but its last
+// three segments, which the network's tail loss probe sends again while
+// the host's session is still down: the stack SACKs them above the hole,
+// but the link, its TX pool taken by an upload it holds, drops those
+// ACKs. When the session comes back, the stack sends its newest SACK
+// ACKs again: the sender learns what the host holds, and its SACK
+// recovery repairs the hole with no retransmission timeout (the peer's
+// minimum RTO is 30 s; the test waits 10). Without them the sender
+// hears nothing until its timer.
+func TestTailACKsTellTheSenderWhatTheHostHoldsAfterALostFlight(t *testing.T) {
+	const first, second = 64 << 10, 32 << 10
+	more := make(chan struct{})
+	r := newProbeRig(t, stack.Config{}, func(c net.Conn) {
+		if _, err := c.Write(make([]byte, first)); err != nil {
+			return
+		}
+		<-more
+		c.Write(make([]byte, second))
+	})
+	// The peer is a server as the emulated network runs them: RFC 6675
+	// loss detection, RACK-TLP off (simnet.NewCarrierNetwork says why;
+	// its link probes instead, as the test does by hand).
+	minRTO := tcpip.TCPMinRTOOption(30 * time.Second)
+	rack := tcpip.TCPRecovery(0)
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&minRTO, &rack} {
+		if err := r.peer.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.s.DialContext(ctx, "tcp4", "10.0.0.2:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.ReadFull(c, make([]byte, first)); err != nil {
+		t.Fatal(err)
+	}
+	// The second write goes out as far as the peer's congestion window
+	// lets it (the rig may have cost it a loss already), and is lost.
+	r.dropDL.Store(true)
+	close(more)
+	lost := func() (pkts, bytes int) {
+		r.lostMu.Lock()
+		defer r.lostMu.Unlock()
+		for _, p := range r.lost {
+			v := p.ToView()
+			seg := header.TCP(header.IPv4(v.AsSlice()).Payload())
+			bytes += len(seg) - int(seg.DataOffset())
+			v.Release()
+		}
+		return len(r.lost), bytes
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// No ACK reaches the peer now: its window stays what it is.
+		cwnd := peerCwnd(r.peer)
+		if pkts, bytes := lost(); bytes >= second || pkts >= 4 && pkts >= cwnd {
+			break
+		}
+		if time.Now().After(deadline) {
+			pkts, bytes := lost()
+			t.Fatalf("the peer sent %d segments, %d of %d bytes, with a congestion window of %d", pkts, bytes, second, cwnd)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The session goes down; the network's probe (the flight's last
+	// three segments) reaches the host; the stack's answers are dropped.
+	r.s.LoseBearerForTest()
+	r.link.mu.Lock()
+	r.link.full = true
+	r.link.mu.Unlock()
+	r.lostMu.Lock()
+	probe := r.lost[len(r.lost)-3:]
+	r.lostMu.Unlock()
+	for _, p := range probe {
+		r.link.InjectInbound(header.IPv4ProtocolNumber, gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: p.ToBuffer()}))
+	}
+	for {
+		r.link.mu.Lock()
+		n := r.link.dropped
+		r.link.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stack answered %d of the 3 probe segments", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.dropDL.Store(false)
+	r.link.mu.Lock()
+	r.link.full = false
+	r.link.mu.Unlock()
+	r.s.RestoreBearerForTest()
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(c, make([]byte, second))
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		c.Close()
+		<-got
+		t.Fatalf("the lost flight was not repaired in 10 s: peer TCP timeouts %d, SACK recoveries %d, retransmits %d; stack tail ACKs %d",
+			r.peer.Stats().TCP.Timeouts.Value(), r.peer.Stats().TCP.SACKRecovery.Value(), r.peer.Stats().TCP.Retransmits.Value(), r.s.Stats().TailACKs)
+	}
+	if to, st := r.peer.Stats().TCP.Timeouts.Value(), r.s.Stats(); to != 0 || st.TailACKs == 0 {
+		t.Errorf("peer TCP timeouts %d, stack tail ACKs %d; want 0, some", to, st.TailACKs)
 	}
 }

@@ -40,12 +40,17 @@ import (
 // recovery: Linux probes only in the Open state) until everything it had
 // sent then is acknowledged.
 //
-// What the probe sends: the newest tlpSegments segments, not Linux's one.
-// Linux's RACK marks the whole hole lost on the SACK of one probe; the
-// carrier's TCP runs RFC 6675 loss detection, which needs DupThresh
-// (three) duplicate ACKs with new SACK information to start recovery.
-// So the host sees two more duplicates than a Linux server would send,
-// and the network's sender repairs the window as a Linux server does.
+// What the probe sends: the newest segments, as many as carry tlpSegments
+// full segments' worth of data, not Linux's one. Linux's RACK marks the
+// whole hole lost on the SACK of one probe; the carrier's TCP runs RFC
+// 6675 loss detection, which needs DupThresh (three) duplicate ACKs with
+// new SACK information, or more than DupThresh − 1 segments' worth
+// SACKed above the hole (IsLost), to start recovery. The newest segments
+// are often short (the ends of the application's writes: 644 and 55
+// bytes in a traced storm), and three of them SACKed were not enough:
+// hence the bytes, not the count. So the host sees a few more
+// duplicates than a Linux server would send, and the network's sender
+// repairs the window as a Linux server does.
 //
 // A probe due while the data pair is stopped (a SYS_ERR) goes when it
 // starts again: what the network sends while the modem is down is lost
@@ -67,25 +72,32 @@ import (
 // information of a whole flight at once (the host's earlier SACKs were
 // lost in the modem; the probe's answer is the first to get through) is
 // not counted, the ACKs after it bring nothing new, and the sender waits
-// out its RTO with the hole lost in plain sight (IsLost). The link hands
-// such an ACK to the network's TCP with the previous ACK's window when
-// the window grew: with the ACK number unchanged it can only grow (a
+// out its RTO with the hole lost in plain sight (IsLost). Likewise the
+// answers to a probe, each of which SACKs one more segment below the
+// block the host reported before, when one of them advertises a window
+// that grew: gVisor resets its duplicate count on an ACK it does not
+// count. The link hands such an ACK to the network's TCP with the
+// previous ACK's window when the window grew: with the ACK number unchanged it can only grow (a
 // receiver never moves its right edge back), so the sender sees a
 // smaller, still valid window until the next ACK, and counts the
 // duplicate (CarrierStats.SACKDupAcks).
 //
 // Cost: WritePackets records each TCP data packet's tail (a map look-up
-// and a copy of at most tlpSegments MSS-sized segments into the flow's own
+// and a copy of at most tlpSegments + 1 segments into the flow's own
 // buffers, which grow once to the flow's segment size), rxLoop each ACK
 // (a map look-up). Flows are bounded (tlpMaxFlows) and expire after
 // tlpIdle without traffic; one goroutine, started by NewCarrierNetwork and
 // stopped by Close, sleeps until the earliest PTO.
 
 const (
-	// tlpSegments is how many of a flow's newest segments a probe sends
-	// again: RFC 6675's DupThresh, what the carrier's TCP needs SACKed
-	// above a hole to start recovery.
+	// tlpSegments is how many segments' worth of a flow's newest data a
+	// probe sends again: RFC 6675's DupThresh, what the carrier's TCP
+	// needs SACKed above a hole to start recovery.
 	tlpSegments = 3
+	// tlpSlots is how many of a flow's newest segments are kept: enough
+	// that those sent again carry tlpSegments full segments' worth when
+	// the newest are short (the ends of the application's writes).
+	tlpSlots = 2 * tlpSegments
 	// tlpMinTimeout is Linux's TCP_TIMEOUT_MIN (2 jiffies) at HZ=1000,
 	// added to 2·SRTT.
 	tlpMinTimeout = 2 * time.Millisecond
@@ -122,10 +134,11 @@ type tlpFlow struct {
 	probeStops      uint64       // tailProber.stops when it was probed
 	again           bool         // the next probe repeats one lost with the pair
 	wnd             uint16       // the window field of the host's last ACK, as delivered
-	sackHigh        seqnum.Value // the highest end the host has SACKed (≥ ack)
+	sackLow         seqnum.Value // the extent the host has SACKed above ack:
+	sackHigh        seqnum.Value // [sackLow, sackHigh), empty when equal
 	started         bool         // high and ack are set: the flow has sent data
 	mss             int
-	slots           [tlpSegments][]byte // the newest segments, a ring
+	slots           [tlpSlots][]byte // the newest segments, a ring
 	next, n         int
 	proto           tcpip.NetworkProtocolNumber
 	l3              int // IP header length of the slots' packets
@@ -280,6 +293,7 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 	}
 	seq := seqnum.Value(tcp.SequenceNumber())
 	end := seq.Add(seqnum.Size(max(payload, 0)))
+
 	if flags.Contains(header.TCPFlagFin) {
 		end++
 	}
@@ -287,7 +301,7 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 		return // not a flow that negotiated SACK
 	}
 	if !f.started {
-		f.started, f.high, f.ack, f.sackHigh = true, seq, seq, seq
+		f.started, f.high, f.ack, f.sackLow, f.sackHigh = true, seq, seq, seq, seq
 	}
 	f.seen, f.lastSend = now, now
 	if !f.high.LessThan(end) {
@@ -308,18 +322,23 @@ func (t *tailProber) record(pkt *stack.PacketBuffer) {
 	}
 }
 
-// keepTail copies the last tlpSegments MSS-sized segments of pkt into the
-// flow's ring; t.mu is held.
+// keepTail copies the newest segments of pkt into the flow's ring: the
+// last tlpSegments MSS-sized ones, and one more when the last is short;
+// t.mu is held.
 func (t *tailProber) keepTail(f *tlpFlow, pkt *stack.PacketBuffer) {
 	s := &t.seg
 	defer s.Release()
 	if !s.Reset(pkt) {
 		return
 	}
+	keep := tlpSegments
 	if g := pkt.GSOOptions; s.Cut() {
 		f.mss = max(f.mss, int(g.MSS))
+		if g.MSS > 0 && pkt.Data().Size()%int(g.MSS) != 0 {
+			keep++
+		}
 	}
-	for i := s.Segments(); i > tlpSegments; i-- {
+	for i := s.Segments(); i > keep; i-- {
 		s.Skip()
 	}
 	for !s.Done() {
@@ -331,8 +350,8 @@ func (t *tailProber) keepTail(f *tlpFlow, pkt *stack.PacketBuffer) {
 		b = b[:size]
 		s.Write(b)
 		f.slots[f.next] = b
-		f.next = (f.next + 1) % tlpSegments
-		f.n = min(f.n+1, tlpSegments)
+		f.next = (f.next + 1) % tlpSlots
+		f.n = min(f.n+1, tlpSlots)
 		if !s.Cut() {
 			f.mss = max(f.mss, size-f.l3-int(header.TCP(b[f.l3:]).DataOffset()))
 		}
@@ -379,6 +398,9 @@ func (t *tailProber) ack(p []byte) {
 		return
 	}
 	f.ack, f.acked, f.wnd = a, now, tcp.WindowSize()
+	if f.sackLow.LessThan(a) {
+		f.sackLow = a
+	}
 	if f.sackHigh.LessThan(a) {
 		f.sackHigh = a
 	}
@@ -403,16 +425,35 @@ func (t *tailProber) ack(p []byte) {
 // (tcp, carrying payload bytes of data): if it SACKs data not SACKed
 // before and its window grew, it gets the window of the ACK before, so
 // that the network's TCP counts it as a duplicate; t.mu is held.
+//
+// "Not SACKed before" is judged against the extent of what the host has
+// SACKed above its ACK: a block that reaches above it or below it is
+// new. The answers to a probe extend it downwards, one segment each
+// (the probe sends the newest first). A block inside a gap of the
+// extent is not seen as new: an ACK that brings only that passes as it
+// came.
 func (t *tailProber) sackDup(f *tlpFlow, tcp header.TCP, payload int) {
 	off := int(tcp.DataOffset())
 	if payload != 0 || off < header.TCPMinimumSize || off > len(tcp) || f.wnd == 0 {
 		return
 	}
-	end, ok := sackEnd(tcp[header.TCPMinimumSize:off])
-	if !ok || !f.sackHigh.LessThan(end) || end.LessThan(f.ack) || f.high.LessThan(end) {
-		return // no new SACK information, or nonsense
+	low, high, ok := sackExtent(tcp[header.TCPMinimumSize:off], f.ack, f.high)
+	if !ok {
+		return // no SACK block within what is outstanding
 	}
-	f.sackHigh = end
+	if f.sackLow != f.sackHigh && !f.sackHigh.LessThan(high) && !low.LessThan(f.sackLow) {
+		return // nothing new
+	}
+	if f.sackLow == f.sackHigh {
+		f.sackLow, f.sackHigh = low, high
+	} else {
+		if low.LessThan(f.sackLow) {
+			f.sackLow = low
+		}
+		if f.sackHigh.LessThan(high) {
+			f.sackHigh = high
+		}
+	}
 	w := tcp.WindowSize()
 	if w <= f.wnd {
 		return
@@ -423,33 +464,43 @@ func (t *tailProber) sackDup(f *tlpFlow, tcp header.TCP, payload int) {
 	t.dups.Add(1)
 }
 
-// sackEnd returns the highest right edge of the SACK blocks in TCP
-// options opts; ok is false if there is no SACK option. It stops at a
-// malformed option.
-func sackEnd(opts []byte) (end seqnum.Value, ok bool) {
+// sackExtent returns the lowest left edge and the highest right edge of
+// the SACK blocks in TCP options opts that lie within (ack, high]: above
+// the cumulative ACK (a D-SACK block below it reports a duplicate, RFC
+// 2883) and within what was sent. ok is false if there is none. It stops
+// at a malformed option.
+func sackExtent(opts []byte, ack, high seqnum.Value) (low, end seqnum.Value, ok bool) {
 	for i := 0; i < len(opts); {
 		switch opts[i] {
 		case header.TCPOptionEOL:
-			return end, ok
+			return low, end, ok
 		case header.TCPOptionNOP:
 			i++
 			continue
 		}
 		if i+1 >= len(opts) || opts[i+1] < 2 || i+int(opts[i+1]) > len(opts) {
-			return end, ok
+			return low, end, ok
 		}
 		l := int(opts[i+1])
 		if opts[i] == header.TCPOptionSACK && (l-2)%8 == 0 {
 			for b := i + 2; b+8 <= i+l; b += 8 {
+				s := seqnum.Value(uint32(opts[b])<<24 | uint32(opts[b+1])<<16 | uint32(opts[b+2])<<8 | uint32(opts[b+3]))
 				e := seqnum.Value(uint32(opts[b+4])<<24 | uint32(opts[b+5])<<16 | uint32(opts[b+6])<<8 | uint32(opts[b+7]))
-				if !ok || end.LessThan(e) {
-					end, ok = e, true
+				if !ack.LessThan(s) || !s.LessThan(e) || high.LessThan(e) {
+					continue
 				}
+				if !ok || s.LessThan(low) {
+					low = s
+				}
+				if !ok || end.LessThan(e) {
+					end = e
+				}
+				ok = true
 			}
 		}
 		i += l
 	}
-	return end, ok
+	return low, end, ok
 }
 
 // run is the prober's goroutine: it sleeps until the earliest PTO, sends
@@ -488,7 +539,7 @@ func (t *tailProber) run() {
 }
 
 // collect expires idle flows, appends the probes due now to probes (up to
-// tlpSegments packets per flow) and sets when to scan next.
+// tlpSlots packets per flow) and sets when to scan next.
 func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer {
 	// stops before the port: Stop clears the port, then counts, so a
 	// probe that finds the port set and is lost to a Stop records a
@@ -527,8 +578,11 @@ func (t *tailProber) collect(probes []*stack.PacketBuffer) []*stack.PacketBuffer
 		// duplicate only if it advertises the window the previous
 		// one did, which the first ACK after an outage often does
 		// not (the application has read meanwhile).
-		for i := range f.n {
-			b := f.slots[(f.next-1-i+tlpSegments)%tlpSegments]
+		// As many of the newest segments as carry tlpSegments full
+		// segments' worth.
+		for i, sent := 0, 0; i < f.n && sent < tlpSegments*max(f.mss, 1); i++ {
+			b := f.slots[(f.next-1-i+tlpSlots)%tlpSlots]
+			sent += len(b) - f.l3 - int(header.TCP(b[f.l3:]).DataOffset())
 			pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
 			pkt.NetworkProtocolNumber = f.proto
 			pkt.NetworkHeader().Consume(f.l3)

@@ -9,10 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mhistack/mhistack/mhi/sim"
 	"go.uber.org/goleak"
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	gcsum "gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
@@ -313,7 +317,7 @@ func TestCarrierCountsAnACKWithNewSACKAsADuplicateWhateverItsWindow(t *testing.T
 	tp.init(nil)
 	k := tlpKey{net: tcpip.AddrFrom4([4]byte{198, 51, 100, 1}), host: tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4()), netPort: 443, hostPort: 40000}
 	const una = 1_000_000
-	f := &tlpFlow{started: true, ack: una, high: una + 140_000, sackHigh: una, wnd: 16034, mss: 1420}
+	f := &tlpFlow{started: true, ack: una, high: una + 140_000, sackLow: una, sackHigh: una, wnd: 16034, mss: 1420}
 	tp.flows[k] = f
 	deliver := func(p []byte) header.TCP {
 		tp.ack(p)
@@ -336,20 +340,90 @@ func TestCarrierCountsAnACKWithNewSACKAsADuplicateWhateverItsWindow(t *testing.T
 	if n := tp.dups.Load(); n != 1 {
 		t.Errorf("SACKDupAcks %d; want 1", n)
 	}
+	// The answers to a probe extend the block downwards, one segment
+	// each: new information, window grown again: a duplicate.
+	if w := deliver(hostACK(una, 16400, [2]uint32{una + 85_255, una + 140_000})).WindowSize(); w != 16300 {
+		t.Errorf("an ACK whose SACK block reaches lower than before, window grown, reached the network's TCP with window %d; want the previous 16300", w)
+	}
+	// A D-SACK block below the ACK is no new information.
+	if w := deliver(hostACK(una, 16450, [2]uint32{una - 1420, una})).WindowSize(); w != 16450 {
+		t.Errorf("an ACK with only a D-SACK block got window %d; want its own 16450", w)
+	}
+	if n := tp.dups.Load(); n != 2 {
+		t.Errorf("SACKDupAcks %d; want 2", n)
+	}
 	// Acknowledging new data: passes as it came.
 	if w := deliver(hostACK(una+1420, 16500, [2]uint32{})).WindowSize(); w != 16500 {
 		t.Errorf("an ACK of new data got window %d; want its own 16500", w)
 	}
 }
 
-func FuzzSACKEnd(f *testing.F) {
+func FuzzSACKExtent(f *testing.F) {
 	f.Add([]byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, 10, 0, 0, 0, 1, 0, 0, 0, 2})
 	f.Add([]byte{header.TCPOptionSACK, 2})
 	f.Add([]byte{header.TCPOptionTS, 10, 0, 0, 0, 0, 0, 0, 0, 0, header.TCPOptionSACK, 18})
 	f.Fuzz(func(t *testing.T, opts []byte) {
-		end, ok := sackEnd(opts)
-		if !ok && end != 0 {
-			t.Fatalf("no SACK option but end %d", end)
+		const ack, high = 1, 1 << 31
+		low, end, ok := sackExtent(opts, ack, high)
+		if !ok && (low != 0 || end != 0) {
+			t.Fatalf("no SACK block but extent [%d, %d)", low, end)
+		}
+		if ok && (!seqnum.Value(ack).LessThan(low) || !low.LessThan(end) || seqnum.Value(high).LessThan(end)) {
+			t.Fatalf("extent [%d, %d) outside (%d, %d]", low, end, ack, high)
 		}
 	})
+}
+
+// dataSegment is a TCP segment of n payload bytes the network sends on the
+// flow of hostACK, as gVisor hands it to the carrier's link.
+func dataSegment(seq uint32, n int) *stack.PacketBuffer {
+	p := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 80, Payload: buffer.MakeWithData(make([]byte, n))})
+	tcp := header.TCP(p.TransportHeader().Push(header.TCPMinimumSize))
+	tcp.Encode(&header.TCPFields{SrcPort: 443, DstPort: 40000, SeqNum: seq, AckNum: 1, DataOffset: header.TCPMinimumSize,
+		Flags: header.TCPFlagAck, WindowSize: 1000})
+	p.TransportProtocolNumber = header.TCPProtocolNumber
+	ip := header.IPv4(p.NetworkHeader().Push(header.IPv4MinimumSize))
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(p.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4([4]byte{198, 51, 100, 1}), DstAddr: tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4())})
+	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	return p
+}
+
+// TestCarrierTailLossProbeCarriesThreeSegmentsWorth: the newest segments
+// of a flight are short (the ends of the application's writes: 644 and
+// 55 bytes in a traced storm). Three of them SACKed above a hole are
+// less than RFC 6675's (DupThresh − 1) × SMSS, so the network's TCP does
+// not take the hole as lost, and with the duplicate ACK count reset by
+// the answer that brings nothing new, it waits out its RTO. The probe
+// sends as many of the newest segments as carry three full segments'
+// worth, newest first.
+func TestCarrierTailLossProbeCarriesThreeSegmentsWorth(t *testing.T) {
+	cn := &CarrierNetwork{ep: &carrierLink{}}
+	cn.ep.port.Store(&sim.Port{})
+	var tp tailProber
+	tp.init(cn)
+	k := tlpKey{net: tcpip.AddrFrom4([4]byte{198, 51, 100, 1}), host: tcpip.AddrFrom4(DefaultCarrier().IPv4.Addr().As4()), netPort: 443, hostPort: 40000}
+	tp.flows[k] = &tlpFlow{}
+	seq := uint32(1_000_000)
+	var sizes []int
+	for _, n := range []int{1420, 1420, 1420, 1420, 644, 55} {
+		p := dataSegment(seq, n)
+		tp.record(p)
+		p.DecRef()
+		seq += uint32(n)
+		sizes = append(sizes, n)
+	}
+	f := tp.flows[k]
+	f.srtt = time.Millisecond // an RTT sample, and the PTO long past
+	f.lastSend, f.acked = -int64(time.Second), -int64(time.Second)
+	probes := tp.collect(nil)
+	var got []int
+	for _, p := range probes {
+		got = append(got, p.Data().Size()-header.TCPMinimumSize)
+		p.DecRef()
+	}
+	want := []int{55, 644, 1420, 1420, 1420}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the probe sent segments of %v bytes (flight %v); want %v: three full segments' worth, newest first", got, sizes, want)
+	}
 }
