@@ -82,6 +82,14 @@ func (s *Server) httpForward(c net.Conn, br *bufio.Reader, pr *proxyRequest) (ke
 			s.httpError(c, dialStatus(err), err)
 			return false
 		}
+		retriable := !hasBody && idempotent(req.Method)
+		if oc.reused && !retriable && oc.closedByOrigin() {
+			// Cheaper to look than to fail a request that cannot be
+			// sent again: the origin closed the idle connection.
+			pool.drop(oc)
+			attempt--
+			continue
+		}
 		if oc.reused {
 			s.stats.HTTPPoolHits.Add(1)
 		} else {
@@ -101,7 +109,7 @@ func (s *Server) httpForward(c net.Conn, br *bufio.Reader, pr *proxyRequest) (ke
 		// once, on a new connection, when nothing came back on the
 		// old one. A body already taken from the client cannot be sent
 		// again.
-		if !sent && attempt == 0 && oc.reused && oc.nread == 0 && !hasBody && idempotent(req.Method) && !isTimeout(err) {
+		if !sent && attempt == 0 && oc.reused && oc.nread == 0 && retriable && !isTimeout(err) {
 			s.logger().Debug("proxy: pooled origin connection closed, retrying on a new one", "target", key, "err", err)
 			continue
 		}
@@ -135,6 +143,12 @@ const max1xx = 8
 // anyway, as net/http's DefaultTransport and curl wait (RFC 9110
 // §10.1.1: an origin of HTTP/1.0 never says it).
 const continueTimeout = time.Second
+
+// uploadGrace is how long a request body that is still being written
+// when its response has been relayed whole may take to finish before it
+// is cut off (and the connection closed), as net/http's Transport waits
+// before it reuses a connection (50 ms).
+const uploadGrace = 50 * time.Millisecond
 
 // exchange is one request and its response on one origin connection.
 type exchange struct {
@@ -174,16 +188,24 @@ func (x *exchange) run(poolOn bool) (sent bool, err error) {
 		up = startUpload(oc, req, x.body, x.clientBuf, hasContinue(req.Header))
 	}
 	// finish ends the upload: at once (the client's read cut short and
-	// the origin's write failed) unless it is done. It reports whether
-	// the whole request went out.
-	finish := func() bool {
+	// the origin's write failed) unless it is done or, after a whole
+	// response, about to be (the origin may answer as soon as it has
+	// read the body, before the write of it returns here). It reports
+	// whether the whole request went out.
+	finish := func(grace bool) bool {
 		if up == nil {
 			return true
+		}
+		var late <-chan time.Time
+		if grace {
+			t := time.NewTimer(uploadGrace)
+			defer t.Stop()
+			late = t.C
 		}
 		select {
 		case err := <-up.done:
 			return err == nil
-		default:
+		case <-late:
 		}
 		up.decide(false)
 		x.body.stop(x.client)
@@ -193,7 +215,7 @@ func (x *exchange) run(poolOn bool) (sent bool, err error) {
 	}
 	resp, err := x.readResponse(up)
 	if err != nil {
-		finish()
+		finish(false)
 		pool.drop(oc)
 		return false, err
 	}
@@ -201,7 +223,7 @@ func (x *exchange) run(poolOn bool) (sent bool, err error) {
 		up.decide(false) // a final answer came before 100: the body is not wanted
 	}
 	complete, err := x.relay(resp)
-	if !finish() || !complete || resp.Close || !poolOn {
+	if !finish(complete && err == nil) || !complete || resp.Close || !poolOn {
 		pool.drop(oc)
 	} else {
 		pool.put(oc)
@@ -269,12 +291,15 @@ func (x *exchange) relay(resp *http.Response) (complete bool, err error) {
 		resp.Close = true
 	}
 	originClose := resp.Close
+	// The proxy's own version goes to the client (RFC 9110 §6.2): an
+	// HTTP/1.0 origin's response is framed by the proxy's rules below.
+	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
 	keepAlive := !x.req.Close
 	if x.client10 && len(resp.TransferEncoding) > 0 {
 		resp.TransferEncoding = nil
 		resp.ContentLength = -1
 	}
-	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && (!bodyless || resp.ProtoAtLeast(1, 1)) {
+	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 {
 		// The close delimits the body (and Response.Write says
 		// "Connection: close" for any HTTP/1.1 response of unknown
 		// length, a bodiless one included).

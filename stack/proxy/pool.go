@@ -3,7 +3,9 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -103,6 +105,38 @@ type originConn struct {
 // readable reports whether a read of the response returns without
 // waiting: bytes are buffered above the connection or queued on it.
 func (oc *originConn) readable() bool { return oc.br.Buffered() > 0 || readable(oc.Conn) }
+
+// closedByOrigin reports whether the origin has closed an idle
+// connection (or sent on it unasked). A host socket is asked without
+// waiting (recv MSG_PEEK|MSG_DONTWAIT, recv(2)); any other conn (the
+// stack's) by a read that waits at most closeProbe, as a read whose
+// deadline has passed does not look at the connection at all.
+func (oc *originConn) closedByOrigin() bool {
+	if oc.br.Buffered() > 0 {
+		return true
+	}
+	if sc, ok := oc.Conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			var b [1]byte
+			var rerr error
+			if rc.Control(func(fd uintptr) {
+				_, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			}) == nil {
+				return !errors.Is(rerr, unix.EAGAIN) // bytes, EOF or an error
+			}
+		}
+	}
+	var b [1]byte
+	oc.Conn.SetReadDeadline(time.Now().Add(closeProbe))
+	n, err := oc.Conn.Read(b[:])
+	oc.Conn.SetReadDeadline(time.Time{})
+	oc.readAt = time.Time{} // the next read sets the idle deadline again
+	return n > 0 || !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// closeProbe is how long closedByOrigin waits on a conn it cannot ask
+// without waiting: an origin's FIN that has arrived is seen at once.
+const closeProbe = 100 * time.Microsecond
 
 // get returns an idle connection to the origin key (at a), the most
 // recently used first, or dials a new one; fresh skips the idle ones.
