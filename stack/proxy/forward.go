@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -217,6 +218,9 @@ func (x *exchange) run(poolOn bool) (sent bool, err error) {
 	if err != nil {
 		finish(false)
 		pool.drop(oc)
+		if e := up.clientBroke(); e != nil {
+			err = e // why the origin connection was closed under the response
+		}
 		return false, err
 	}
 	if up != nil {
@@ -391,6 +395,20 @@ type upload struct {
 	// go is told once whether to send a body that expects 100-continue.
 	goOn chan bool
 	once sync.Once
+	// clientErr is set before the origin connection is closed under
+	// the response because the client's body broke off.
+	clientErr atomic.Pointer[clientBodyError]
+}
+
+// clientBroke is the client's failure that ended the upload, if any.
+func (u *upload) clientBroke() error {
+	if u == nil {
+		return nil
+	}
+	if e := u.clientErr.Load(); e != nil {
+		return e
+	}
+	return nil
 }
 
 func (u *upload) decide(send bool) {
@@ -409,6 +427,15 @@ func startUpload(oc *originConn, req *http.Request, body *clientBody, client *bu
 }
 
 var errBodyNotWanted = errors.New("the origin answered before 100-continue: body not sent")
+
+// clientBodyError is a request body that could not be read from the
+// client.
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string {
+	return "reading the request body from the client: " + e.err.Error()
+}
+func (e *clientBodyError) Unwrap() error { return e.err }
 
 func (u *upload) run(oc *originConn, req *http.Request, body *clientBody, client *bufio.Reader, expect bool) error {
 	w := oc.bw
@@ -453,7 +480,14 @@ func (u *upload) run(oc *originConn, req *http.Request, body *clientBody, client
 			break
 		}
 		if rerr != nil {
-			return rerr
+			// The client's body broke off (it closed, or sent a bad
+			// chunk): the origin would wait for the rest, and the
+			// response with it. Closing the origin connection ends
+			// that wait.
+			e := &clientBodyError{rerr}
+			u.clientErr.Store(e)
+			oc.Conn.Close()
+			return e
 		}
 	}
 	if chunked {

@@ -415,3 +415,22 @@ func TestPoolClosesAConnectionIdleForPoolIdleTimeout(t *testing.T) {
 	r.httpClient(t).do("GET", "GET "+o.url("/")+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	waitFor(t, "the pool to close the idle connection", func() bool { return o.done.Load() == 1 })
 }
+
+// TestForwardEndsARequestWhoseBodyBreaksOff: a client that stops
+// sending part way through its body does not leave the proxy waiting for
+// the origin, which waits for the rest.
+func TestForwardEndsARequestWhoseBodyBreaksOff(t *testing.T) {
+	r := newRig(t, nil)
+	o := newScriptedOrigin(t, func(_ int, req *http.Request, c net.Conn) bool {
+		respond(req, c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok") // never: the body does not end
+		return false
+	})
+	pc := r.httpClient(t)
+	io.WriteString(pc.c, "POST "+o.url("/")+" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b")
+	pc.c.(*net.TCPConn).CloseWrite()
+	got, _ := io.ReadAll(pc.br)
+	if !strings.HasPrefix(string(got), "HTTP/1.1 502") || !strings.Contains(string(got), "request body") {
+		t.Errorf("a body cut off after 10 of 100 bytes: got %q, want 502 saying so", got)
+	}
+	waitFor(t, "the origin connection to be closed", func() bool { return o.done.Load() == 1 })
+}
