@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -89,6 +90,53 @@ func FuzzHTTPProxyRequest(f *testing.F) {
 			}
 		} else if !pr.target.IP.IsValid() {
 			t.Fatal("accepted a request with no target")
+		}
+	})
+}
+
+// FuzzForwardRequestHead: whatever request head a client sends, the head
+// the proxy writes toward the origin parses back as one request with the
+// same method, target and framing, ends where it says (nothing the
+// client wrote can start a second request: no smuggling), and carries no
+// hop-by-hop field.
+func FuzzForwardRequestHead(f *testing.F) {
+	f.Add([]byte("GET http://x.test/a?b HTTP/1.1\r\nHost: y\r\nConnection: X-A\r\nX-A: 1\r\nX-B: 2\r\n\r\n"))
+	f.Add([]byte("POST http://x.test:8080/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n"))
+	f.Add([]byte("PUT http://[::1]:80/p HTTP/1.0\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"))
+	f.Add([]byte("GET http://x.test/ HTTP/1.1\r\nX: a\rb\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pr, err := readProxyRequest(bufio.NewReader(bytes.NewReader(b)))
+		if err != nil || pr.connect {
+			return
+		}
+		req := pr.req
+		removeHopHeaders(req.Header)
+		var out bytes.Buffer
+		w := bufio.NewWriter(&out)
+		if err := writeRequestHead(w, req, false); err != nil {
+			t.Fatal(err)
+		}
+		w.Flush()
+		head := out.String()
+		got, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
+		if err != nil {
+			t.Fatalf("head %q from %q does not parse: %v", head, b, err)
+		}
+		if got.Method != req.Method || got.RequestURI != req.URL.RequestURI() || got.Host != req.URL.Host {
+			t.Fatalf("%q became %s %s (Host %s), want %s %s (Host %s)", b, got.Method, got.RequestURI, got.Host, req.Method, req.URL.RequestURI(), req.URL.Host)
+		}
+		if got.ContentLength != req.ContentLength {
+			t.Fatalf("%q: framing became length %d, was %d", b, got.ContentLength, req.ContentLength)
+		}
+		if got.ContentLength == 0 {
+			if n, _ := io.Copy(io.Discard, got.Body); n != 0 {
+				t.Fatalf("%q: the head %q carries %d bytes of body", b, head, n)
+			}
+		}
+		for _, name := range hopHeaders {
+			if name != "Transfer-Encoding" && name != "Trailer" && got.Header.Get(name) != "" {
+				t.Fatalf("%q: hop-by-hop %s reached the origin: %q", b, name, head)
+			}
 		}
 	})
 }

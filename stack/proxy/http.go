@@ -9,10 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -152,7 +150,7 @@ func (s *Server) serveHTTP(c net.Conn, br *bufio.Reader, lr *headerLimit, releas
 			s.httpConnect(c, br, release, pr)
 			return
 		}
-		if !s.httpForward(c, pr) {
+		if !s.httpForward(c, br, pr) {
 			return
 		}
 	}
@@ -212,281 +210,6 @@ func (s *Server) httpConnect(c net.Conn, br *bufio.Reader, release func(), pr *p
 	s.relay(c, target, pre)
 }
 
-// hopHeaders are connection-specific and not forwarded, RFC 9110 §7.6.1.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-}
-
-// httpForward sends one absolute-URI request to its origin over the
-// server's pool (pool.go) and the response back. It reports whether the
-// client connection may carry another request.
-//
-// Persistence toward the client follows RFC 9112 §9.3: an HTTP/1.1
-// client keeps the connection unless it or the response says "close"; an
-// HTTP/1.0 client only when it asked with "Connection: keep-alive", and
-// then the response says "Connection: keep-alive" back (a 1.0 client
-// otherwise waits for the close). Either way the response must carry its
-// own length: a body that ends only when the origin closes is delimited
-// toward the client by closing too. An HTTP/1.0 client never gets
-// Transfer-Encoding (RFC 9112 §6.1): a chunked body goes to it as is,
-// ended by the close. Persistence toward the origin is the pool's: the
-// client's "close" ends the client's connection, not the origin's.
-func (s *Server) httpForward(c net.Conn, pr *proxyRequest) (keepAlive bool) {
-	req := pr.req
-	keepAlive = !req.Close // what net/http parsed: 1.1 unless "close", 1.0 only with "keep-alive"
-	client10 := !req.ProtoAtLeast(1, 1)
-	s.stats.HTTPForwards.Add(1)
-
-	removeHopHeaders(req.Header)
-	req.RequestURI = ""
-	req.URL.Scheme = "http" // the Transport wants it in lower case
-	req.Close = false
-	// The Transport streams the body from the client on its own
-	// goroutine and may still read it after the response is back (an
-	// origin that answers early); body stops that before the client's
-	// reader is reused or recycled.
-	body := &clientBody{r: req.Body}
-	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = body
-	} else {
-		body.eof = true
-	}
-	defer func() {
-		if !body.stop(c) {
-			// The next request would start inside this one's body.
-			keepAlive = false
-		}
-	}()
-	var origin net.Conn // the pooled connection the response comes on
-	ctx := httptrace.WithClientTrace(s.context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
-		origin = info.Conn
-		s.gotConn(info)
-	}})
-	resp, err := s.transport().RoundTrip(req.WithContext(ctx))
-	if err != nil {
-		s.logger().Info("proxy: http forward failed", "client", c.RemoteAddr(), "target", pr.target.String(), "err", err)
-		s.httpError(c, dialStatus(err), err)
-		return false
-	}
-	defer resp.Body.Close()
-	removeHopHeaders(resp.Header)
-	bodyless := req.Method == http.MethodHead || resp.StatusCode < 200 ||
-		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
-	if client10 && len(resp.TransferEncoding) > 0 {
-		resp.TransferEncoding = nil
-		resp.ContentLength = -1
-	}
-	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && (!bodyless || resp.ProtoAtLeast(1, 1)) {
-		// The close delimits the body (and Response.Write says
-		// "Connection: close" for any HTTP/1.1 response of unknown
-		// length, a bodiless one included).
-		keepAlive = false
-	}
-	resp.Close = !keepAlive
-	if keepAlive && client10 {
-		resp.Header.Set("Connection", "keep-alive")
-	}
-	// Response.Write writes the head in pieces (four per header field)
-	// and the chunked framing apart from the data: written straight to
-	// the client that was a system call each. respWriter gathers them
-	// with the body and sends what it holds once the next read of the
-	// origin would wait (nothing waits in it while the origin is waited
-	// for: a streamed body streams on).
-	down := &idleConn{Conn: c, idle: s.idleTimeout(), counter: &s.stats.BytesDown}
-	rw := newRespWriter(down, origin, resp.ContentLength)
-	defer rw.release()
-	resp.Body = flushBeforeRead{resp.Body, rw}
-	if err := resp.Write(rw); err != nil {
-		return false
-	}
-	if err := rw.flush(); err != nil {
-		return false
-	}
-	return keepAlive
-}
-
-// clientBody is a forwarded request's body, read from the client by the
-// Transport's writer goroutine. stop ends that: once it returns, no read
-// reaches the client's connection.
-type clientBody struct {
-	mu      sync.Mutex
-	r       io.ReadCloser
-	eof     bool // the body was read to its end
-	stopped bool
-}
-
-func (b *clientBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.stopped {
-		return 0, net.ErrClosed
-	}
-	n, err := b.r.Read(p)
-	if err == io.EOF {
-		b.eof = true
-	}
-	return n, err
-}
-
-// Close is the Transport's: the body stays readable for stop's check.
-func (b *clientBody) Close() error { return nil }
-
-// stop forbids further reads and reports whether the body was read to
-// its end, so that the client's next request starts where it should. A
-// read in progress on c is cut short by an expired read deadline (the
-// connection is not kept then).
-func (b *clientBody) stop(c net.Conn) (complete bool) {
-	if !b.mu.TryLock() {
-		c.SetReadDeadline(time.Unix(1, 0))
-		b.mu.Lock()
-	}
-	defer b.mu.Unlock()
-	b.stopped = true
-	return b.eof
-}
-
-// respWriter gathers a forwarded response on its way to the client:
-// the head, the chunk framing and the body, in one buffer that is sent
-// when it is full or when the next read of the origin would wait. On a
-// page of 50 objects (table 11 of docs/BENCHMARKS.md) a response had
-// gone out in at least three writes, each a wake-up of the client: the
-// head alone, the few KiB of body that net/http's reader held behind
-// the head, then the rest; gathered, most objects go out in one or two.
-//
-// A body of known length is read straight into the buffer (ReadFrom);
-// one of more than fits a small buffer takes a bulkBufSize one (as the
-// relay does once a read fills its small one), so that a download
-// crosses to the client in large pieces.
-type respWriter struct {
-	w      io.Writer
-	origin net.Conn // the pooled connection the response comes on; nil: unknown
-	buf    *[]byte
-	bulk   bool
-	n      int // bytes held in buf
-	// copying is set while ReadFrom runs: it decides before each of its
-	// reads itself, and a flush inside its read would move the buffer
-	// under it.
-	copying bool
-}
-
-func newRespWriter(w io.Writer, origin net.Conn, contentLength int64) *respWriter {
-	rw := &respWriter{w: w, origin: origin}
-	if contentLength > copyBufSize-maxGatheredHead {
-		rw.buf, rw.bulk = bulkBufs.Get().(*[]byte), true
-	} else {
-		rw.buf = copyBufs.Get().(*[]byte)
-	}
-	return rw
-}
-
-// maxGatheredHead is the room for a response head that decides whether
-// a body of known length fits the small buffer with it.
-const maxGatheredHead = 4 << 10
-
-func (rw *respWriter) release() {
-	if rw.bulk {
-		bulkBufs.Put(rw.buf)
-	} else {
-		copyBufs.Put(rw.buf)
-	}
-	rw.buf = nil
-}
-
-// Write holds p, sending what is held first when p does not fit; a p
-// larger than the whole buffer goes through without being copied.
-func (rw *respWriter) Write(p []byte) (int, error) {
-	b := *rw.buf
-	if rw.n+len(p) > len(b) {
-		if err := rw.flush(); err != nil {
-			return 0, err
-		}
-		if len(p) > len(b) {
-			return rw.w.Write(p)
-		}
-	}
-	rw.n += copy(b[rw.n:], p)
-	return len(p), nil
-}
-
-// flush sends what is held.
-func (rw *respWriter) flush() error {
-	if rw.n == 0 {
-		return nil
-	}
-	_, err := rw.w.Write((*rw.buf)[:rw.n])
-	rw.n = 0
-	return err
-}
-
-// beforeRead sends what is held unless the origin's bytes are already
-// queued (readable), so that a read that waits never holds data back.
-func (rw *respWriter) beforeRead() error {
-	if rw.n > 0 && !readable(rw.origin) {
-		return rw.flush()
-	}
-	return nil
-}
-
-// ReadFrom is how Response.Write copies a body of known or
-// close-delimited length: into the buffer behind what it holds, so
-// that the head and the first piece of the body go together.
-func (rw *respWriter) ReadFrom(r io.Reader) (int64, error) {
-	rw.copying = true
-	defer func() { rw.copying = false }()
-	var total int64
-	for {
-		b := *rw.buf
-		if rw.n == len(b) {
-			if err := rw.flush(); err != nil {
-				return total, err
-			}
-		}
-		if err := rw.beforeRead(); err != nil {
-			return total, err
-		}
-		n, err := r.Read(b[rw.n:])
-		rw.n += n
-		total += int64(n)
-		if err == io.EOF {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
-}
-
-// flushBeforeRead is the response body as Response.Write reads it: each
-// read first lets rw send what it holds if the read may wait (see
-// respWriter.beforeRead).
-type flushBeforeRead struct {
-	io.ReadCloser
-	rw *respWriter
-}
-
-func (b flushBeforeRead) Read(p []byte) (int, error) {
-	if !b.rw.copying {
-		if err := b.rw.beforeRead(); err != nil {
-			return 0, err
-		}
-	}
-	return b.ReadCloser.Read(p)
-}
-
 // idleConn pushes its deadline forward as data moves, at most every
 // idle/4, so that a forwarded request fails when it stalls for the idle
 // timeout, however long it runs in all. It counts written bytes.
@@ -534,7 +257,7 @@ type headerLimit struct {
 	err error
 }
 
-var errHeaderTooLong = errors.New("request head longer than 64 KiB")
+var errHeaderTooLong = errors.New("head longer than 64 KiB")
 
 func (l *headerLimit) reset() { l.n, l.err = maxHeaderBytes, nil }
 func (l *headerLimit) off()   { l.n = -1 }

@@ -25,7 +25,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"sync"
@@ -102,7 +101,7 @@ type Server struct {
 	UDPIdleTimeout   time.Duration // an association or flow with no datagram either way
 
 	// The pool of origin connections that absolute-URI HTTP requests
-	// reuse (see newTransport). A negative MaxIdleConnsPerOrigin turns
+	// reuse (see originPool). A negative MaxIdleConnsPerOrigin turns
 	// it off (one origin connection per request).
 	MaxIdleConnsPerOrigin int           // idle connections kept per origin (host:port)
 	MaxIdleConns          int           // idle connections kept in all
@@ -121,8 +120,8 @@ type Server struct {
 	conns     map[net.Conn]struct{}
 	served    int // conns being served (not refusals being answered)
 	assocs    int
-	pool      *http.Transport // made on the first forwarded request
-	wg        sync.WaitGroup  // every goroutine the server started
+	pool      *originPool    // made on the first forwarded request
+	wg        sync.WaitGroup // every goroutine the server started
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -317,7 +316,7 @@ func (s *Server) Close() error {
 	pool := s.pool
 	s.mu.Unlock()
 	if pool != nil {
-		pool.CloseIdleConnections()
+		pool.close()
 	}
 	return nil
 }
