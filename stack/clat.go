@@ -10,6 +10,7 @@ import (
 	"github.com/mhistack/mhistack/internal/segment"
 	"github.com/mhistack/mhistack/link/siit"
 
+	"golang.org/x/time/rate"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -116,17 +117,26 @@ func clatAddr6(a netip.Addr) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
-// clatCounters count packets through the CLAT, both ways.
+// clatCounters count packets through the CLAT, both ways, and the ICMP
+// errors it sent of its own.
 type clatCounters struct {
-	translated, refused atomic.Uint64
+	translated, refused, icmpErrors atomic.Uint64
 }
+
+// The CLAT's own ICMP errors are rate-limited (RFC 4443 §2.4 f, RFC 1812
+// §4.3.2.8) by a token bucket: clatErrorBurst at once, clatErrorRate a
+// second after that.
+const (
+	clatErrorRate  = 10
+	clatErrorBurst = 10
+)
 
 // clatScratch is what one translation works with: pooled, so that
 // translating allocates nothing per packet.
 type clatScratch struct {
-	seg     segment.Segmenter
-	in, out []byte
-	list    gstack.PacketBufferList
+	seg          segment.Segmenter
+	in, out, err []byte
+	list         gstack.PacketBufferList
 }
 
 var clatScratchPool = sync.Pool{New: func() any { return new(clatScratch) }}
@@ -145,6 +155,8 @@ type clatLink struct {
 	s    *Stack
 	mtu  atomic.Uint32
 	disp atomic.Pointer[gstack.NetworkDispatcher]
+	// errors limits the ICMP errors the CLAT sends of its own.
+	errors *rate.Limiter
 }
 
 func (l *clatLink) MTU() uint32                             { return l.mtu.Load() }
@@ -178,7 +190,11 @@ func (l *clatLink) Attach(d gstack.NetworkDispatcher) {
 
 // WritePackets translates the stack's IPv4 packets to IPv6 and writes
 // them to the modem's link. A packet the translator refuses is dropped
-// and counted, as a router drops what it cannot forward.
+// and counted, as a router drops what it cannot forward, and answered
+// with the ICMPv4 error RFC 7915 §4 names, if any. A translated packet
+// larger than the link's MTU, or with DF clear larger than 1280 bytes
+// (RFC 7915 §4), goes as IPv6 fragments if the IPv4 packet lets it be
+// cut; with DF set it is answered with Fragmentation Needed.
 func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 	c := l.s.tap.clat.Load()
 	if c == nil {
@@ -187,29 +203,45 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 	}
 	sc := clatScratchPool.Get().(*clatScratch)
 	defer clatScratchPool.Put(sc)
+	mtu := int(l.s.tap.MTU())
 	for _, pkt := range pkts.AsSlice() {
 		sc.seg.Reset(pkt)
 		size := sc.seg.Next()
 		sc.in = grow(sc.in, size)
 		sc.seg.Write(sc.in)
-		sc.out = grow(sc.out, size+2*(clatHeaderDiff+8))
+		sc.out = grow(sc.out, size+clatHeaderDiff+8)
 		n, err := c.tr.To6(sc.out, sc.in)
 		if err != nil {
 			l.s.counters.clat.refused.Add(1)
+			l.error4(sc, err, 0)
 			continue
 		}
-		// An IPv4 fragment cut for the CLAT's MTU is 28 bytes longer as
-		// IPv6: 8 more than the link's MTU, so it goes as two.
-		m := 0
-		if n, m, err = siit.SplitFragment(sc.in, sc.out[:n], int(l.s.tap.MTU())); err != nil {
+		limit, id, cut := siit.FragmentLimit(sc.in, mtu)
+		switch {
+		case n <= limit:
+			sc.list.PushBack(ipv6Packet(sc.out[:n]))
+		case !cut:
 			l.s.counters.clat.refused.Add(1)
+			l.error4(sc, nil, mtu)
 			continue
+		default:
+			// sc.in (the IPv4 packet, no longer needed) takes each piece
+			// in turn: a packet buffer copies it.
+			sc.in = grow(sc.in, limit)
+			at := 0
+			for {
+				m, next, err := siit.NextFragment(sc.in, sc.out[:n], id, at, limit)
+				if err != nil {
+					break
+				}
+				sc.list.PushBack(ipv6Packet(sc.in[:m]))
+				if next == 0 {
+					break
+				}
+				at = next
+			}
 		}
 		l.s.counters.clat.translated.Add(1)
-		sc.list.PushBack(ipv6Packet(sc.out[:n]))
-		if m > 0 {
-			sc.list.PushBack(ipv6Packet(sc.in[:m]))
-		}
 	}
 	sc.seg.Release()
 	if sc.list.Len() > 0 {
@@ -217,6 +249,47 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 		sc.list.Reset()
 	}
 	return pkts.Len(), nil
+}
+
+// error4 answers the stack's IPv4 packet sc.in, refused with err by the
+// translator (nil: too big for the link of MTU mtu, DF set), with the
+// ICMPv4 error RFC 7915 §4 names, if any and the rate limit allows it,
+// delivered to the stack as if from the network.
+func (l *clatLink) error4(sc *clatScratch, err error, mtu int) {
+	d := l.disp.Load()
+	if d == nil {
+		return
+	}
+	sc.err = grow(sc.err, 576)
+	var n int
+	if err == nil {
+		n, err = siit.FragNeeded4(sc.err, sc.in, mtu)
+	} else {
+		n, err = siit.ErrorTo4(sc.err, sc.in, err)
+	}
+	if err != nil || !l.errors.Allow() {
+		return
+	}
+	l.s.counters.clat.icmpErrors.Add(1)
+	p := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(sc.err[:n])})
+	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	(*d).DeliverNetworkPacket(header.IPv4ProtocolNumber, p)
+	p.DecRef()
+}
+
+// error6 answers the IPv6 packet sc.in for the CLAT's address, refused
+// with err by the translator, with the ICMPv6 error RFC 7915 §5 names,
+// if any and the rate limit allows it, sent to the network.
+func (l *clatLink) error6(sc *clatScratch, c *clatState, err error) {
+	sc.err = grow(sc.err, 1280)
+	n, err := siit.ErrorTo6(sc.err, sc.in, c.addr6, err)
+	if err != nil || !l.errors.Allow() {
+		return
+	}
+	l.s.counters.clat.icmpErrors.Add(1)
+	sc.list.PushBack(ipv6Packet(sc.err[:n]))
+	l.s.tap.WritePackets(sc.list)
+	sc.list.Reset()
 }
 
 func ipv6Packet(b []byte) *gstack.PacketBuffer {
@@ -254,6 +327,7 @@ func (l *clatLink) deliver(c *clatState, pkt *gstack.PacketBuffer) bool {
 	n, err := c.tr.To4(sc.out, sc.in)
 	if err != nil {
 		l.s.counters.clat.refused.Add(1)
+		l.error6(sc, c, err)
 		return true
 	}
 	l.s.counters.clat.translated.Add(1)
@@ -408,7 +482,7 @@ func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr) {
 // startCLATLocked makes clatNIC (once) and points IPv4 at it.
 func (s *Stack) startCLATLocked(c *clatState) error {
 	if s.clatLink == nil {
-		l := &clatLink{s: s}
+		l := &clatLink{s: s, errors: rate.NewLimiter(clatErrorRate, clatErrorBurst)}
 		s.tap.xlat.Store(l)
 		l.mtu.Store(s.clatMTU(s.tap.MTU()))
 		if err := s.gs.CreateNIC(clatNIC, l); err != nil {
