@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mhistack/mhistack/internal/segment"
 	"github.com/mhistack/mhistack/link/siit"
 
+	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/time/rate"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -351,27 +353,44 @@ func (s *Stack) NAT64Prefix() netip.Prefix {
 // errNoNAT64 is discovery finding no prefix.
 var errNoNAT64 = errors.New("stack: CLAT: no NAT64 prefix (no AAAA record for ipv4only.arpa embeds 192.0.0.170 or .171)")
 
+// How long a prefix found by RFC 7050 discovery is kept: the TTL of the
+// AAAA record it came in (RFC 7050 §3), within nat64TTLMin and
+// nat64TTLMax, so that a TTL of 0 does not have the CLAT ask all the
+// time nor a TTL of years never. A discovery that fails keeps the prefix
+// and is tried again after nat64TTLMin, twice that after a second
+// failure, and so on up to nat64RetryMax.
+const (
+	nat64TTLMin   = time.Minute
+	nat64TTLMax   = 24 * time.Hour
+	nat64RetryMax = time.Hour
+)
+
 // discoverNAT64 asks the stack's DNS for the AAAA records of
 // ipv4only.arpa and finds the prefix in them (RFC 7050 §3), trying up to
-// three times.
-func (s *Stack) discoverNAT64(ctx context.Context) (siit.Prefix, error) {
-	var err error
+// three times; ttl is the least TTL of the records.
+func (s *Stack) discoverNAT64(ctx context.Context) (pfx siit.Prefix, ttl time.Duration, err error) {
+	servers := s.DNSServers()
+	if len(servers) == 0 {
+		return siit.Prefix{}, 0, ErrNoDNS
+	}
+	name := dnsmessage.MustNewName(ipv4onlyArpa + ".")
 	for range 3 {
 		var addrs []netip.Addr
-		addrs, err = s.LookupNetIP(ctx, "ip6", ipv4onlyArpa)
+		var secs uint32
+		addrs, secs, _, err = s.query(ctx, servers, name, dnsmessage.TypeAAAA)
 		for _, a := range addrs {
 			if p, ok := siit.Discover(a); ok {
-				return p, nil
+				return p, time.Duration(secs) * time.Second, nil
 			}
 		}
 		if err == nil {
-			return siit.Prefix{}, errNoNAT64
+			return siit.Prefix{}, 0, errNoNAT64
 		}
 		if ctx.Err() != nil {
-			return siit.Prefix{}, ctx.Err()
+			return siit.Prefix{}, 0, ctx.Err()
 		}
 	}
-	return siit.Prefix{}, err
+	return siit.Prefix{}, 0, err
 }
 
 // wantCLAT returns the IPv6 address the CLAT of a session with addrs
@@ -427,8 +446,7 @@ func (s *Stack) followCLAT(addrs []netip.Prefix) {
 	s.clatWG.Add(1)
 	go func() {
 		defer s.clatWG.Done()
-		defer close(done)
-		s.runCLAT(ctx, v6)
+		s.runCLAT(ctx, v6, done)
 	}()
 }
 
@@ -447,14 +465,28 @@ func (s *Stack) waitCLAT(ctx context.Context) {
 	}
 }
 
-// runCLAT finds the prefix and brings the CLAT up for v6.
-func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr) {
+// runCLAT finds the prefix and brings the CLAT up for v6, then closes
+// started. Config.NAT64Prefix wins over the network's PREF64 (RFC 8781),
+// which wins over discovery (RFC 9872). A prefix from discovery is found
+// again when its TTL runs out (followNAT64TTL), until ctx ends.
+func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr, started chan struct{}) {
+	defer func() {
+		if started != nil {
+			close(started)
+		}
+	}()
+	discover := s.clatDiscover
+	if discover == nil {
+		discover = s.discoverNAT64
+	}
 	pfx, err := siit.NewPrefix(s.cfg.NAT64Prefix)
+	var ttl time.Duration
+	dns := false
 	if p := s.pref64(); !s.cfg.NAT64Prefix.IsValid() && p.IsValid() {
-		// The network's PREF64 (RFC 8781), before discovery (RFC 9872).
 		pfx, err = siit.NewPrefix(p)
 	} else if !s.cfg.NAT64Prefix.IsValid() {
-		pfx, err = s.discoverNAT64(ctx)
+		dns = true
+		pfx, ttl, err = discover(ctx)
 		if err != nil && s.cfg.CLAT == CLATForce && ctx.Err() == nil {
 			pfx, err = siit.NewPrefix(siit.WellKnownPrefix)
 		}
@@ -466,17 +498,81 @@ func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr) {
 		}
 		return
 	}
+	if !s.moveCLAT(ctx, pfx, v6) {
+		return
+	}
+	close(started)
+	started = nil
+	if dns {
+		s.followNAT64TTL(ctx, v6, pfx, ttl, discover)
+	}
+}
+
+// moveCLAT starts the CLAT for v6 on pfx, or moves it there, unless ctx
+// has ended; it reports whether the CLAT runs.
+func (s *Stack) moveCLAT(ctx context.Context, pfx siit.Prefix, v6 netip.Addr) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || ctx.Err() != nil {
-		return
+		return false
 	}
 	if err := s.startCLATLocked(newCLATState(pfx, clatAddr6(v6))); err != nil {
 		s.log.Warn("stack: CLAT not started", "err", err)
 		s.events.push(Event{Kind: EventCLAT, Err: err})
-		return
+		return false
 	}
 	s.events.push(Event{Kind: EventCLAT, Prefix: pfx.Prefix()})
+	return true
+}
+
+// followNAT64TTL runs discovery again each time the TTL of what it found
+// runs out (ttl 0: it failed), and moves the CLAT to a changed prefix
+// as a changed PREF64 does; a failed discovery keeps the prefix and is
+// retried with back-off. It returns when ctx ends: the session's address
+// or the PREF64 changed (followCLAT runs the CLAT anew), or Close.
+func (s *Stack) followNAT64TTL(ctx context.Context, v6 netip.Addr, cur siit.Prefix, ttl time.Duration,
+	discover func(context.Context) (siit.Prefix, time.Duration, error)) {
+	floor := s.clatTTLMin
+	if floor <= 0 {
+		floor = nat64TTLMin
+	}
+	retry := floor
+	wait := min(max(ttl, floor), nat64TTLMax)
+	if ttl == 0 {
+		wait, retry = retry, min(2*retry, nat64RetryMax)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pfx, ttl, err := discover(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Info("stack: CLAT: NAT64 prefix discovery failed, keeping "+cur.Prefix().String(), "err", err, "retry", retry)
+			t.Reset(retry)
+			retry = min(2*retry, nat64RetryMax)
+			continue
+		}
+		retry = floor
+		t.Reset(min(max(ttl, floor), nat64TTLMax))
+		if pfx.Prefix() == cur.Prefix() {
+			continue
+		}
+		if s.pref64().IsValid() {
+			return // the network's PREF64 wins (RFC 9872): raFollow moves the CLAT to it
+		}
+		s.log.Info("stack: CLAT: the NAT64 prefix changed", "from", cur.Prefix(), "to", pfx.Prefix())
+		if !s.moveCLAT(ctx, pfx, v6) {
+			return
+		}
+		cur = pfx
+	}
 }
 
 // startCLATLocked makes clatNIC (once) and points IPv4 at it.
