@@ -133,8 +133,8 @@ func TestCLATAnswersWhatItRefusesWithICMPv4(t *testing.T) {
 		t.Fatalf("%d packets reached the link", len(pkts))
 	}
 	waitStat(t, "ICMPv4 Destination Unreachable received", rcvd.Value, 2)
-	if st := s.Stats(); st.CLATICMPErrors != 2 || st.CLATRefused != 2 {
-		t.Fatalf("CLAT ICMP errors %d, refused %d; want 2, 2", st.CLATICMPErrors, st.CLATRefused)
+	if st := s.Stats(); st.CLATErrorsSent != 2 || st.CLATRefused != 2 {
+		t.Fatalf("CLAT ICMP errors %d, refused %d; want 2, 2", st.CLATErrorsSent, st.CLATRefused)
 	}
 }
 
@@ -183,7 +183,7 @@ func TestCLATAnswersARoutingHeaderWithParameterProblem(t *testing.T) {
 	if most := clatErrorBurst - 1 + int(elapsed.Seconds()*clatErrorRate) + 1; got > most || got < clatErrorBurst-1 {
 		t.Fatalf("%d errors for 100 packets in %v, want %d to %d", got, elapsed, clatErrorBurst-1, most)
 	}
-	if st := s.Stats(); st.CLATICMPErrors != uint64(got+1) || st.CLATRefused != 101 {
-		t.Fatalf("CLAT ICMP errors %d (sent %d), refused %d", st.CLATICMPErrors, got+1, st.CLATRefused)
+	if st := s.Stats(); st.CLATErrorsSent != uint64(got+1) || st.CLATRefused != 101 {
+		t.Fatalf("CLAT ICMP errors %d (sent %d), refused %d", st.CLATErrorsSent, got+1, st.CLATRefused)
 	}
 }
