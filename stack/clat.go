@@ -159,6 +159,13 @@ type clatLink struct {
 	disp atomic.Pointer[gstack.NetworkDispatcher]
 	// errors limits the ICMP errors the CLAT sends of its own.
 	errors *rate.Limiter
+	// The ICMPv4 errors for the stack go on goroutines of their own
+	// (pending), not from inside WritePackets: gVisor may call it with
+	// the sending endpoint's lock held, which the error's handling takes.
+	// stopped is set by Stack.Close, which then waits for pending.
+	pendingMu sync.Mutex
+	stopped   bool
+	pending   sync.WaitGroup
 }
 
 func (l *clatLink) MTU() uint32                             { return l.mtu.Load() }
@@ -230,17 +237,9 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 			// sc.in (the IPv4 packet, no longer needed) takes each piece
 			// in turn: a packet buffer copies it.
 			sc.in = grow(sc.in, limit)
-			at := 0
-			for {
-				m, next, err := siit.NextFragment(sc.in, sc.out[:n], id, at, limit)
-				if err != nil {
-					break
-				}
-				sc.list.PushBack(ipv6Packet(sc.in[:m]))
-				if next == 0 {
-					break
-				}
-				at = next
+			if !l.cut(sc, sc.out[:n], id, limit) {
+				l.s.counters.clat.refused.Add(1)
+				continue
 			}
 		}
 		l.s.counters.clat.translated.Add(1)
@@ -253,10 +252,28 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 	return pkts.Len(), nil
 }
 
+// cut queues the IPv6 packet p as fragments of at most limit bytes,
+// each made in sc.in; false if it cannot be cut (NextFragment refuses
+// a packet at its first piece, before anything is queued).
+func (l *clatLink) cut(sc *clatScratch, p []byte, id uint32, limit int) bool {
+	for at := 0; ; {
+		m, next, err := siit.NextFragment(sc.in, p, id, at, limit)
+		if err != nil {
+			return false
+		}
+		sc.list.PushBack(ipv6Packet(sc.in[:m]))
+		if next == 0 {
+			return true
+		}
+		at = next
+	}
+}
+
 // error4 answers the stack's IPv4 packet sc.in, refused with err by the
 // translator (nil: too big for the link of MTU mtu, DF set), with the
 // ICMPv4 error RFC 7915 §4 names, if any and the rate limit allows it,
-// delivered to the stack as if from the network.
+// delivered to the stack as if from the network, on a goroutine of its
+// own (rate-limited, so few).
 func (l *clatLink) error4(sc *clatScratch, err error, mtu int) {
 	d := l.disp.Load()
 	if d == nil {
@@ -272,11 +289,29 @@ func (l *clatLink) error4(sc *clatScratch, err error, mtu int) {
 	if err != nil || !l.errors.Allow() {
 		return
 	}
+	l.pendingMu.Lock()
+	defer l.pendingMu.Unlock()
+	if l.stopped {
+		return
+	}
 	l.s.counters.clat.icmpErrors.Add(1)
 	p := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(sc.err[:n])})
 	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
-	(*d).DeliverNetworkPacket(header.IPv4ProtocolNumber, p)
-	p.DecRef()
+	l.pending.Add(1)
+	go func() {
+		defer l.pending.Done()
+		(*d).DeliverNetworkPacket(header.IPv4ProtocolNumber, p)
+		p.DecRef()
+	}()
+}
+
+// stopErrors waits for the ICMPv4 errors on their way to the stack and
+// has error4 send no more (Stack.Close).
+func (l *clatLink) stopErrors() {
+	l.pendingMu.Lock()
+	l.stopped = true
+	l.pendingMu.Unlock()
+	l.pending.Wait()
 }
 
 // error6 answers the IPv6 packet sc.in for the CLAT's address, refused

@@ -187,3 +187,34 @@ func TestCLATAnswersARoutingHeaderWithParameterProblem(t *testing.T) {
 		t.Fatalf("CLAT ICMP errors %d (sent %d), refused %d", st.CLATErrorsSent, got+1, st.CLATRefused)
 	}
 }
+
+// TestCLATFragNeededReachesASendingSocket: a datagram the stack sends
+// with DF through the CLAT that does not fit the link once translated
+// (the CLAT's MTU left above the link's less 20) is answered with
+// Fragmentation Needed, which reaches the stack's ICMP from a real send
+// (the error goes on a goroutine of its own: a TCP endpoint's handling
+// of it takes the lock its send holds).
+func TestCLATFragNeededReachesASendingSocket(t *testing.T) {
+	s, ep := clatOnChannel(t, 1300)
+	if err := s.gs.SetNICMTU(clatNIC, 1480); err != nil {
+		t.Fatal(err)
+	}
+	rcvd := s.gs.Stats().ICMP.V4.PacketsReceived.DstUnreachable
+	c, err := s.DialUDP(t.Context(), netip.AddrPort{}, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, 1}), 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 1400))
+		done <- err
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the send did not return within 30 s")
+	}
+	waitStat(t, "ICMPv4 Destination Unreachable received", rcvd.Value, 1)
+	sent(ep)
+}

@@ -237,8 +237,12 @@ func (s *Stack) Close() error {
 	if s.clatCancel != nil {
 		s.clatCancel()
 	}
+	xlat := s.clatLink
 	s.mu.Unlock()
 	s.clatWG.Wait()
+	if xlat != nil {
+		xlat.stopErrors()
+	}
 	if tr != nil {
 		tr.CloseIdleConnections()
 	}

@@ -43,7 +43,8 @@ func FragmentLimit(p []byte, mtu int) (limit int, id uint32, ok bool) {
 // the pieces' offsets counted from it), or none (id is then the
 // Identification, from MayFragment). Each piece's data but the last's is
 // a multiple of 8 bytes (RFC 8200 §4.5). Calling with at = 0, then with
-// each next until it is 0, cuts all of p.
+// each next until it is 0, cuts all of p; a p that cannot be cut is
+// refused at the first call.
 func NextFragment(dst, p []byte, id uint32, at, mtu int) (n, next int, err error) {
 	const hl = ipv6Len + fragHdrLen
 	if len(p) < ipv6Len || p[0]>>4 != 6 || mtu < hl+8 {
@@ -58,7 +59,9 @@ func NextFragment(dst, p []byte, id uint32, at, mtu int) (n, next int, err error
 		nh, data, base, more = p[ipv6Len], p[hl:], int(v&^7), v&1 != 0
 		id = binary.BigEndian.Uint32(p[ipv6Len+4:])
 	}
-	if at < 0 || at >= len(data) || at%8 != 0 || base+at > 0xfff8 {
+	// The last piece starts at most at the last multiple of 8 in data:
+	// refused at once, not part-way, if its offset would not fit.
+	if at < 0 || at >= len(data) || at%8 != 0 || base+(len(data)-1)&^7 > 0xfff8 {
 		return 0, 0, errFragment
 	}
 	k := (mtu - hl) &^ 7

@@ -42,6 +42,9 @@ func FuzzTo6(f *testing.F) {
 			for at, i := 0, 0; ; i++ {
 				m, next, err := NextFragment(second, q, id, at, limit)
 				if err != nil {
+					if i > 0 {
+						t.Fatalf("piece %d of %x at %d refused after the first was made: %v", i, q, at, err)
+					}
 					break
 				}
 				if m > limit || !header.IPv6(second[:m]).IsValid(m) || i > 60 || (next != 0 && next <= at) {
