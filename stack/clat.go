@@ -218,7 +218,7 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 		size := sc.seg.Next()
 		sc.in = grow(sc.in, size)
 		sc.seg.Write(sc.in)
-		sc.out = grow(sc.out, size+clatHeaderDiff+8)
+		sc.out = grow(sc.out, size+2*(clatHeaderDiff+8))
 		n, err := c.tr.To6(sc.out, sc.in)
 		if err != nil {
 			l.s.counters.clat.refused.Add(1)
