@@ -10,6 +10,7 @@ require (
 	golang.org/x/net v0.52.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.44.0
+	golang.org/x/time v0.15.0
 	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
 )
 
@@ -26,6 +27,5 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
-	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )

@@ -6,10 +6,13 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mhistack/mhistack/internal/segment"
 	"github.com/mhistack/mhistack/link/siit"
 
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/time/rate"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -116,17 +119,26 @@ func clatAddr6(a netip.Addr) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
-// clatCounters count packets through the CLAT, both ways.
+// clatCounters count packets through the CLAT, both ways, and the ICMP
+// errors it sent of its own.
 type clatCounters struct {
-	translated, refused atomic.Uint64
+	translated, refused, icmpErrors atomic.Uint64
 }
+
+// The CLAT's own ICMP errors are rate-limited (RFC 4443 §2.4 f, RFC 1812
+// §4.3.2.8) by a token bucket: clatErrorBurst at once, clatErrorRate a
+// second after that.
+const (
+	clatErrorRate  = 10
+	clatErrorBurst = 10
+)
 
 // clatScratch is what one translation works with: pooled, so that
 // translating allocates nothing per packet.
 type clatScratch struct {
-	seg     segment.Segmenter
-	in, out []byte
-	list    gstack.PacketBufferList
+	seg          segment.Segmenter
+	in, out, err []byte
+	list         gstack.PacketBufferList
 }
 
 var clatScratchPool = sync.Pool{New: func() any { return new(clatScratch) }}
@@ -145,6 +157,15 @@ type clatLink struct {
 	s    *Stack
 	mtu  atomic.Uint32
 	disp atomic.Pointer[gstack.NetworkDispatcher]
+	// errors limits the ICMP errors the CLAT sends of its own.
+	errors *rate.Limiter
+	// The ICMPv4 errors for the stack go on goroutines of their own
+	// (pending), not from inside WritePackets: gVisor may call it with
+	// the sending endpoint's lock held, which the error's handling takes.
+	// stopped is set by Stack.Close, which then waits for pending.
+	pendingMu sync.Mutex
+	stopped   bool
+	pending   sync.WaitGroup
 }
 
 func (l *clatLink) MTU() uint32                             { return l.mtu.Load() }
@@ -178,7 +199,11 @@ func (l *clatLink) Attach(d gstack.NetworkDispatcher) {
 
 // WritePackets translates the stack's IPv4 packets to IPv6 and writes
 // them to the modem's link. A packet the translator refuses is dropped
-// and counted, as a router drops what it cannot forward.
+// and counted, as a router drops what it cannot forward, and answered
+// with the ICMPv4 error RFC 7915 §4 names, if any. A translated packet
+// larger than the link's MTU, or with DF clear larger than 1280 bytes
+// (RFC 7915 §4), goes as IPv6 fragments if the IPv4 packet lets it be
+// cut; with DF set it is answered with Fragmentation Needed.
 func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 	c := l.s.tap.clat.Load()
 	if c == nil {
@@ -187,6 +212,7 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 	}
 	sc := clatScratchPool.Get().(*clatScratch)
 	defer clatScratchPool.Put(sc)
+	mtu := int(l.s.tap.MTU())
 	for _, pkt := range pkts.AsSlice() {
 		sc.seg.Reset(pkt)
 		size := sc.seg.Next()
@@ -196,20 +222,27 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 		n, err := c.tr.To6(sc.out, sc.in)
 		if err != nil {
 			l.s.counters.clat.refused.Add(1)
+			l.error4(sc, err, 0)
 			continue
 		}
-		// An IPv4 fragment cut for the CLAT's MTU is 28 bytes longer as
-		// IPv6: 8 more than the link's MTU, so it goes as two.
-		m := 0
-		if n, m, err = siit.SplitFragment(sc.in, sc.out[:n], int(l.s.tap.MTU())); err != nil {
+		limit, id, cut := siit.FragmentLimit(sc.in, mtu)
+		switch {
+		case n <= limit:
+			sc.list.PushBack(ipv6Packet(sc.out[:n]))
+		case !cut:
 			l.s.counters.clat.refused.Add(1)
+			l.error4(sc, nil, mtu)
 			continue
+		default:
+			// sc.in (the IPv4 packet, no longer needed) takes each piece
+			// in turn: a packet buffer copies it.
+			sc.in = grow(sc.in, limit)
+			if !l.cut(sc, sc.out[:n], id, limit) {
+				l.s.counters.clat.refused.Add(1)
+				continue
+			}
 		}
 		l.s.counters.clat.translated.Add(1)
-		sc.list.PushBack(ipv6Packet(sc.out[:n]))
-		if m > 0 {
-			sc.list.PushBack(ipv6Packet(sc.in[:m]))
-		}
 	}
 	sc.seg.Release()
 	if sc.list.Len() > 0 {
@@ -217,6 +250,83 @@ func (l *clatLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error)
 		sc.list.Reset()
 	}
 	return pkts.Len(), nil
+}
+
+// cut queues the IPv6 packet p as fragments of at most limit bytes,
+// each made in sc.in; false if it cannot be cut (NextFragment refuses
+// a packet at its first piece, before anything is queued).
+func (l *clatLink) cut(sc *clatScratch, p []byte, id uint32, limit int) bool {
+	for at := 0; ; {
+		m, next, err := siit.NextFragment(sc.in, p, id, at, limit)
+		if err != nil {
+			return false
+		}
+		sc.list.PushBack(ipv6Packet(sc.in[:m]))
+		if next == 0 {
+			return true
+		}
+		at = next
+	}
+}
+
+// error4 answers the stack's IPv4 packet sc.in, refused with err by the
+// translator (nil: too big for the link of MTU mtu, DF set), with the
+// ICMPv4 error RFC 7915 §4 names, if any and the rate limit allows it,
+// delivered to the stack as if from the network, on a goroutine of its
+// own (rate-limited, so few).
+func (l *clatLink) error4(sc *clatScratch, err error, mtu int) {
+	d := l.disp.Load()
+	if d == nil {
+		return
+	}
+	sc.err = grow(sc.err, 576)
+	var n int
+	if err == nil {
+		n, err = siit.FragNeeded4(sc.err, sc.in, mtu)
+	} else {
+		n, err = siit.ErrorTo4(sc.err, sc.in, err)
+	}
+	if err != nil || !l.errors.Allow() {
+		return
+	}
+	l.pendingMu.Lock()
+	defer l.pendingMu.Unlock()
+	if l.stopped {
+		return
+	}
+	l.s.counters.clat.icmpErrors.Add(1)
+	p := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(sc.err[:n])})
+	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	l.pending.Add(1)
+	go func() {
+		defer l.pending.Done()
+		(*d).DeliverNetworkPacket(header.IPv4ProtocolNumber, p)
+		p.DecRef()
+	}()
+}
+
+// stopErrors waits for the ICMPv4 errors on their way to the stack and
+// has error4 send no more (Stack.Close).
+func (l *clatLink) stopErrors() {
+	l.pendingMu.Lock()
+	l.stopped = true
+	l.pendingMu.Unlock()
+	l.pending.Wait()
+}
+
+// error6 answers the IPv6 packet sc.in for the CLAT's address, refused
+// with err by the translator, with the ICMPv6 error RFC 7915 §5 names,
+// if any and the rate limit allows it, sent to the network.
+func (l *clatLink) error6(sc *clatScratch, c *clatState, err error) {
+	sc.err = grow(sc.err, 1280)
+	n, err := siit.ErrorTo6(sc.err, sc.in, c.addr6, err)
+	if err != nil || !l.errors.Allow() {
+		return
+	}
+	l.s.counters.clat.icmpErrors.Add(1)
+	sc.list.PushBack(ipv6Packet(sc.err[:n]))
+	l.s.tap.WritePackets(sc.list)
+	sc.list.Reset()
 }
 
 func ipv6Packet(b []byte) *gstack.PacketBuffer {
@@ -254,6 +364,7 @@ func (l *clatLink) deliver(c *clatState, pkt *gstack.PacketBuffer) bool {
 	n, err := c.tr.To4(sc.out, sc.in)
 	if err != nil {
 		l.s.counters.clat.refused.Add(1)
+		l.error6(sc, c, err)
 		return true
 	}
 	l.s.counters.clat.translated.Add(1)
@@ -277,27 +388,44 @@ func (s *Stack) NAT64Prefix() netip.Prefix {
 // errNoNAT64 is discovery finding no prefix.
 var errNoNAT64 = errors.New("stack: CLAT: no NAT64 prefix (no AAAA record for ipv4only.arpa embeds 192.0.0.170 or .171)")
 
+// How long a prefix found by RFC 7050 discovery is kept: the TTL of the
+// AAAA record it came in (RFC 7050 §3), within nat64TTLMin and
+// nat64TTLMax, so that a TTL of 0 does not have the CLAT ask all the
+// time nor a TTL of years never. A discovery that fails keeps the prefix
+// and is tried again after nat64TTLMin, twice that after a second
+// failure, and so on up to nat64RetryMax.
+const (
+	nat64TTLMin   = time.Minute
+	nat64TTLMax   = 24 * time.Hour
+	nat64RetryMax = time.Hour
+)
+
 // discoverNAT64 asks the stack's DNS for the AAAA records of
 // ipv4only.arpa and finds the prefix in them (RFC 7050 §3), trying up to
-// three times.
-func (s *Stack) discoverNAT64(ctx context.Context) (siit.Prefix, error) {
-	var err error
+// three times; ttl is the least TTL of the records.
+func (s *Stack) discoverNAT64(ctx context.Context) (pfx siit.Prefix, ttl time.Duration, err error) {
+	servers := s.DNSServers()
+	if len(servers) == 0 {
+		return siit.Prefix{}, 0, ErrNoDNS
+	}
+	name := dnsmessage.MustNewName(ipv4onlyArpa + ".")
 	for range 3 {
 		var addrs []netip.Addr
-		addrs, err = s.LookupNetIP(ctx, "ip6", ipv4onlyArpa)
+		var secs uint32
+		addrs, secs, _, err = s.query(ctx, servers, name, dnsmessage.TypeAAAA)
 		for _, a := range addrs {
 			if p, ok := siit.Discover(a); ok {
-				return p, nil
+				return p, time.Duration(secs) * time.Second, nil
 			}
 		}
 		if err == nil {
-			return siit.Prefix{}, errNoNAT64
+			return siit.Prefix{}, 0, errNoNAT64
 		}
 		if ctx.Err() != nil {
-			return siit.Prefix{}, ctx.Err()
+			return siit.Prefix{}, 0, ctx.Err()
 		}
 	}
-	return siit.Prefix{}, err
+	return siit.Prefix{}, 0, err
 }
 
 // wantCLAT returns the IPv6 address the CLAT of a session with addrs
@@ -353,8 +481,7 @@ func (s *Stack) followCLAT(addrs []netip.Prefix) {
 	s.clatWG.Add(1)
 	go func() {
 		defer s.clatWG.Done()
-		defer close(done)
-		s.runCLAT(ctx, v6)
+		s.runCLAT(ctx, v6, done)
 	}()
 }
 
@@ -373,14 +500,28 @@ func (s *Stack) waitCLAT(ctx context.Context) {
 	}
 }
 
-// runCLAT finds the prefix and brings the CLAT up for v6.
-func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr) {
+// runCLAT finds the prefix and brings the CLAT up for v6, then closes
+// started. Config.NAT64Prefix wins over the network's PREF64 (RFC 8781),
+// which wins over discovery (RFC 9872). A prefix from discovery is found
+// again when its TTL runs out (followNAT64TTL), until ctx ends.
+func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr, started chan struct{}) {
+	defer func() {
+		if started != nil {
+			close(started)
+		}
+	}()
+	discover := s.clatDiscover
+	if discover == nil {
+		discover = s.discoverNAT64
+	}
 	pfx, err := siit.NewPrefix(s.cfg.NAT64Prefix)
+	var ttl time.Duration
+	dns := false
 	if p := s.pref64(); !s.cfg.NAT64Prefix.IsValid() && p.IsValid() {
-		// The network's PREF64 (RFC 8781), before discovery (RFC 9872).
 		pfx, err = siit.NewPrefix(p)
 	} else if !s.cfg.NAT64Prefix.IsValid() {
-		pfx, err = s.discoverNAT64(ctx)
+		dns = true
+		pfx, ttl, err = discover(ctx)
 		if err != nil && s.cfg.CLAT == CLATForce && ctx.Err() == nil {
 			pfx, err = siit.NewPrefix(siit.WellKnownPrefix)
 		}
@@ -392,23 +533,87 @@ func (s *Stack) runCLAT(ctx context.Context, v6 netip.Addr) {
 		}
 		return
 	}
+	if !s.moveCLAT(ctx, pfx, v6) {
+		return
+	}
+	close(started)
+	started = nil
+	if dns {
+		s.followNAT64TTL(ctx, v6, pfx, ttl, discover)
+	}
+}
+
+// moveCLAT starts the CLAT for v6 on pfx, or moves it there, unless ctx
+// has ended; it reports whether the CLAT runs.
+func (s *Stack) moveCLAT(ctx context.Context, pfx siit.Prefix, v6 netip.Addr) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || ctx.Err() != nil {
-		return
+		return false
 	}
 	if err := s.startCLATLocked(newCLATState(pfx, clatAddr6(v6))); err != nil {
 		s.log.Warn("stack: CLAT not started", "err", err)
 		s.events.push(Event{Kind: EventCLAT, Err: err})
-		return
+		return false
 	}
 	s.events.push(Event{Kind: EventCLAT, Prefix: pfx.Prefix()})
+	return true
+}
+
+// followNAT64TTL runs discovery again each time the TTL of what it found
+// runs out (ttl 0: it failed), and moves the CLAT to a changed prefix
+// as a changed PREF64 does; a failed discovery keeps the prefix and is
+// retried with back-off. It returns when ctx ends: the session's address
+// or the PREF64 changed (followCLAT runs the CLAT anew), or Close.
+func (s *Stack) followNAT64TTL(ctx context.Context, v6 netip.Addr, cur siit.Prefix, ttl time.Duration,
+	discover func(context.Context) (siit.Prefix, time.Duration, error)) {
+	floor := s.clatTTLMin
+	if floor <= 0 {
+		floor = nat64TTLMin
+	}
+	retry := floor
+	wait := min(max(ttl, floor), nat64TTLMax)
+	if ttl == 0 {
+		wait, retry = retry, min(2*retry, nat64RetryMax)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pfx, ttl, err := discover(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Info("stack: CLAT: NAT64 prefix discovery failed, keeping "+cur.Prefix().String(), "err", err, "retry", retry)
+			t.Reset(retry)
+			retry = min(2*retry, nat64RetryMax)
+			continue
+		}
+		retry = floor
+		t.Reset(min(max(ttl, floor), nat64TTLMax))
+		if pfx.Prefix() == cur.Prefix() {
+			continue
+		}
+		if s.pref64().IsValid() {
+			return // the network's PREF64 wins (RFC 9872): raFollow moves the CLAT to it
+		}
+		s.log.Info("stack: CLAT: the NAT64 prefix changed", "from", cur.Prefix(), "to", pfx.Prefix())
+		if !s.moveCLAT(ctx, pfx, v6) {
+			return
+		}
+		cur = pfx
+	}
 }
 
 // startCLATLocked makes clatNIC (once) and points IPv4 at it.
 func (s *Stack) startCLATLocked(c *clatState) error {
 	if s.clatLink == nil {
-		l := &clatLink{s: s}
+		l := &clatLink{s: s, errors: rate.NewLimiter(clatErrorRate, clatErrorBurst)}
 		s.tap.xlat.Store(l)
 		l.mtu.Store(s.clatMTU(s.tap.MTU()))
 		if err := s.gs.CreateNIC(clatNIC, l); err != nil {

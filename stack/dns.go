@@ -98,7 +98,7 @@ func (s *Stack) LookupNetIP(ctx context.Context, network, host string) ([]netip.
 	done := make(chan int, len(types))
 	for i, t := range types {
 		go func() {
-			a, nf, err := s.query(ctx, servers, name, t)
+			a, _, nf, err := s.query(ctx, servers, name, t)
 			answers[i] = answer{a, err, nf}
 			done <- i
 		}()
@@ -155,21 +155,22 @@ func validName(name string) bool {
 }
 
 // query asks the servers in turn (twice round) for name's records of
-// type t; notFound is an authoritative NXDOMAIN or an empty answer.
-func (s *Stack) query(ctx context.Context, servers []netip.Addr, name dnsmessage.Name, t dnsmessage.Type) ([]netip.Addr, bool, error) {
+// type t; ttl is the least TTL of those records (RFC 1035 §3.2.1);
+// notFound is an authoritative NXDOMAIN or an empty answer.
+func (s *Stack) query(ctx context.Context, servers []netip.Addr, name dnsmessage.Name, t dnsmessage.Type) (addrs []netip.Addr, ttl uint32, notFound bool, err error) {
 	id := uint16(rand.Uint32())
 	b := dnsmessage.NewBuilder(make([]byte, 0, 512), dnsmessage.Header{ID: id, RecursionDesired: true})
 	if err := b.StartQuestions(); err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	if err := b.Question(dnsmessage.Question{Name: name, Type: t, Class: dnsmessage.ClassINET}); err != nil {
 		// Never send a query without its question: the server would
 		// answer nothing useful and the lookup would wait for timeouts.
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	q, err := b.Finish()
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	var lastErr error
 	buf := make([]byte, 1500)
@@ -180,20 +181,20 @@ func (s *Stack) query(ctx context.Context, servers []netip.Addr, name dnsmessage
 			lastErr = err
 			continue
 		}
-		addrs, nf, err := exchange(ctx, c, q, id, t, buf)
+		addrs, ttl, nf, err := exchange(ctx, c, q, id, t, buf)
 		c.Close()
 		if err == nil {
-			return addrs, nf, nil
+			return addrs, ttl, nf, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, false, lastErr
+	return nil, 0, false, lastErr
 }
 
-func exchange(ctx context.Context, c *UDPConn, q []byte, id uint16, t dnsmessage.Type, buf []byte) ([]netip.Addr, bool, error) {
+func exchange(ctx context.Context, c *UDPConn, q []byte, id uint16, t dnsmessage.Type, buf []byte) ([]netip.Addr, uint32, bool, error) {
 	deadline := time.Now().Add(dnsTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -202,15 +203,15 @@ func exchange(ctx context.Context, c *UDPConn, q []byte, id uint16, t dnsmessage
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := c.Write(q); err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	for {
 		n, err := c.Read(buf)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
+				return nil, 0, false, ctx.Err()
 			}
-			return nil, false, err
+			return nil, 0, false, err
 		}
 		var p dnsmessage.Parser
 		h, err := p.Start(buf[:n])
@@ -218,15 +219,16 @@ func exchange(ctx context.Context, c *UDPConn, q []byte, id uint16, t dnsmessage
 			continue // not ours: keep waiting
 		}
 		if h.RCode == dnsmessage.RCodeNameError {
-			return nil, true, nil
+			return nil, 0, true, nil
 		}
 		if h.RCode != dnsmessage.RCodeSuccess {
-			return nil, false, errors.New("DNS server: " + h.RCode.String())
+			return nil, 0, false, errors.New("DNS server: " + h.RCode.String())
 		}
 		if err := p.SkipAllQuestions(); err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 		var out []netip.Addr
+		ttl := uint32(0)
 		for {
 			rh, err := p.AnswerHeader()
 			if err != nil {
@@ -236,21 +238,32 @@ func exchange(ctx context.Context, c *UDPConn, q []byte, id uint16, t dnsmessage
 			case rh.Type == dnsmessage.TypeA && t == dnsmessage.TypeA:
 				r, err := p.AResource()
 				if err != nil {
-					return nil, false, err
+					return nil, 0, false, err
 				}
 				out = append(out, netip.AddrFrom4(r.A))
+				ttl = leastTTL(ttl, rh.TTL, len(out))
 			case rh.Type == dnsmessage.TypeAAAA && t == dnsmessage.TypeAAAA:
 				r, err := p.AAAAResource()
 				if err != nil {
-					return nil, false, err
+					return nil, 0, false, err
 				}
 				out = append(out, netip.AddrFrom16(r.AAAA))
+				ttl = leastTTL(ttl, rh.TTL, len(out))
 			default:
 				if err := p.SkipAnswer(); err != nil {
-					return out, len(out) == 0, nil
+					return out, ttl, len(out) == 0, nil
 				}
 			}
 		}
-		return out, len(out) == 0, nil
+		return out, ttl, len(out) == 0, nil
 	}
+}
+
+// leastTTL is the least of ttl, the TTL of the first n-1 records, and
+// the n-th record's, rr.
+func leastTTL(ttl, rr uint32, n int) uint32 {
+	if n == 1 {
+		return rr
+	}
+	return min(ttl, rr)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mhistack/mhistack/link/mbim"
 	"github.com/mhistack/mhistack/link/qmi"
+	"github.com/mhistack/mhistack/link/siit"
 	"github.com/mhistack/mhistack/mhi"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -98,9 +99,14 @@ type Stack struct {
 	// endpoint once made.
 	clatFor    netip.Addr
 	clatCancel context.CancelFunc
-	clatDone   chan struct{} // closed when the latest discovery has ended
+	clatDone   chan struct{} // closed when the latest discovery has started the CLAT or given up
 	clatWG     sync.WaitGroup
 	clatLink   *clatLink
+	// clatDiscover is RFC 7050 discovery (nil: discoverNAT64) and
+	// clatTTLMin the least time a discovered prefix is kept before
+	// discovery runs again (0: nat64TTLMin); tests set them.
+	clatDiscover func(context.Context) (siit.Prefix, time.Duration, error)
+	clatTTLMin   time.Duration
 
 	// ra is what the network's Router Advertisements said (ra.go).
 	ra raState
@@ -231,8 +237,12 @@ func (s *Stack) Close() error {
 	if s.clatCancel != nil {
 		s.clatCancel()
 	}
+	xlat := s.clatLink
 	s.mu.Unlock()
 	s.clatWG.Wait()
+	if xlat != nil {
+		xlat.stopErrors()
+	}
 	if tr != nil {
 		tr.CloseIdleConnections()
 	}

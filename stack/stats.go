@@ -40,6 +40,9 @@ type Stats struct {
 	// dropped: refused by the translator as RFC 7915 says, or sent while
 	// no CLAT ran.
 	CLATTranslated, CLATRefused uint64
+	// CLATErrorsSent counts the ICMP errors the CLAT sent of its own
+	// about packets it refused (RFC 7915; rate-limited).
+	CLATErrorsSent uint64
 	// TailProbes counts the one-byte TCP probes sent when a bridged
 	// session came back (TCPOptions.NoTailProbe, docs/STACK.md).
 	TailProbes uint64
@@ -94,6 +97,7 @@ func (s *Stack) Stats() Stats {
 		BridgeExpiries:       s.counters.bridgeExpiries.Load(),
 		CLATTranslated:       s.counters.clat.translated.Load(),
 		CLATRefused:          s.counters.clat.refused.Load(),
+		CLATErrorsSent:       s.counters.clat.icmpErrors.Load(),
 		TailProbes:           s.counters.tailProbes.Load(),
 		RouterAdverts:        s.counters.ra.Load(),
 		RouterAdvertsInvalid: s.counters.raBad.Load(),

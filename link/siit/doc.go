@@ -19,4 +19,11 @@
 // ErrMalformed (it does not parse), ErrTTL (the hop limit ran out: a
 // router sends Time Exceeded), ErrAddress (an address the Mapper cannot
 // map) or ErrShort (dst too small).
+//
+// What a translator does around the translation is here too, for its
+// caller to do: FragmentLimit and NextFragment cut a translated packet
+// into IPv6 fragments (RFC 7915 §4: DF clear, at most LowestIPv6MTU
+// bytes), SplitFragment a fragment into two, and ErrorTo4, FragNeeded4
+// and ErrorTo6 build the ICMP errors RFC 7915 has a translator send for
+// what it refuses (the caller rate-limits them).
 package siit
