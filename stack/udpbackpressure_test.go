@@ -228,9 +228,13 @@ func stallUL(t *testing.T, r *rig, started func() bool) {
 	full := r.s.Stats().Link.TXFull
 	r.modem.SetSlow(200 * time.Millisecond)
 	defer r.modem.SetSlow(0)
+	// A TCP writer whose sender is in RTO back-off by then adds a
+	// segment per timeout only: the ring can take seconds to fill (12 s
+	// seen under -race on an idle machine), so the bound is generous.
+	deadline = time.Now().Add(2 * time.Minute)
 	for r.s.Stats().Link.TXFull == full {
 		if time.Now().After(deadline) {
-			t.Fatal("the UL ring was not found full within 30 s of the stall")
+			t.Fatal("the UL ring was not found full within 2 minutes of the stall")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -356,7 +360,7 @@ func TestAStalledModemLosesNoTCPSegment(t *testing.T) {
 	wrote := make(chan error, 1)
 	go func() {
 		b := make([]byte, 64<<10)
-		c.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		c.SetWriteDeadline(time.Now().Add(5 * time.Minute))
 		for {
 			select {
 			case <-stop:
