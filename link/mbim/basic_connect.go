@@ -196,14 +196,20 @@ const maxTelephoneNumbers = 64
 func (s *SubscriberReadyStatus) Encode() []byte {
 	w := newWriter(28 + 8*len(s.TelephoneNumbers))
 	w.u32(0, uint32(s.ReadyState))
-	w.str(4, s.SubscriberID)
-	w.str(12, s.SIMICCID)
-	w.u32(20, s.ReadyInfo)
-	w.u32(24, uint32(len(s.TelephoneNumbers)))
-	for i, n := range s.TelephoneNumbers {
-		w.str(28+8*i, n)
-	}
+	s.encodeFrom(w, 4)
 	return w.bytes()
+}
+
+// encodeFrom writes the fields after ReadyState (and, in MBIMEx 3.0,
+// Flags) from off on: parseFrom's counterpart.
+func (s *SubscriberReadyStatus) encodeFrom(w *writer, off int) {
+	w.str(off, s.SubscriberID)
+	w.str(off+8, s.SIMICCID)
+	w.u32(off+16, s.ReadyInfo)
+	w.u32(off+20, uint32(len(s.TelephoneNumbers)))
+	for i, n := range s.TelephoneNumbers {
+		w.str(off+24+8*i, n)
+	}
 }
 
 // ParseSubscriberReadyStatus decodes SUBSCRIBER_READY_STATUS.

@@ -53,13 +53,7 @@ func (s *SubscriberReadyStatus) EncodeV3() []byte {
 	w := newWriter(32 + 8*len(s.TelephoneNumbers))
 	w.u32(0, uint32(s.ReadyState))
 	w.u32(4, s.Flags)
-	w.str(8, s.SubscriberID)
-	w.str(16, s.SIMICCID)
-	w.u32(24, s.ReadyInfo)
-	w.u32(28, uint32(len(s.TelephoneNumbers)))
-	for i, n := range s.TelephoneNumbers {
-		w.str(32+8*i, n)
-	}
+	s.encodeFrom(w, 8)
 	return w.bytes()
 }
 
