@@ -32,11 +32,7 @@ func tcpPacket(seq uint32, n int, ts bool) *gstack.PacketBuffer {
 		header.EncodeNOP(o[1:])
 		header.EncodeTSOption(11, 22, o[2:])
 	}
-	p.TransportProtocolNumber = header.TCPProtocolNumber
-	ip := header.IPv4(p.NetworkHeader().Push(header.IPv4MinimumSize))
-	ip.Encode(&header.IPv4Fields{TotalLength: uint16(p.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
-	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	pushTestIPv4(p)
 	return p
 }
 
@@ -136,11 +132,7 @@ func sackACKPacket() *gstack.PacketBuffer {
 	header.EncodeNOP(o[12:])
 	header.EncodeNOP(o[13:])
 	header.EncodeSACKBlocks([]header.SACKBlock{{Start: 100, End: 200}}, o[14:])
-	p.TransportProtocolNumber = header.TCPProtocolNumber
-	ip := header.IPv4(p.NetworkHeader().Push(header.IPv4MinimumSize))
-	ip.Encode(&header.IPv4Fields{TotalLength: uint16(p.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
-	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	pushTestIPv4(p)
 	return p
 }
 
@@ -248,4 +240,14 @@ func FuzzHasSACK(f *testing.F) {
 			t.Errorf("ParseTCPOptions found %d SACK blocks, hasSACK none", len(p.SACKBlocks))
 		}
 	})
+}
+
+// pushTestIPv4 puts the test flow's IPv4 header (10.0.0.1 to 10.0.0.2)
+// before p's TCP segment.
+func pushTestIPv4(p *gstack.PacketBuffer) {
+	p.TransportProtocolNumber = header.TCPProtocolNumber
+	ip := header.IPv4(p.NetworkHeader().Push(header.IPv4MinimumSize))
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(p.Size()), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), DstAddr: tcpip.AddrFrom4([4]byte{10, 0, 0, 2})})
+	p.NetworkProtocolNumber = header.IPv4ProtocolNumber
 }
