@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +107,48 @@ func TestTunPairCarriesEachDirectionThroughTheModelAndCloseRemovesTheNamespaces(
 		if _, err := os.Stat("/run/netns/" + n); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("namespace %s still there after close: %v", n, err)
 		}
+	}
+}
+
+func TestRadioTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
+	lossy, err := radio.Preset("lte")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clean, err := radio.Preset("nr-mmwave-far-scaled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if radioLossFree(lossy) || !radioLossFree(clean) {
+		t.Fatalf("radioLossFree: lte %v, nr-mmwave-far-scaled %v", radioLossFree(lossy), radioLossFree(clean))
+	}
+	down, up := float64(clean.Down.Rate)/1e6, float64(clean.Up.Rate)/1e6
+	res := []series{
+		{{"mh_down": 29, "mh_up": 4.8, "mhrack_up": 5.4, "cubic_down": 29.05, "cubic_up": 6, "mh_ping99": 90, "cubic_ping99": 40}},
+		{{"mh_down": 0.95 * down, "mh_up": 0.5 * up, "gv_down": 0.8 * down, "gv_up": 0.9 * up,
+			"cubic_down": down, "cubic_up": up, "mh_ping99": 100, "cubic_ping99": 100}},
+	}
+	notes := radioTargets([]string{"lte", "nr-mmwave-far-scaled"}, []radio.Config{lossy, clean}, res, true)
+	want := []string{
+		"lte (lossy: at least Linux cubic's goodput; ping p99 within 2 × Linux cubic's): " +
+			"mhistack down 1.00 × Linux cubic: met; mhistack up 0.80 × Linux cubic: **missed** by 20 % (RACK on: 0.90 ×); " +
+			"ping p99 during the upload 2.25 × Linux cubic's: **missed** by 0.25×.",
+		"nr-mmwave-far-scaled (loss-free: at least 0.9 × the bottleneck; ping p99 within 2 × Linux cubic's): " +
+			"mhistack down 95 % of the bottleneck: met; plain gVisor down 80 %: **missed** by 10 points; " +
+			"mhistack up 50 % of the bottleneck: **missed** by 40 points; plain gVisor up 90 %: met; " +
+			"ping p99 during the upload 1.00 × Linux cubic's: met.",
+	}
+	if len(notes) != len(want) {
+		t.Fatalf("notes = %q", notes)
+	}
+	for i := range want {
+		if notes[i] != want[i] {
+			t.Errorf("note %d\n got %s\nwant %s", i, notes[i], want[i])
+		}
+	}
+	// Without root there is no Linux reference: only the bottleneck
+	// targets are judged.
+	if n := radioTargets([]string{"lte"}, []radio.Config{lossy}, res[:1], false); len(n) != 1 || strings.Contains(n[0], "cubic:") {
+		t.Errorf("without root: %q", n)
 	}
 }
