@@ -41,8 +41,9 @@ const radioWarmRTTs = 12
 // the plain gVisor row shows the machine carries the scaled rate).
 var radioTooFast = map[string]string{"nr-mmwave-far": "nr-mmwave-far-scaled"}
 
-// radioTrace is the preset whose goodput over time table 10 plots.
-const radioTrace = "handover-train"
+// radioPlotted are the presets whose download goodput over time table 10
+// plots: the handover train and the rate that follows a trace.
+var radioPlotted = []string{"handover-train", "lte-trace"}
 
 // radioStacks are table 10's systems, each measured down and up on every
 // preset: key prefixes of a run's sample.
@@ -99,19 +100,19 @@ func (c *config) radioTable() (*table, error) {
 		tooFast += fmt.Sprintf(" %s is faster than this machine carries; its scaled form %s (docs/RADIO.md) stands for it.", n, radioTooFast[n])
 	}
 	root := os.Geteuid() == 0
-	traces := map[string][]float64{} // stack key → bins of radioTrace's download, last run
+	traces := map[string]map[string][]float64{} // preset → stack key → bins of its download, last run
 	var tmu sync.Mutex
 	res, err := c.runAll(names, func(i int) (sample, error) {
 		var tr map[string][]float64
-		if names[i] == radioTrace {
+		if slices.Contains(radioPlotted, names[i]) {
 			tr = map[string][]float64{}
 		}
 		s, err := radioRun(cfgs[i], d, warm(cfgs[i]), root, tr)
-		tmu.Lock()
-		for k, v := range tr {
-			traces[k] = v
+		if len(tr) > 0 {
+			tmu.Lock()
+			traces[names[i]] = tr
+			tmu.Unlock()
 		}
-		tmu.Unlock()
 		return s, err
 	})
 	if err != nil {
@@ -125,7 +126,7 @@ func (c *config) radioTable() (*table, error) {
 			"the peer a host socket; plain gVisor is two package stacks on channel.Endpoints joined by the model (no modem); " +
 			"Linux is the kernel's TCP between two network namespaces whose TUN devices a relay in the bench joins by the " +
 			"model, with TCP_CONGESTION cubic or bbr (`ip netns exec` helpers; needs root). Each cell: Mbit/s of payload and " +
-			"its share of the preset's rate in that direction. Ping: ICMP echo to the network's side every 100 ms during the " +
+			"its share of the preset's rate in that direction (for a preset whose rate follows a trace: of the trace's mean rate over the window, counted from the model's start, which is a few hundred ms before the stream's). Ping: ICMP echo to the network's side every 100 ms during the " +
 			"upload (p50/p99 ms; a ping lost to a full queue or a gap is not counted), and five idle pings of mhistack " +
 			"before it. mhistack up, RACK on: the same upload with the stack's RACK-TLP on (stack.TCPOptions.RACK; off by " +
 			"default, docs/STACK.md). Median of the runs." + tooFast,
@@ -137,9 +138,14 @@ func (c *config) radioTable() (*table, error) {
 	t.header = append(t.header, "mhistack up, RACK on", "idle ping ms", "mhistack upload ping p50/p99", "Linux cubic upload ping p50/p99")
 	for i, n := range names {
 		s, cfg := res[i], cfgs[i]
-		down, up := float64(cfg.Down.Rate)/1e6, float64(cfg.Up.Rate)/1e6
+		down, up := radioWindowRate(cfg.Down, warm(cfg), d), radioWindowRate(cfg.Up, warm(cfg), d)
 		rtt := (cfg.Down.Delay + cfg.Up.Delay).Seconds() * 1e3
-		row := []string{n, fmt.Sprintf("%.0f/%.0f", down, up), fmt.Sprintf("%.0f", rtt)}
+		rates := fmt.Sprintf("%.0f/%.0f", down, up)
+		if cfg.Down.Trace != nil || cfg.Up.Trace != nil {
+			rates = fmt.Sprintf("%.0f/%.0f in the window (trace; mean %.0f/%.0f)", down, up,
+				float64(cfg.Down.MeanRate())/1e6, float64(cfg.Up.MeanRate())/1e6)
+		}
+		row := []string{n, rates, fmt.Sprintf("%.0f", rtt)}
 		for _, st := range radioStacks {
 			for _, dir := range []struct {
 				key  string
@@ -158,18 +164,39 @@ func (c *config) radioTable() (*table, error) {
 		t.rows = append(t.rows, row)
 	}
 	t.notes = radioTargets(names, cfgs, res, root)
-	if len(traces) > 0 {
-		t.plots = append(t.plots, radioTracePlot(traces, d, w))
+	for _, n := range radioPlotted {
+		if i := slices.Index(names, n); i >= 0 && len(traces[n]) > 0 {
+			t.plots = append(t.plots, radioTracePlot(n, traces[n], d, warm(cfgs[i])))
+		}
 	}
 	return t, nil
 }
 
+// radioWindowRate is dir's rate in Mbit/s over a stream's window (d
+// after the warm-up w): its Rate, or for a trace the mean of what the
+// trace gives then, counted from the model's start (the stream starts
+// a few hundred milliseconds later, after the stack's start and the idle
+// pings, so this is close, not exact).
+func radioWindowRate(dir radio.Direction, w, d time.Duration) float64 {
+	if dir.Trace == nil {
+		return float64(dir.Rate) / 1e6
+	}
+	var sum float64
+	n := 0
+	for at := w; at < w+d; at += time.Millisecond {
+		sum += float64(dir.Trace.RateAt(at))
+		n++
+	}
+	return sum / float64(n) / 1e6
+}
+
 // radioLossFree reports whether cfg loses no packet at random in either
-// direction (its handovers and queues still may): table 10's
-// bottleneck-rate target applies to it, the Linux cubic one otherwise.
+// direction (its handovers and queues still may) and has a constant
+// rate: table 10's bottleneck-rate target applies to it, the Linux cubic
+// one otherwise.
 func radioLossFree(cfg radio.Config) bool {
 	for _, d := range []radio.Direction{cfg.Down, cfg.Up} {
-		if d.Loss > 0 || d.Burst.Rate() > 0 {
+		if d.Loss > 0 || d.Burst.Rate() > 0 || d.Trace != nil {
 			return false
 		}
 	}
@@ -193,7 +220,7 @@ func radioTargets(names []string, cfgs []radio.Config, res []series, root bool) 
 	}
 	for i, n := range names {
 		s, cfg := res[i], cfgs[i]
-		rates := map[string]float64{"down": float64(cfg.Down.Rate) / 1e6, "up": float64(cfg.Up.Rate) / 1e6}
+		rates := map[string]float64{"down": float64(cfg.Down.MeanRate()) / 1e6, "up": float64(cfg.Up.MeanRate()) / 1e6}
 		var parts []string
 		scaled := false
 		for _, sc := range radioTooFast {
@@ -236,7 +263,7 @@ func radioTargets(names []string, cfgs []radio.Config, res []series, root bool) 
 			parts = append(parts, fmt.Sprintf("ping p99 during the upload %.2f × Linux cubic's: %s", r,
 				verdict(r <= 2, fmt.Sprintf("%.2f×", r-2))))
 		}
-		kind := "lossy: at least Linux cubic's goodput"
+		kind := "lossy or a trace: at least Linux cubic's goodput"
 		if radioLossFree(cfg) {
 			kind = "loss-free: at least 0.9 × the bottleneck"
 		}
@@ -295,9 +322,9 @@ func pingCell(s series, key string) string {
 	return fmt.Sprintf("%.0f / %.0f", s.med(key+"_ping50"), s.med(key+"_ping99"))
 }
 
-// radioTracePlot draws radioTrace's download goodput per bin for
-// mhistack and Linux cubic.
-func radioTracePlot(traces map[string][]float64, d, w time.Duration) plot {
+// radioTracePlot draws preset's download goodput per bin for mhistack
+// and Linux cubic.
+func radioTracePlot(preset string, traces map[string][]float64, d, w time.Duration) plot {
 	n := 0
 	for _, b := range traces {
 		n = max(n, len(b))
@@ -322,9 +349,9 @@ func radioTracePlot(traces map[string][]float64, d, w time.Duration) plot {
 		}
 		names, vals = append(names, st.name), append(vals, v)
 	}
-	return plot{file: "radio-handover-train.svg",
-		alt: fmt.Sprintf("%s: download goodput per %v over %v (warm-up %v, then the window)", radioTrace, binEvery, w+d, w),
-		svg: lineChart(fmt.Sprintf("%s download, goodput per %v", radioTrace, binEvery), "seconds since the stream started",
+	return plot{file: "radio-" + preset + ".svg",
+		alt: fmt.Sprintf("%s: download goodput per %v over %v (warm-up %v, then the window)", preset, binEvery, w+d, w),
+		svg: lineChart(fmt.Sprintf("%s download, goodput per %v", preset, binEvery), "seconds since the stream started",
 			"Mbit/s", xs, names, vals)}
 }
 

@@ -130,7 +130,7 @@ func TestRadioTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
 	}
 	notes := radioTargets([]string{"lte", "nr-mmwave-far-scaled"}, []radio.Config{lossy, clean}, res, true)
 	want := []string{
-		"lte (lossy: at least Linux cubic's goodput; ping p99 within 2 × Linux cubic's): " +
+		"lte (lossy or a trace: at least Linux cubic's goodput; ping p99 within 2 × Linux cubic's): " +
 			"mhistack down 1.00 × Linux cubic: met; mhistack up 0.80 × Linux cubic: **missed** by 20 % (RACK on: 0.90 ×); " +
 			"ping p99 during the upload 2.25 × Linux cubic's: **missed** by 0.25×.",
 		"nr-mmwave-far-scaled (loss-free: at least 0.9 × the bottleneck; ping p99 within 2 × Linux cubic's): " +

@@ -57,7 +57,7 @@ func (c *config) radioUDPTable() (*table, error) {
 	worstName := ""
 	for i, n := range names {
 		s := res[i]
-		up := float64(cfgs[i].Up.Rate) / 1e6
+		up := float64(cfgs[i].Up.MeanRate()) / 1e6
 		row := []string{n, fmt.Sprintf("%.1f", up), fmt.Sprintf("%.1f (%.0f %%)", s.med("mh_mbps"), 100*s.med("mh_mbps")/up)}
 		if len(s.values("lx_mbps")) == 0 {
 			row = append(row, "needs root", "—", fmt.Sprintf("%.1f", s.med("mh_loss")), stagesCell(s, "mh_"),

@@ -195,12 +195,17 @@ func (d *Direction) validate() error {
 	return nil
 }
 
-// BDP returns the direction's bandwidth-delay product in bytes for a
-// round trip of rtt, at Rate (or the trace's mean rate).
-func (d *Direction) BDP(rtt time.Duration) int64 {
-	r := d.Rate
+// MeanRate returns the direction's rate in bit/s: Rate, or the trace's
+// mean rate.
+func (d *Direction) MeanRate() int64 {
 	if d.Trace != nil {
-		r = d.Trace.MeanRate()
+		return d.Trace.MeanRate()
 	}
-	return int64(float64(r) * rtt.Seconds() / 8)
+	return d.Rate
+}
+
+// BDP returns the direction's bandwidth-delay product in bytes for a
+// round trip of rtt, at MeanRate.
+func (d *Direction) BDP(rtt time.Duration) int64 {
+	return int64(float64(d.MeanRate()) * rtt.Seconds() / 8)
 }

@@ -1,6 +1,7 @@
 package radio
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -458,5 +459,44 @@ func TestLargestPresetBDPIsTheMmWaveFarPath(t *testing.T) {
 	name, bdp := LargestPresetBDP()
 	if !strings.HasPrefix(name, "nr-mmwave-far") || bdp < 9_000_000 || bdp > 11_000_000 {
 		t.Fatalf("LargestPresetBDP = %s, %d bytes; want nr-mmwave-far's ~10 MB", name, bdp)
+	}
+}
+
+// TestLTETraceHasTheMeasuredSpread: lte-trace's per-second rates have
+// the 4G spread of the Lumos5G data (p10/p50/p90 5/30/94 Mbit/s, nearest
+// rank), up is a fifth of down, and a packet probe through the model
+// meets the trace's rate second by second.
+func TestLTETraceHasTheMeasuredSpread(t *testing.T) {
+	v := slices.Clone(lteTraceMbps[:])
+	slices.Sort(v)
+	rank := func(p float64) float64 { return v[int(math.Ceil(p*float64(len(v))))-1] }
+	if p10, p50, p90 := rank(0.1), rank(0.5), rank(0.9); p10 != 5 || p50 != 30 || p90 != 94 {
+		t.Errorf("p10/p50/p90 = %v/%v/%v Mbit/s, want 5/30/94", p10, p50, p90)
+	}
+	c, err := Preset("lte-trace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Down.Trace.Period() != time.Minute || c.Down.Rate != 0 {
+		t.Fatalf("down: period %v, rate %d", c.Down.Trace.Period(), c.Down.Rate)
+	}
+	for s := range 60 {
+		at := time.Duration(s)*time.Second + time.Second/2
+		if d, u := c.Down.Trace.RateAt(at), c.Up.Trace.RateAt(at); d != int64(lteTraceMbps[s]*1e6) || u != int64(lteTraceMbps[s]*0.2*1e6) {
+			t.Fatalf("second %d: down %d, up %d bit/s", s, d, u)
+		}
+	}
+	if got := c.Down.MeanRate(); got != c.Down.Trace.MeanRate() || got < 36e6 || got > 37e6 {
+		t.Errorf("mean down rate %d", got)
+	}
+	// The first 6 s, as the bench's streams see them: 1000-byte packets
+	// every 50 µs (160 Mbit/s, above every rate there), no loss.
+	c.Down.Loss = 0
+	c.Down.Queue = Queue{Packets: 100}
+	v2 := newVirtual(t, Config{Down: c.Down})
+	got := v2.probe(Down, 1000, 50*time.Microsecond, 6*time.Second)
+	for s := range 6 {
+		from := time.Duration(s)*time.Second + 100*time.Millisecond
+		within(t, fmt.Sprintf("second %d", s), rateIn(got, from, from+800*time.Millisecond), lteTraceMbps[s]*1e6, 0.10)
 	}
 }
