@@ -90,11 +90,12 @@ type TCPOptions struct {
 	// few segments; with the classic duplicate-ACK threshold the same
 	// transfers saw no retransmission at all (docs/STACK.md, Measured).
 	// Tailscale turns it off for spurious retransmits too. And after a
-	// tail loss (a SYS_ERR loses every segment in flight) gVisor's RACK
-	// can leave the sender repairing the window one or two segments per
-	// retransmission timeout (docs/RELIABILITY.md, "The stall after
-	// SYS_ERR"; TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout
-	// stalls with it on). On lossy radio links it helps: uploads over
+	// SYS_ERR loses the tail of a write (nothing left to send behind it)
+	// gVisor's RACK leaves the sender waiting for its retransmission
+	// timer after the first segment it resends, where RFC 6675 recovery
+	// repairs it all (docs/RELIABILITY.md, "RACK and the SYS_ERR tail";
+	// TestTailProbesStartSACKRecoveryOfALostTailWithoutATimeout's case
+	// tail/RACKOn). On lossy radio links it helps: uploads over
 	// link/radio's presets took more RTOs without it, on retransmissions
 	// lost unnoticed (docs/PERFORMANCE.md, "Radio presets").
 	RACK bool
