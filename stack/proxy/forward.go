@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,18 +23,28 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
+// removeHopHeaders removes the hopHeaders and the fields that
+// Connection names from h, a header as http.ReadRequest or ReadResponse
+// parsed it (its names canonical).
 func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
+	for _, f := range h["Connection"] {
+		for f != "" {
+			var name string
+			name, f, _ = strings.Cut(f, ",")
 			if name = strings.TrimSpace(name); name != "" {
 				h.Del(name)
 			}
 		}
 	}
-	for _, name := range hopHeaders {
-		h.Del(name)
+	for name := range h {
+		if isHopHeader(name) {
+			delete(h, name)
+		}
 	}
 }
+
+// isHopHeader reports whether a canonical name is one of hopHeaders.
+func isHopHeader(name string) bool { return slices.Contains(hopHeaders, name) }
 
 // httpForward sends one absolute-URI request to its origin over the
 // server's pool (pool.go) and the response back. It reports whether the
@@ -273,8 +284,8 @@ func (x *exchange) readResponse(up *upload) (*http.Response, error) {
 func writeInterim(w io.Writer, resp *http.Response) error {
 	removeHopHeaders(resp.Header)
 	var b strings.Builder
-	fmt.Fprintf(&b, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode))
-	resp.Header.Write(&b)
+	writeStatusLine(&b, resp)
+	writeFields(&b, resp.Header, false)
 	b.WriteString("\r\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -295,36 +306,35 @@ func (x *exchange) relay(resp *http.Response) (complete bool, err error) {
 		resp.Close = true
 	}
 	originClose := resp.Close
-	// The proxy's own version goes to the client (RFC 9110 §6.2): an
-	// HTTP/1.0 origin's response is framed by the proxy's rules below.
-	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
+	// The proxy's own version goes to the client (RFC 9110 §6.2,
+	// writeStatusLine): an HTTP/1.0 origin's response is framed by the
+	// proxy's rules below.
 	keepAlive := !x.req.Close
 	if x.client10 && len(resp.TransferEncoding) > 0 {
 		resp.TransferEncoding = nil
 		resp.ContentLength = -1
 	}
 	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 {
-		// The close delimits the body (and Response.Write says
-		// "Connection: close" for any HTTP/1.1 response of unknown
-		// length, a bodiless one included).
+		// The close delimits the body (and writeResponse says
+		// "Connection: close", for a bodiless response too, as
+		// Response.Write does for any HTTP/1.1 response of unknown
+		// length).
 		keepAlive = false
 	}
-	resp.Close = !keepAlive
 	if keepAlive && x.client10 {
-		resp.Header.Set("Connection", "keep-alive")
+		resp.Header["Connection"] = keepAliveValue
 	}
 	x.keepClient = keepAlive
-	// Response.Write writes the head in pieces (four per header field)
-	// and the chunked framing apart from the data: written straight to
-	// the client that was a system call each. respWriter gathers them
-	// with the body and sends what it holds once the next read of the
-	// origin would wait (nothing waits in it while the origin is waited
-	// for: a streamed body streams on).
+	// The head goes in pieces (four per header field) and the chunked
+	// framing apart from the data: written straight to the client that
+	// was a system call each. respWriter gathers them with the body and
+	// sends what it holds once the next read of the origin would wait
+	// (nothing waits in it while the origin is waited for: a streamed
+	// body streams on).
 	rw := newRespWriter(x.down, x.oc, resp.ContentLength)
 	defer rw.release()
 	ob := &originBody{ReadCloser: resp.Body, rw: rw, eof: resp.Body == http.NoBody}
-	resp.Body = ob
-	err = resp.Write(rw)
+	err = writeResponse(rw, resp, req.Method, !keepAlive, ob)
 	if err == nil {
 		err = rw.flush()
 	}
@@ -368,15 +378,14 @@ func writeRequestHead(w *bufio.Writer, req *http.Request, close bool) error {
 	if close {
 		w.WriteString("Connection: close\r\n")
 	}
-	if err := req.Header.WriteSubset(w, requestFraming); err != nil {
-		return err
-	}
+	writeFields(w, req.Header, true)
 	_, err := w.WriteString("\r\n")
 	return err
 }
 
-// requestFraming are the fields writeRequestHead writes itself.
-var requestFraming = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+// keepAliveValue is the Connection field of a response kept alive for
+// an HTTP/1.0 client.
+var keepAliveValue = []string{"keep-alive"}
 
 // hasContinue reports whether h expects 100-continue, RFC 9110 §10.1.1.
 func hasContinue(h http.Header) bool {
@@ -582,6 +591,21 @@ func (rw *respWriter) release() {
 		copyBufs.Put(rw.buf)
 	}
 	rw.buf = nil
+}
+
+// WriteString is Write for a string: what the head writers write.
+func (rw *respWriter) WriteString(s string) (int, error) {
+	b := *rw.buf
+	if rw.n+len(s) > len(b) {
+		if err := rw.flush(); err != nil {
+			return 0, err
+		}
+		if len(s) > len(b) {
+			return rw.w.Write([]byte(s))
+		}
+	}
+	rw.n += copy(b[rw.n:], s)
+	return len(s), nil
 }
 
 // Write holds p, sending what is held first when p does not fit; a p
