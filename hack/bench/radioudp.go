@@ -42,7 +42,7 @@ func (c *config) radioUDPTable() (*table, error) {
 			"mhistack is stack.Open on the emulated modem (qcom-sdx55m, raw IP) with the preset on its carrier network, " +
 			"the peer a host socket; Linux sends from table 10's device namespace to its network namespace across the TUN " +
 			"relay and the same model (needs root). Delivered: Mbit/s of payload read by the peer over the window, and its " +
-			"share of the preset's uplink rate. Drops, as a share of what was sent in the window: host = the sending " +
+			"share of the preset's uplink rate (for a preset whose rate follows a trace: of the trace's mean rate over the window, counted from the model's start). Drops, as a share of what was sent in the window: host = the sending " +
 			"stack's transmit queue beyond what writers were told of and its link (mhistack: link.TXDrops; Linux: the " +
 			"device TUN's tx_dropped and UDP SndbufErrors); modem = UL transfers the emulated modem did not deliver; " +
 			"radio = the model's queue, random loss and gaps; carrier = mhistack's carrier network (its stack and " +
@@ -57,8 +57,12 @@ func (c *config) radioUDPTable() (*table, error) {
 	worstName := ""
 	for i, n := range names {
 		s := res[i]
-		up := float64(cfgs[i].Up.MeanRate()) / 1e6
-		row := []string{n, fmt.Sprintf("%.1f", up), fmt.Sprintf("%.1f (%.0f %%)", s.med("mh_mbps"), 100*s.med("mh_mbps")/up)}
+		up := radioWindowRate(cfgs[i].Up, w, d)
+		upCell := fmt.Sprintf("%.1f", up)
+		if cfgs[i].Up.Trace != nil {
+			upCell = fmt.Sprintf("%.1f in the window (trace; mean %.1f)", up, float64(cfgs[i].Up.MeanRate())/1e6)
+		}
+		row := []string{n, upCell, fmt.Sprintf("%.1f (%.0f %%)", s.med("mh_mbps"), 100*s.med("mh_mbps")/up)}
 		if len(s.values("lx_mbps")) == 0 {
 			row = append(row, "needs root", "—", fmt.Sprintf("%.1f", s.med("mh_loss")), stagesCell(s, "mh_"),
 				fmt.Sprintf("%.1f", s.med("mh_told")), "needs root", "needs root")
