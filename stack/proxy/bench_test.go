@@ -106,19 +106,7 @@ func BenchmarkHTTPForward(b *testing.B) {
 	resp := "HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\nContent-Length: " + strconv.Itoa(len(body)) +
 		"\r\nContent-Type: application/octet-stream\r\nDate: Wed, 02 Dec 2026 20:00:00 GMT\r\n" +
 		"Last-Modified: Wed, 02 Dec 2026 19:00:00 GMT\r\n\r\n" + body
-	tg := newTarget(b, "tcp", "127.0.0.1:0", func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			if _, err := io.WriteString(c, resp); err != nil {
-				return
-			}
-		}
-	})
+	tg := newTarget(b, "tcp", "127.0.0.1:0", answerEach(resp))
 	c := r.raw()
 	defer c.Close()
 	br := bufio.NewReader(c)

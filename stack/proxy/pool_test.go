@@ -304,17 +304,7 @@ func TestForwardSendsAResponseThatHasArrivedInOneWrite(t *testing.T) {
 	r := newRig(t, nil)
 	const size = 16 << 10
 	resp := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size))
-	origin := newTarget(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			req.Body.Close()
-			io.WriteString(c, resp) // the whole response in one write
-		}
-	})
+	origin := newTarget(t, "tcp", "127.0.0.1:0", answerEach(resp)) // the whole response in one write
 	wc, c := serveCountingWrites(t, r)
 	br := bufio.NewReader(c)
 	for i := range 3 {

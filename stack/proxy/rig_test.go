@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -186,6 +188,25 @@ func (tg *target) addr() netip.AddrPort { return tg.ln.Addr().(*net.TCPAddr).Add
 func (tg *target) port() uint16         { return tg.addr().Port() }
 
 func echo(c net.Conn) { io.Copy(c, c) }
+
+// answerEach is an origin's handler that reads the requests on its
+// connection one after another, drops their bodies and answers each with
+// resp in one write.
+func answerEach(resp string) func(net.Conn) {
+	return func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if _, err := io.WriteString(c, resp); err != nil {
+				return
+			}
+		}
+	}
+}
 
 // udpEcho answers each datagram with "echo:" and the payload.
 func udpEcho(t testing.TB, network, addr string) net.PacketConn {
