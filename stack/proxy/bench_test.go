@@ -107,6 +107,10 @@ func BenchmarkHTTPForward(b *testing.B) {
 		"\r\nContent-Type: application/octet-stream\r\nDate: Wed, 02 Dec 2026 20:00:00 GMT\r\n" +
 		"Last-Modified: Wed, 02 Dec 2026 19:00:00 GMT\r\n\r\n" + body
 	tg := newTarget(b, "tcp", "127.0.0.1:0", answerEach(resp))
+	// The pool keeps the origin connection open: close the proxy before
+	// the target's cleanup waits for its handler (else it waits for the
+	// handler's 30 s deadline).
+	b.Cleanup(func() { r.srv.Close() })
 	c := r.raw()
 	defer c.Close()
 	br := bufio.NewReader(c)
