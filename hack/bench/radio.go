@@ -25,10 +25,13 @@ const (
 )
 
 // radioSeconds is -radio-seconds: the window of each table 10 stream (0:
-// radioWindow); radioOnly is -radio-presets (comma-separated; "": all).
+// radioWindow); radioOnly is -radio-presets (comma-separated; "": all);
+// radioRcvBuf is -radio-rcvbuf: the receive buffer default of
+// mhistack's stack in table 10 (0: package stack's).
 var (
 	radioSeconds time.Duration
 	radioOnly    string
+	radioRcvBuf  int
 )
 
 // radioWarmRTTs is a radio stream's warm-up in round trips of its preset
@@ -444,6 +447,9 @@ func mhistackRadio(cfg radio.Config, down, rack bool, d, w time.Duration, bins *
 	cn := simnet.CarrierOptions{Radio: &cfg}
 	var sc mstack.Config
 	sc.TCP.RACK = rack
+	if radioRcvBuf > 0 {
+		sc.TCP.ReceiveBuffer.Default = radioRcvBuf // Min and Max keep their defaults
+	}
 	s, err := mstack.Open(ctx, mstack.Options{Device: "sim", Config: sc, Sim: mstack.SimOptions{Carrier: cn}})
 	if err != nil {
 		return nil, err
