@@ -38,6 +38,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/mhistack/mhistack/link/radio"
 )
 
 type config struct {
@@ -99,6 +101,15 @@ func main() {
 	flag.StringVar(&benchServeFlags, "serve-flags", "", "tables 8 and 9: extra flags for the `mhictl sim serve` processes, space-separated, e.g. -no-moderation (a device setting, to see what the host can carry)")
 	flag.DurationVar(&radioSeconds, "radio-seconds", 0, "tables 10 and 10b: the measurement window of each stream (0: 5s; -quick: its own short window); every preset runs 8 streams of this plus 2s warm-up per run")
 	flag.IntVar(&radioRcvBuf, "radio-rcvbuf", 0, "table 10: mhistack's TCP receive buffer default in bytes (stack.TCPOptions.ReceiveBuffer.Default; 0: the stack's, 1 MiB), e.g. 2097152 to see its window's effect on the downloads")
+	flag.Func("radio-plot", "table 10: also plot these presets' download goodput over time (comma-separated; handover-train and lte-trace always are), e.g. nr-sa", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if _, err := radio.Preset(n); err != nil {
+				return err
+			}
+			radioPlotted = append(radioPlotted, n)
+		}
+		return nil
+	})
 	flag.StringVar(&radioOnly, "radio-presets", "", "tables 10 and 10b: only these presets (comma-separated, e.g. lte,nr-mmwave; default all; table 10 runs the scaled form of a preset too fast for this machine; mhictl sim serve -radio list lists them)")
 	flag.BoolVar(&proxyAB, "proxy-ab", true, "table 11: also run ab -k through the HTTP proxy (false: the page rows alone, a quicker look)")
 	flag.StringVar(&proxyRadio, "proxy-radio", "", "table 11: put this radio preset (docs/RADIO.md) on the page's carrier network (default none: the page is then bound by the machine's CPU, not by a link)")

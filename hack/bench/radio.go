@@ -45,7 +45,8 @@ const radioWarmRTTs = 12
 var radioTooFast = map[string]string{"nr-mmwave-far": "nr-mmwave-far-scaled"}
 
 // radioPlotted are the presets whose download goodput over time table 10
-// plots: the handover train and the rate that follows a trace.
+// plots (-radio-plot adds more): the handover train and the rate that
+// follows a trace.
 var radioPlotted = []string{"handover-train", "lte-trace"}
 
 // radioStacks are table 10's systems, each measured down and up on every
